@@ -1,0 +1,402 @@
+//! The compiled grammar: dense, index-based, immutable, shared behind an `Arc`.
+//!
+//! A context-free grammar over three kinds of terminals: lexemes (regular pieces with a DFA),
+//! token references (matched by token id) and nothing else. Each production
+//! `A -> X1 .. Xn` owns `n + 1` consecutive *dots* (Earley's dotted rules): dot `k` sits before
+//! `X(k+1)`, dot `n` is the completed production. Per dot the tables give the symbol after it,
+//! the rule on the left and whether that symbol is the production's last (for Leo items), so
+//! the recognizer's inner loop is a few array reads.
+//!
+//! Built with [`GrammarBuilder`], which also removes unproductive productions, computes
+//! nullable rules and precomputes, per rule, the closure of its prediction (the dotted items a
+//! prediction adds with their nullable advances, and the lexemes those items expect).
+
+use crate::ast::TokenAst;
+use crate::error::ErrorKind;
+use crate::lexeme::{DEAD, LexemeDfa};
+use crate::limits::Limits;
+use regex_syntax::hir::Hir;
+use rustc_hash::FxHashMap;
+
+/// Index of a rule (nonterminal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(pub u32);
+
+/// Index of a lexeme (a regular terminal with its DFA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LexemeId(pub u32);
+
+/// Index of a token-reference terminal (`<[id]>`, `!<|end|>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenRefId(pub u32);
+
+/// A dotted production (Earley item without origin).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DotId(pub u32);
+
+/// A grammar symbol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sym {
+    Rule(RuleId),
+    Lexeme(LexemeId),
+    Token(TokenRefId),
+}
+
+/// The symbol after a dot, or the end of the production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Next {
+    Sym(Sym),
+    End,
+}
+
+/// A lexeme: its DFA, whether it also matches the empty string, and how to show it.
+#[derive(Clone, Debug)]
+pub struct Lexeme {
+    pub dfa: LexemeDfa,
+    /// Matches the empty string; the recognizer treats it as a nullable terminal (the DFA
+    /// itself only ever completes after at least one byte).
+    pub nullable: bool,
+    /// Source text (or rule name) for messages.
+    pub display: String,
+}
+
+/// What predicting a rule adds to an Earley set (all items with the set itself as origin).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Prediction {
+    pub dots: Box<[DotId]>,
+    pub lexemes: Box<[LexemeId]>,
+    pub tokens: bool,
+}
+
+/// The compiled grammar. See the module docs.
+#[derive(Debug)]
+pub struct Grammar {
+    pub(crate) rule_names: Vec<String>,
+    pub(crate) nullable: Vec<bool>,
+    pub(crate) dot_next: Vec<Next>,
+    pub(crate) dot_lhs: Vec<RuleId>,
+    /// The symbol after this dot is the last of its production.
+    pub(crate) dot_penult: Vec<bool>,
+    pub(crate) predictions: Vec<Prediction>,
+    pub(crate) lexemes: Vec<Lexeme>,
+    pub(crate) token_refs: Vec<TokenAst>,
+    /// The augmented start rule `S' -> start`; its completion means acceptance.
+    pub(crate) start_rule: RuleId,
+    pub(crate) accept_dot: DotId,
+    pub(crate) limits: Limits,
+    productions: usize,
+}
+
+impl Grammar {
+    #[inline]
+    pub(crate) fn next(&self, dot: DotId) -> Next {
+        self.dot_next[dot.0 as usize]
+    }
+
+    #[inline]
+    pub(crate) fn lhs(&self, dot: DotId) -> RuleId {
+        self.dot_lhs[dot.0 as usize]
+    }
+
+    /// The lexemes, indexed by [`LexemeId`].
+    pub fn lexemes(&self) -> &[Lexeme] {
+        &self.lexemes
+    }
+
+    /// One lexeme.
+    #[inline]
+    pub fn lexeme(&self, id: LexemeId) -> &Lexeme {
+        &self.lexemes[id.0 as usize]
+    }
+
+    /// The token references, indexed by [`TokenRefId`].
+    pub fn token_refs(&self) -> &[TokenAst] {
+        &self.token_refs
+    }
+
+    /// Whether the grammar contains token references at all.
+    pub fn has_token_refs(&self) -> bool {
+        !self.token_refs.is_empty()
+    }
+
+    /// The limits this grammar was compiled with (the recognizer enforces the run-time ones).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Rule names (anonymous rules are named after their parent, e.g. `root#3`).
+    pub fn rule_name(&self, id: RuleId) -> &str {
+        &self.rule_names[id.0 as usize]
+    }
+
+    /// A one-line summary: counts of rules, productions, lexemes and DFA states.
+    pub fn summary(&self) -> String {
+        let states: usize = self.lexemes.iter().map(|l| l.dfa.len()).sum();
+        format!(
+            "{} rules, {} productions, {} lexemes ({} DFA states), {} token refs",
+            self.rule_names.len(),
+            self.productions,
+            self.lexemes.len(),
+            states,
+            self.token_refs.len()
+        )
+    }
+}
+
+/// Builds a [`Grammar`] from rules, productions and lexemes. Front ends (GBNF, JSON Schema,
+/// regex) all go through it.
+pub struct GrammarBuilder {
+    limits: Limits,
+    rule_names: Vec<String>,
+    prods: Vec<(RuleId, Vec<Sym>)>,
+    lexemes: Vec<Lexeme>,
+    lexeme_index: FxHashMap<String, LexemeId>,
+    token_refs: Vec<TokenAst>,
+    token_index: FxHashMap<TokenAst, TokenRefId>,
+    size: usize,
+}
+
+impl GrammarBuilder {
+    pub fn new(limits: Limits) -> GrammarBuilder {
+        GrammarBuilder {
+            limits,
+            rule_names: Vec::new(),
+            prods: Vec::new(),
+            lexemes: Vec::new(),
+            lexeme_index: FxHashMap::default(),
+            token_refs: Vec::new(),
+            token_index: FxHashMap::default(),
+            size: 0,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A new rule with no productions yet.
+    pub fn add_rule(&mut self, name: impl Into<String>) -> RuleId {
+        self.rule_names.push(name.into());
+        RuleId(self.rule_names.len() as u32 - 1)
+    }
+
+    pub fn rule_name(&self, id: RuleId) -> &str {
+        &self.rule_names[id.0 as usize]
+    }
+
+    /// Adds `lhs -> syms`.
+    pub fn add_production(&mut self, lhs: RuleId, syms: Vec<Sym>) -> Result<(), ErrorKind> {
+        self.size += syms.len() + 1;
+        if self.size > self.limits.max_grammar_size {
+            return Err(ErrorKind::Limit {
+                what: "the grammar's size (symbols in all productions)".into(),
+                value: self.size,
+                limit_name: "max_grammar_size",
+                limit: self.limits.max_grammar_size,
+            });
+        }
+        self.prods.push((lhs, syms));
+        Ok(())
+    }
+
+    /// The lexeme for `hir`, compiled once per distinct regular expression.
+    pub fn lexeme(&mut self, hir: &Hir, display: &str) -> Result<LexemeId, ErrorKind> {
+        let key = hir.to_string();
+        if let Some(&id) = self.lexeme_index.get(&key) {
+            return Ok(id);
+        }
+        let dfa = LexemeDfa::build(hir, self.limits.max_lexeme_bytes)?;
+        let nullable = hir.properties().minimum_len() == Some(0);
+        let id = LexemeId(self.lexemes.len() as u32);
+        self.lexemes.push(Lexeme {
+            dfa,
+            nullable,
+            display: display.to_string(),
+        });
+        self.lexeme_index.insert(key, id);
+        Ok(id)
+    }
+
+    /// The terminal for a token reference.
+    pub fn token_ref(&mut self, t: &TokenAst) -> TokenRefId {
+        if let Some(&id) = self.token_index.get(t) {
+            return id;
+        }
+        let id = TokenRefId(self.token_refs.len() as u32);
+        self.token_refs.push(t.clone());
+        self.token_index.insert(t.clone(), id);
+        id
+    }
+
+    /// Finishes the grammar with `start` as its start rule. Unproductive productions are
+    /// dropped; an unproductive start rule is [`ErrorKind::EmptyLanguage`].
+    pub fn build(mut self, start: RuleId) -> Result<Grammar, ErrorKind> {
+        let start_rule = self.add_rule(format!("{}'", self.rule_names[start.0 as usize]));
+        self.prods.push((start_rule, vec![Sym::Rule(start)]));
+        let n_rules = self.rule_names.len();
+
+        // Productive symbols: fixpoint.
+        let lexeme_ok: Vec<bool> = self
+            .lexemes
+            .iter()
+            .map(|l| l.dfa.start() != DEAD || l.nullable)
+            .collect();
+        let mut productive = vec![false; n_rules];
+        loop {
+            let mut changed = false;
+            for (lhs, syms) in &self.prods {
+                if productive[lhs.0 as usize] {
+                    continue;
+                }
+                let ok = syms.iter().all(|s| match s {
+                    Sym::Rule(r) => productive[r.0 as usize],
+                    Sym::Lexeme(l) => lexeme_ok[l.0 as usize],
+                    Sym::Token(_) => true,
+                });
+                if ok {
+                    productive[lhs.0 as usize] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        if !productive[start.0 as usize] {
+            return Err(ErrorKind::EmptyLanguage(
+                self.rule_names[start.0 as usize].clone(),
+            ));
+        }
+        let sym_ok = |s: &Sym| match s {
+            Sym::Rule(r) => productive[r.0 as usize],
+            Sym::Lexeme(l) => lexeme_ok[l.0 as usize],
+            Sym::Token(_) => true,
+        };
+        let prods: Vec<(RuleId, Vec<Sym>)> = std::mem::take(&mut self.prods)
+            .into_iter()
+            .filter(|(lhs, syms)| productive[lhs.0 as usize] && syms.iter().all(sym_ok))
+            .collect();
+
+        // Nullable rules: fixpoint.
+        let lex_nullable: Vec<bool> = self.lexemes.iter().map(|l| l.nullable).collect();
+        let mut nullable = vec![false; n_rules];
+        loop {
+            let mut changed = false;
+            for (lhs, syms) in &prods {
+                if nullable[lhs.0 as usize] {
+                    continue;
+                }
+                let ok = syms.iter().all(|s| match s {
+                    Sym::Rule(r) => nullable[r.0 as usize],
+                    Sym::Lexeme(l) => lex_nullable[l.0 as usize],
+                    Sym::Token(_) => false,
+                });
+                if ok {
+                    nullable[lhs.0 as usize] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+
+        // Dots.
+        let mut dot_next = Vec::new();
+        let mut dot_lhs = Vec::new();
+        let mut dot_penult = Vec::new();
+        let mut first_dots: Vec<Vec<DotId>> = vec![Vec::new(); n_rules];
+        let mut accept_dot = DotId(0);
+        for (lhs, syms) in &prods {
+            first_dots[lhs.0 as usize].push(DotId(dot_next.len() as u32));
+            for (k, s) in syms.iter().enumerate() {
+                dot_next.push(Next::Sym(*s));
+                dot_lhs.push(*lhs);
+                dot_penult.push(k + 1 == syms.len());
+            }
+            if *lhs == start_rule {
+                accept_dot = DotId(dot_next.len() as u32);
+            }
+            dot_next.push(Next::End);
+            dot_lhs.push(*lhs);
+            dot_penult.push(false);
+        }
+
+        // Prediction closures.
+        let mut predictions = Vec::with_capacity(n_rules);
+        let mut total = 0usize;
+        let mut seen_rule = vec![u32::MAX; n_rules];
+        let mut seen_lex = vec![u32::MAX; self.lexemes.len()];
+        for r in 0..n_rules {
+            let stamp = r as u32;
+            let mut dots = Vec::new();
+            let mut lexemes = Vec::new();
+            let mut tokens = false;
+            let mut stack = vec![r];
+            seen_rule[r] = stamp;
+            while let Some(rule) = stack.pop() {
+                for &first in &first_dots[rule] {
+                    let mut d = first;
+                    loop {
+                        dots.push(d);
+                        match dot_next[d.0 as usize] {
+                            Next::End => break,
+                            Next::Sym(Sym::Rule(c)) => {
+                                if seen_rule[c.0 as usize] != stamp {
+                                    seen_rule[c.0 as usize] = stamp;
+                                    stack.push(c.0 as usize);
+                                }
+                                if !nullable[c.0 as usize] {
+                                    break;
+                                }
+                            }
+                            Next::Sym(Sym::Lexeme(l)) => {
+                                if seen_lex[l.0 as usize] != stamp {
+                                    seen_lex[l.0 as usize] = stamp;
+                                    lexemes.push(l);
+                                }
+                                if !lex_nullable[l.0 as usize] {
+                                    break;
+                                }
+                            }
+                            Next::Sym(Sym::Token(_)) => {
+                                tokens = true;
+                                break;
+                            }
+                        }
+                        d = DotId(d.0 + 1);
+                    }
+                }
+            }
+            total += dots.len();
+            if total > self.limits.max_prediction_items {
+                return Err(ErrorKind::Limit {
+                    what: "the size of the grammar's prediction closures".into(),
+                    value: total,
+                    limit_name: "max_prediction_items",
+                    limit: self.limits.max_prediction_items,
+                });
+            }
+            predictions.push(Prediction {
+                dots: dots.into_boxed_slice(),
+                lexemes: lexemes.into_boxed_slice(),
+                tokens,
+            });
+        }
+
+        Ok(Grammar {
+            rule_names: self.rule_names,
+            nullable,
+            dot_next,
+            dot_lhs,
+            dot_penult,
+            predictions,
+            lexemes: self.lexemes,
+            token_refs: self.token_refs,
+            start_rule,
+            accept_dot,
+            limits: self.limits,
+            productions: prods.len(),
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! Typed, positioned errors.
+//!
+//! Every error the front ends produce carries a [`Span`] into the grammar source. A
+//! [`GrammarError`] renders as `origin:line:col: message`, followed by the source line and a
+//! caret under the offending column, the way compilers print diagnostics.
+
+use std::fmt;
+
+/// A half-open byte range `start..end` in a source text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+/// What went wrong, without the position.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    #[error("grammar is not valid UTF-8")]
+    InvalidUtf8,
+    #[error("unexpected character {0:?}")]
+    UnexpectedChar(char),
+    #[error("unterminated literal: missing closing '\"'")]
+    UnterminatedLiteral,
+    #[error("unterminated character class: missing closing ']'")]
+    UnterminatedClass,
+    #[error("unterminated token reference: missing closing '>'")]
+    UnterminatedToken,
+    #[error("'!' must be followed by a token reference such as <[42]> or <|end|>")]
+    BangWithoutToken,
+    #[error("invalid token id in <[...]>: {0}")]
+    BadTokenId(String),
+    #[error(
+        "unknown escape '\\{0}' (known: \\n \\r \\t \\\\ \\\" \\[ \\] \\xHH \\uHHHH \\UHHHHHHHH)"
+    )]
+    UnknownEscape(char),
+    #[error("escape '\\{escape}' needs exactly {digits} hex digits")]
+    BadHexEscape { escape: char, digits: usize },
+    #[error("U+{0:X} is not a Unicode scalar value (surrogate or above U+10FFFF)")]
+    InvalidCodePoint(u32),
+    #[error("character range is reversed: U+{start:04X} > U+{end:04X}")]
+    ReversedRange { start: u32, end: u32 },
+    #[error("bad repetition: {0}")]
+    BadRepetition(String),
+    #[error("{found}, expected {expected}")]
+    Unexpected { found: String, expected: String },
+    #[error("undefined rule '{0}'")]
+    UndefinedRule(String),
+    #[error("rule '{name}' is defined twice (first definition at line {first_line})")]
+    DuplicateRule { name: String, first_line: usize },
+    #[error("grammar has no start rule '{name}' (defined rules: {defined})")]
+    MissingStartRule { name: String, defined: String },
+    #[error("the grammar's language is empty: rule '{0}' derives no string")]
+    EmptyLanguage(String),
+    #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
+    Limit {
+        what: String,
+        value: usize,
+        limit_name: &'static str,
+        limit: usize,
+    },
+    #[error("cannot compile lexeme: {0}")]
+    Lexeme(String),
+}
+
+/// A grammar error with its position in the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrammarError {
+    pub kind: ErrorKind,
+    pub span: Span,
+    /// Where the source came from (a file name, `<string>`, ...).
+    pub origin: String,
+    /// 1-based line and column (in characters) of `span.start`, with the text of that line;
+    /// `None` when the error has no place in the source.
+    pub location: Option<Location>,
+}
+
+/// Line and column of a byte offset, with the line's text (for the caret display).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub line: usize,
+    pub col: usize,
+    pub line_text: String,
+}
+
+impl Location {
+    /// Locates byte `offset` of `text` (clamped to its length and to a char boundary).
+    pub fn of(text: &str, offset: usize) -> Location {
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[offset..]
+            .find(['\n', '\r'])
+            .map_or(text.len(), |i| offset + i);
+        let line = text[..line_start].matches('\n').count() + 1;
+        let col = text[line_start..offset].chars().count() + 1;
+        Location {
+            line,
+            col,
+            line_text: text[line_start..line_end].to_string(),
+        }
+    }
+
+    /// The source line and a caret line under column `col`. Tabs before the column are kept
+    /// so the caret lines up in a terminal.
+    pub fn caret_lines(&self) -> String {
+        let pad: String = self
+            .line_text
+            .chars()
+            .take(self.col - 1)
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        format!("{}\n{}^", self.line_text, pad)
+    }
+}
+
+impl GrammarError {
+    /// An error at `span` of `text`.
+    pub fn at(kind: ErrorKind, span: Span, origin: &str, text: &str) -> GrammarError {
+        GrammarError {
+            kind,
+            span,
+            origin: origin.to_string(),
+            location: Some(Location::of(text, span.start)),
+        }
+    }
+
+    /// An error with no place in the source.
+    pub fn unplaced(kind: ErrorKind, origin: &str) -> GrammarError {
+        GrammarError {
+            kind,
+            span: Span::default(),
+            origin: origin.to_string(),
+            location: None,
+        }
+    }
+}
+
+impl fmt::Display for GrammarError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Some(loc) => write!(
+                f,
+                "{}:{}:{}: {}\n{}",
+                self.origin,
+                loc.line,
+                loc.col,
+                self.kind,
+                loc.caret_lines()
+            ),
+            None => write!(f, "{}: {}", self.origin, self.kind),
+        }
+    }
+}
+
+impl std::error::Error for GrammarError {}
+
+/// Errors while recognizing input (not grammar errors): a configured limit was hit.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecognizeError {
+    #[error(
+        "limit exceeded while parsing: {what} reached {value}, more than {limit_name} = {limit}"
+    )]
+    Limit {
+        what: &'static str,
+        value: usize,
+        limit_name: &'static str,
+        limit: usize,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_counts_lines_and_chars() {
+        let text = "ab\ncdé f\n";
+        let loc = Location::of(text, text.find('f').unwrap());
+        assert_eq!((loc.line, loc.col), (2, 5));
+        assert_eq!(loc.line_text, "cdé f");
+        assert_eq!(loc.caret_lines(), "cdé f\n    ^");
+    }
+
+    #[test]
+    fn display_has_origin_position_and_caret() {
+        let text = "root ::= valeu\n";
+        let e = GrammarError::at(
+            ErrorKind::UndefinedRule("valeu".into()),
+            Span::new(9, 14),
+            "g.gbnf",
+            text,
+        );
+        assert_eq!(
+            e.to_string(),
+            "g.gbnf:1:10: undefined rule 'valeu'\nroot ::= valeu\n         ^"
+        );
+    }
+}

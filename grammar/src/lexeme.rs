@@ -1,0 +1,290 @@
+//! Lexemes: the regular pieces of a grammar, each compiled to a byte-level DFA.
+//!
+//! A lexeme is built with `regex-automata` (Thompson NFA, then a dense DFA, anchored, with
+//! every match reported) and then copied into [`LexemeDfa`], a small table of our own with
+//! three properties the recognizer and the mask cache rely on:
+//!
+//! - state [`DEAD`] is 0, and every other state is *live*: some continuation reaches a match
+//!   (states that cannot are merged into `DEAD` when the table is built);
+//! - `is_accepting(s)` says whether the bytes read so far form a complete match, without the
+//!   one-byte match delay of regex-automata's DFAs;
+//! - `can_continue(s)` says whether any byte leads to a live state.
+//!
+//! State ids are dense (`0..len`), stable and shared by every user of the grammar, so they
+//! can key caches (the engine caches a token set per `(lexeme, state)`).
+
+use crate::error::ErrorKind;
+use regex_automata::dfa::{Automaton, StartKind, dense};
+use regex_automata::nfa::thompson;
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
+use regex_syntax::hir::Hir;
+
+/// The dead state: nothing more can match.
+pub const DEAD: u32 = 0;
+
+const ACCEPT: u8 = 1;
+const CONTINUE: u8 = 2;
+
+/// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
+#[derive(Clone, Debug)]
+pub struct LexemeDfa {
+    classes: [u8; 256],
+    stride: usize,
+    /// `trans[state * stride + class]`.
+    trans: Box<[u32]>,
+    flags: Box<[u8]>,
+    start: u32,
+}
+
+impl LexemeDfa {
+    /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and DFA built on the way.
+    pub fn build(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(size_limit))
+                    .shrink(false),
+            )
+            .build_from_hir(hir)
+            .map_err(|e| size_error(e.to_string(), size_limit))?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .start_kind(StartKind::Anchored)
+                    .match_kind(MatchKind::All)
+                    .accelerate(false)
+                    .minimize(false)
+                    .specialize_start_states(false)
+                    .dfa_size_limit(Some(size_limit))
+                    .determinize_size_limit(Some(size_limit)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|e| size_error(e.to_string(), size_limit))?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| ErrorKind::Lexeme(e.to_string()))?;
+        Ok(Self::from_dense(&dfa, start))
+    }
+
+    fn from_dense(
+        dfa: &dense::DFA<Vec<u32>>,
+        start: regex_automata::util::primitives::StateID,
+    ) -> LexemeDfa {
+        let mut classes = [0u8; 256];
+        let mut reps = Vec::new(); // one representative byte per class
+        for b in 0..=255u8 {
+            let c = dfa.byte_classes().get(b);
+            classes[b as usize] = c;
+            if c as usize == reps.len() {
+                reps.push(b);
+            }
+        }
+        let stride = reps.len();
+        // Breadth-first over the states reachable from `start`; dense state -> our index.
+        let mut index = std::collections::HashMap::new();
+        let mut order = vec![None]; // index 0: dead
+        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut queue = std::collections::VecDeque::new();
+        let mut intern =
+            |sid, order: &mut Vec<_>, queue: &mut std::collections::VecDeque<_>| -> u32 {
+                if dfa.is_dead_state(sid) {
+                    return DEAD;
+                }
+                *index.entry(sid).or_insert_with(|| {
+                    order.push(Some(sid));
+                    queue.push_back(sid);
+                    (order.len() - 1) as u32
+                })
+            };
+        let start_ix = intern(start, &mut order, &mut queue);
+        while let Some(sid) = queue.pop_front() {
+            for &b in &reps {
+                let next = dfa.next_state(sid, b);
+                let t = intern(next, &mut order, &mut queue);
+                trans.push(t);
+            }
+        }
+        let n = order.len();
+        let mut accept = vec![false; n];
+        for (i, sid) in order.iter().enumerate() {
+            if let Some(sid) = sid {
+                accept[i] = dfa.is_match_state(dfa.next_eoi_state(*sid));
+            }
+        }
+        // Live = can reach an accepting state. Reverse reachability.
+        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for s in 1..n {
+            for c in 0..stride {
+                let t = trans[s * stride + c] as usize;
+                if t != 0 {
+                    preds[t].push(s as u32);
+                }
+            }
+        }
+        let mut live = accept.clone();
+        let mut stack: Vec<usize> = (0..n).filter(|&s| accept[s]).collect();
+        while let Some(s) = stack.pop() {
+            for &p in &preds[s] {
+                if !live[p as usize] {
+                    live[p as usize] = true;
+                    stack.push(p as usize);
+                }
+            }
+        }
+        // Renumber: keep live states only; everything else becomes DEAD.
+        let mut renum = vec![DEAD; n];
+        let mut kept = 1u32;
+        for s in 1..n {
+            if live[s] {
+                renum[s] = kept;
+                kept += 1;
+            }
+        }
+        let kept = kept as usize;
+        let mut new_trans = vec![DEAD; kept * stride];
+        let mut flags = vec![0u8; kept];
+        for s in 1..n {
+            let ns = renum[s] as usize;
+            if ns == 0 {
+                continue;
+            }
+            let mut cont = false;
+            for c in 0..stride {
+                let t = renum[trans[s * stride + c] as usize];
+                new_trans[ns * stride + c] = t;
+                cont |= t != DEAD;
+            }
+            flags[ns] = (if accept[s] { ACCEPT } else { 0 }) | (if cont { CONTINUE } else { 0 });
+        }
+        LexemeDfa {
+            classes,
+            stride,
+            trans: new_trans.into_boxed_slice(),
+            flags: flags.into_boxed_slice(),
+            start: renum[start_ix as usize],
+        }
+    }
+
+    /// The start state; [`DEAD`] if the lexeme matches nothing.
+    #[inline]
+    pub fn start(&self) -> u32 {
+        self.start
+    }
+
+    /// The state after reading `byte` in `state`.
+    #[inline]
+    pub fn next(&self, state: u32, byte: u8) -> u32 {
+        self.trans[state as usize * self.stride + self.classes[byte as usize] as usize]
+    }
+
+    /// Whether the bytes read so far are a complete match.
+    #[inline]
+    pub fn is_accepting(&self, state: u32) -> bool {
+        self.flags[state as usize] & ACCEPT != 0
+    }
+
+    /// Whether some byte leads on to a live state.
+    #[inline]
+    pub fn can_continue(&self, state: u32) -> bool {
+        self.flags[state as usize] & CONTINUE != 0
+    }
+
+    /// Number of states, [`DEAD`] included.
+    pub fn len(&self) -> usize {
+        self.flags.len()
+    }
+
+    /// Always false: the dead state is always there.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Heap bytes used by the tables.
+    pub fn memory_usage(&self) -> usize {
+        self.trans.len() * 4 + self.flags.len()
+    }
+
+    /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.
+    pub fn run(&self, mut state: u32, bytes: &[u8]) -> u32 {
+        for &b in bytes {
+            state = self.next(state, b);
+            if state == DEAD {
+                break;
+            }
+        }
+        state
+    }
+
+    /// Whether `bytes` is a complete match.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        let s = self.run(self.start, bytes);
+        s != DEAD && self.is_accepting(s)
+    }
+}
+
+fn size_error(message: String, limit: usize) -> ErrorKind {
+    if message.contains("exceeds") || message.contains("limit") {
+        ErrorKind::Limit {
+            what: "a lexeme's automaton".into(),
+            value: limit + 1,
+            limit_name: "max_lexeme_bytes",
+            limit,
+        }
+    } else {
+        ErrorKind::Lexeme(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_syntax::ParserBuilder;
+
+    fn dfa(re: &str) -> LexemeDfa {
+        let hir = ParserBuilder::new().build().parse(re).unwrap();
+        LexemeDfa::build(&hir, 1 << 24).unwrap()
+    }
+
+    #[test]
+    fn accepts_without_delay_and_dies_early() {
+        let d = dfa(r#""[^"\\]*""#);
+        let mut s = d.start();
+        for &b in b"\"ab" {
+            s = d.next(s, b);
+            assert_ne!(s, DEAD);
+            assert!(!d.is_accepting(s));
+        }
+        s = d.next(s, b'"');
+        assert!(d.is_accepting(s));
+        assert!(!d.can_continue(s));
+        assert_eq!(d.next(s, b'x'), DEAD);
+    }
+
+    #[test]
+    fn utf8_multibyte_one_byte_at_a_time() {
+        let d = dfa("[é😀]+");
+        assert!(d.matches("é😀é".as_bytes()));
+        let bytes = "😀".as_bytes();
+        let mut s = d.start();
+        for &b in &bytes[..3] {
+            s = d.next(s, b);
+            assert_ne!(s, DEAD);
+            assert!(!d.is_accepting(s), "mid-character is not a match");
+        }
+        assert!(d.is_accepting(d.next(s, bytes[3])));
+        assert!(!d.matches(b"\xff"), "invalid UTF-8 is rejected");
+        assert!(!d.matches(&bytes[..2]));
+    }
+
+    #[test]
+    fn states_that_cannot_match_are_dead() {
+        let d = dfa("ab|ac");
+        let s = d.next(d.start(), b'a');
+        assert_ne!(s, DEAD);
+        assert_eq!(d.next(s, b'x'), DEAD);
+        assert!(d.matches(b"ac"));
+        let never = LexemeDfa::build(&Hir::fail(), 1 << 20).unwrap();
+        assert_eq!(never.start(), DEAD);
+    }
+}

@@ -1,0 +1,125 @@
+//! # corral-grammar
+//!
+//! The grammar layer of corral: front ends that turn a grammar text into a compiled
+//! [`Grammar`], and the byte-level [`Recognizer`] that decides, one byte at a time, whether
+//! input can still be completed into a sentence of the grammar. It knows nothing of tokens
+//! or models (the engine crate joins it with a tokenizer trie).
+//!
+//! Key types:
+//! - [`compile_gbnf`] / [`CompileOptions`]: GBNF text (llama.cpp dialect) -> `Arc<Grammar>`,
+//!   with positioned [`GrammarError`]s.
+//! - [`Grammar`]: dense, index-based, immutable. Regular pieces are [`Lexeme`]s with DFAs
+//!   ([`LexemeDfa`]); the rest is a context-free grammar over lexemes and token references.
+//! - [`Recognizer`]: Earley over lexemes, with push / pop / accepting, Leo items and
+//!   memoized closures. See [`earley`] for how a push works.
+//! - [`Limits`]: every resource bound, with documented defaults.
+//!
+//! The main loop of a user, in steps:
+//! 1. compile the grammar once and share it (`Arc`);
+//! 2. make a recognizer per input (cheap) and push bytes;
+//! 3. a rejected byte returns `false` and leaves the state unchanged; `pop` rolls back;
+//! 4. at the end, `is_accepting` says whether the input is complete.
+//!
+//! ```
+//! use corral_grammar::{compile_gbnf, CompileOptions, Recognizer};
+//!
+//! let g = compile_gbnf(r#"root ::= "a" [0-9]+ ("," [0-9]+)*"#, &CompileOptions::default())?;
+//! let mut r = Recognizer::new(g);
+//! for &b in b"a12,3" {
+//!     assert!(r.push_byte(b)?);
+//! }
+//! assert!(r.is_accepting());
+//! assert!(!r.push_byte(b'x')?); // rejected, state unchanged
+//! r.pop(2); // back to "a12"
+//! assert!(r.is_accepting());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Differences from llama.cpp's GBNF, by design: left recursion is accepted (an Earley
+//! parser needs no restriction; llama.cpp refuses it); `{m,n}` is exact for any `n` (llama.cpp
+//! turns large upper bounds into `*`), and `{,n}` is accepted as `{0,n}`; a rule defined twice
+//! is an error (llama.cpp keeps the last definition silently). See `docs/gbnf.md`.
+
+pub mod ast;
+pub mod compiled;
+pub mod earley;
+pub mod error;
+pub mod gbnf;
+pub mod lexeme;
+pub mod limits;
+pub mod lower;
+pub mod matcher;
+
+use std::sync::Arc;
+
+pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
+pub use earley::{Expected, Recognizer, Run};
+pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
+pub use lexeme::{DEAD, LexemeDfa};
+pub use limits::Limits;
+pub use matcher::{MatchOutcome, match_bytes};
+
+/// Options for compiling a grammar.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// The start rule. Default `root`.
+    pub start: String,
+    /// Names the source in error messages (a file name). Default `<grammar>`.
+    pub origin: String,
+    pub limits: Limits,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
+            start: "root".into(),
+            origin: "<grammar>".into(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl CompileOptions {
+    pub fn start(mut self, start: impl Into<String>) -> Self {
+        self.start = start.into();
+        self
+    }
+
+    pub fn origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// Compiles GBNF text.
+pub fn compile_gbnf(text: &str, opts: &CompileOptions) -> Result<Arc<Grammar>, GrammarError> {
+    let rules = gbnf::parse(text, &opts.origin, opts.limits.max_nesting_depth)?;
+    let g = lower::lower(&rules, &opts.start, text, &opts.origin, &opts.limits)?;
+    Ok(Arc::new(g))
+}
+
+/// Compiles GBNF given as bytes; invalid UTF-8 is a positioned error.
+pub fn compile_gbnf_bytes(
+    bytes: &[u8],
+    opts: &CompileOptions,
+) -> Result<Arc<Grammar>, GrammarError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => compile_gbnf(text, opts),
+        Err(e) => {
+            let good = &bytes[..e.valid_up_to()];
+            let text = String::from_utf8_lossy(good);
+            let at = e.valid_up_to();
+            Err(GrammarError::at(
+                ErrorKind::InvalidUtf8,
+                Span::new(at, at + 1),
+                &opts.origin,
+                &text,
+            ))
+        }
+    }
+}

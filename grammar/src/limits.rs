@@ -1,0 +1,37 @@
+//! Resource limits. Every one is configuration with a documented default; exceeding one is a
+//! typed error ([`crate::ErrorKind::Limit`] at compile time, [`crate::RecognizeError::Limit`]
+//! while parsing), never a hang or a crash.
+
+/// Limits on grammar compilation and on the recognizer's work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Deepest nesting of parentheses and quantifiers in a grammar expression. Recursive
+    /// walks over the AST are bounded by it. Default 200.
+    pub max_nesting_depth: u32,
+    /// Most symbols over all productions after expanding repetitions (`x{m,n}` of a
+    /// non-regular `x` is copied `n` times), and the most "units" a repetition may expand to
+    /// inside a lexeme. Default 1,000,000.
+    pub max_grammar_size: usize,
+    /// Most bytes for one lexeme's NFA and DFA while it is built (regex-automata's size
+    /// limits). Default 32 MiB.
+    pub max_lexeme_bytes: usize,
+    /// Most dotted items over all rules' precomputed prediction closures. Default 4,000,000.
+    pub max_prediction_items: usize,
+    /// Most Earley items in one Earley set. Default 100,000.
+    pub max_items_per_set: usize,
+    /// Most lexer runs (partial lexemes) alive at one position. Default 10,000.
+    pub max_lexer_runs: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_nesting_depth: 200,
+            max_grammar_size: 1_000_000,
+            max_lexeme_bytes: 32 << 20,
+            max_prediction_items: 4_000_000,
+            max_items_per_set: 100_000,
+            max_lexer_runs: 10_000,
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! Lowering: rules as written ([`RuleAst`]) -> the compiled [`Grammar`].
+//!
+//! 1. Resolve names: duplicate definitions, undefined references and a missing start rule
+//!    are positioned errors.
+//! 2. Find the *regular* rules: those that reach no recursion and no token reference. Their
+//!    language is regular, so they can be inlined into lexemes. (Rules too deep to inline
+//!    safely are treated as non-regular instead.)
+//! 3. Check sizes: every expression's expansion (repetitions multiplied out, regular rules
+//!    inlined) must fit `Limits::max_grammar_size`.
+//! 4. Lower the non-regular rules reachable from the start rule into productions. In each
+//!    sequence, every maximal run of consecutive regular items becomes one lexeme (one DFA).
+//!    Repetitions of non-regular items are desugared: `x*` into a left-recursive rule
+//!    (`R -> R x | ε`, linear for Earley without Leo items), `x{m,n}` into `m` copies and a
+//!    bounded chain of optional rules.
+//!
+//! GBNF is scannerless, so this split must not change the language: the recognizer keeps
+//! both branches alive wherever a lexeme could end or continue (see [`crate::earley`]).
+
+use crate::ast::{ClassAst, Expr, ExprKind, RuleAst};
+use crate::compiled::{Grammar, GrammarBuilder, RuleId, Sym};
+use crate::error::{ErrorKind, GrammarError, Span};
+use crate::limits::Limits;
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
+use rustc_hash::FxHashMap;
+
+/// Inlining a regular rule deeper than this (in expression levels) makes it non-regular
+/// instead, which bounds the recursion of the regex compiler.
+const MAX_INLINE_DEPTH: u32 = 400;
+
+/// Compiles rules into a grammar with `start` as the start rule.
+pub fn lower(
+    rules: &[RuleAst],
+    start: &str,
+    text: &str,
+    origin: &str,
+    limits: &Limits,
+) -> Result<Grammar, GrammarError> {
+    let err = |kind: ErrorKind, span: Span| GrammarError::at(kind, span, origin, text);
+
+    // 1. Names.
+    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, r) in rules.iter().enumerate() {
+        if let Some(&first) = index.get(r.name.as_str()) {
+            let first_line = crate::error::Location::of(text, rules[first].name_span.start).line;
+            return Err(err(
+                ErrorKind::DuplicateRule {
+                    name: r.name.clone(),
+                    first_line,
+                },
+                r.name_span,
+            ));
+        }
+        index.insert(&r.name, i);
+    }
+    let mut refs: Vec<Vec<usize>> = vec![Vec::new(); rules.len()];
+    let mut has_token = vec![false; rules.len()];
+    for (i, r) in rules.iter().enumerate() {
+        let mut undefined = None;
+        visit(&r.body, &mut |e| match &e.kind {
+            ExprKind::RuleRef(name) => match index.get(name.as_str()) {
+                Some(&j) => refs[i].push(j),
+                None => {
+                    if undefined.is_none() {
+                        undefined = Some((name.clone(), e.span));
+                    }
+                }
+            },
+            ExprKind::Token(_) => has_token[i] = true,
+            _ => {}
+        });
+        if let Some((name, span)) = undefined {
+            return Err(err(ErrorKind::UndefinedRule(name), span));
+        }
+    }
+    let Some(&start_ix) = index.get(start) else {
+        let mut defined: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+        defined.truncate(8);
+        let defined = if defined.is_empty() {
+            "none".to_string()
+        } else {
+            defined.join(", ")
+        };
+        let kind = ErrorKind::MissingStartRule {
+            name: start.to_string(),
+            defined,
+        };
+        return Err(if rules.is_empty() {
+            GrammarError::at(kind, Span::new(0, 0), origin, text)
+        } else {
+            err(kind, rules[0].name_span)
+        });
+    };
+
+    // 2. Regular rules, callees before callers (Tarjan's SCC order).
+    let sccs = tarjan_sccs(&refs);
+    let mut regular = vec![false; rules.len()];
+    let mut inline_depth = vec![0u32; rules.len()];
+    for scc in &sccs {
+        let recursive = scc.len() > 1 || refs[scc[0]].contains(&scc[0]);
+        for &r in scc {
+            if recursive || has_token[r] || refs[r].iter().any(|&j| !regular[j]) {
+                continue;
+            }
+            let depth =
+                rules[r].body.depth + refs[r].iter().map(|&j| inline_depth[j]).max().unwrap_or(0);
+            if depth <= MAX_INLINE_DEPTH {
+                regular[r] = true;
+                inline_depth[r] = depth;
+            }
+        }
+    }
+
+    // 3. Sizes (regular rules' expansions memoized, callees first).
+    let mut rule_units = vec![1usize; rules.len()];
+    for scc in &sccs {
+        for &r in scc {
+            let u = units(
+                &rules[r].body,
+                &index,
+                &regular,
+                &rule_units,
+                limits.max_grammar_size,
+            )
+            .map_err(|(value, span)| err(size_limit(value, limits), span))?;
+            if regular[r] {
+                rule_units[r] = u;
+            }
+        }
+    }
+
+    // Regular rules' regexes, callees first.
+    let mut rule_hir: Vec<Option<Hir>> = vec![None; rules.len()];
+    for scc in &sccs {
+        for &r in scc {
+            if regular[r] {
+                rule_hir[r] = Some(hir_of(&rules[r].body, &index, &rule_hir));
+            }
+        }
+    }
+
+    // 4. Productions for the rules reachable from the start rule.
+    let mut reachable = vec![false; rules.len()];
+    let mut stack = vec![start_ix];
+    reachable[start_ix] = true;
+    while let Some(r) = stack.pop() {
+        if regular[r] {
+            continue;
+        }
+        for &j in &refs[r] {
+            if !reachable[j] {
+                reachable[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    let mut lw = Lowerer {
+        text,
+        index: &index,
+        regular: &regular,
+        rule_hir: &rule_hir,
+        b: GrammarBuilder::new(limits.clone()),
+        rule_ids: vec![None; rules.len()],
+        anon: 0,
+    };
+    for (i, r) in rules.iter().enumerate() {
+        if reachable[i] && (!regular[i] || i == start_ix) {
+            lw.rule_ids[i] = Some(lw.b.add_rule(r.name.clone()));
+        }
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let Some(lhs) = lw.rule_ids[i] else { continue };
+        let res = if regular[i] {
+            // A regular start rule is one lexeme.
+            let mut out = Vec::new();
+            lw.flush(&mut vec![&r.body], &mut out)
+                .and_then(|()| lw.b.add_production(lhs, out).map_err(|k| (k, r.body.span)))
+        } else {
+            lw.lower_alternatives(lhs, &r.body)
+        };
+        res.map_err(|(k, span)| err(k, span))?;
+    }
+    let start_id = lw.rule_ids[start_ix].expect("start rule is reachable");
+    lw.b.build(start_id)
+        .map_err(|k| err(k, rules[start_ix].name_span))
+}
+
+fn size_limit(value: usize, limits: &Limits) -> ErrorKind {
+    ErrorKind::Limit {
+        what: "the expansion of this expression (repetitions multiplied out)".into(),
+        value,
+        limit_name: "max_grammar_size",
+        limit: limits.max_grammar_size,
+    }
+}
+
+/// Pre-order walk (recursion bounded by the nesting limit).
+fn visit(e: &Expr, f: &mut impl FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().for_each(|x| visit(x, f)),
+        ExprKind::Repeat { inner, .. } | ExprKind::Group(inner) => visit(inner, f),
+        _ => {}
+    }
+}
+
+/// Size of an expression's expansion; `Err((size, span))` at the first node over `limit`.
+fn units(
+    e: &Expr,
+    index: &FxHashMap<&str, usize>,
+    regular: &[bool],
+    rule_units: &[usize],
+    limit: usize,
+) -> Result<usize, (usize, Span)> {
+    let u = match &e.kind {
+        ExprKind::Literal(cs) => cs.len().max(1),
+        ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => 1,
+        ExprKind::RuleRef(name) => {
+            let j = index[name.as_str()];
+            if regular[j] { rule_units[j] } else { 1 }
+        }
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) => {
+            let mut sum = 1usize;
+            for x in xs {
+                sum = sum.saturating_add(units(x, index, regular, rule_units, limit)?);
+            }
+            sum
+        }
+        ExprKind::Group(inner) => units(inner, index, regular, rule_units, limit)?,
+        ExprKind::Repeat { inner, min, max } => {
+            let factor = match max {
+                Some(n) => (*n).max(1) as usize,
+                None => *min as usize + 1,
+            };
+            units(inner, index, regular, rule_units, limit)?.saturating_mul(factor)
+        }
+    };
+    if u > limit { Err((u, e.span)) } else { Ok(u) }
+}
+
+fn class_hir(c: &ClassAst) -> Hir {
+    let mut class = ClassUnicode::new(c.ranges.iter().map(|&(a, b)| ClassUnicodeRange::new(a, b)));
+    if c.negated {
+        class.negate();
+    }
+    Hir::class(Class::Unicode(class))
+}
+
+/// The regex of a regular expression (every rule it references is regular and built).
+fn hir_of(e: &Expr, index: &FxHashMap<&str, usize>, rule_hir: &[Option<Hir>]) -> Hir {
+    match &e.kind {
+        ExprKind::Literal(cs) => Hir::literal(cs.iter().collect::<String>().into_bytes()),
+        ExprKind::Class(c) => class_hir(c),
+        ExprKind::Any => Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new(
+            '\0',
+            char::MAX,
+        )]))),
+        ExprKind::RuleRef(name) => rule_hir[index[name.as_str()]]
+            .clone()
+            .expect("regular rules reference only regular rules, built first"),
+        ExprKind::Seq(xs) => Hir::concat(xs.iter().map(|x| hir_of(x, index, rule_hir)).collect()),
+        ExprKind::Alt(xs) => {
+            Hir::alternation(xs.iter().map(|x| hir_of(x, index, rule_hir)).collect())
+        }
+        ExprKind::Group(inner) => hir_of(inner, index, rule_hir),
+        ExprKind::Repeat { inner, min, max } => Hir::repetition(Repetition {
+            min: *min,
+            max: *max,
+            greedy: true,
+            sub: Box::new(hir_of(inner, index, rule_hir)),
+        }),
+        ExprKind::Token(_) => unreachable!("token references are never regular"),
+    }
+}
+
+type LowerResult<T> = Result<T, (ErrorKind, Span)>;
+
+struct Lowerer<'a> {
+    text: &'a str,
+    index: &'a FxHashMap<&'a str, usize>,
+    regular: &'a [bool],
+    rule_hir: &'a [Option<Hir>],
+    b: GrammarBuilder,
+    /// AST rule index -> compiled rule, for the rules that got one.
+    rule_ids: Vec<Option<RuleId>>,
+    anon: usize,
+}
+
+impl Lowerer<'_> {
+    fn is_regular(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any => true,
+            ExprKind::Token(_) => false,
+            ExprKind::RuleRef(name) => self.regular[self.index[name.as_str()]],
+            ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().all(|x| self.is_regular(x)),
+            ExprKind::Group(inner) | ExprKind::Repeat { inner, .. } => self.is_regular(inner),
+        }
+    }
+
+    fn anon_rule(&mut self, parent: RuleId) -> RuleId {
+        self.anon += 1;
+        let name = format!("{}#{}", self.b.rule_name(parent), self.anon);
+        self.b.add_rule(name)
+    }
+
+    /// One production per alternative of `e`.
+    fn lower_alternatives(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<()> {
+        let mut alts = Vec::new();
+        alternatives(e, &mut alts);
+        for alt in alts {
+            let syms = self.lower_sequence(lhs, alt)?;
+            self.b
+                .add_production(lhs, syms)
+                .map_err(|k| (k, alt.span))?;
+        }
+        Ok(())
+    }
+
+    fn lower_sequence(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<Vec<Sym>> {
+        let mut items = Vec::new();
+        sequence_items(e, &mut items);
+        let mut out = Vec::new();
+        let mut run: Vec<&Expr> = Vec::new();
+        for item in items {
+            if self.is_regular(item) {
+                run.push(item);
+            } else {
+                self.flush(&mut run, &mut out)?;
+                self.lower_item(lhs, item, &mut out)?;
+            }
+        }
+        self.flush(&mut run, &mut out)?;
+        Ok(out)
+    }
+
+    /// Turns a run of regular items into one lexeme (nothing if it only matches "").
+    fn flush(&mut self, run: &mut Vec<&Expr>, out: &mut Vec<Sym>) -> LowerResult<()> {
+        if run.is_empty() {
+            return Ok(());
+        }
+        let span = run[0].span.to(run[run.len() - 1].span);
+        let hir = Hir::concat(
+            run.iter()
+                .map(|x| hir_of(x, self.index, self.rule_hir))
+                .collect(),
+        );
+        let props = hir.properties();
+        if props.maximum_len() == Some(0) && props.minimum_len() == Some(0) {
+            run.clear();
+            return Ok(());
+        }
+        let display = match run.as_slice() {
+            [
+                Expr {
+                    kind: ExprKind::RuleRef(name),
+                    ..
+                },
+            ] => name.clone(),
+            _ => display_source(&self.text[span.start..span.end]),
+        };
+        let id = self.b.lexeme(&hir, &display).map_err(|k| (k, span))?;
+        out.push(Sym::Lexeme(id));
+        run.clear();
+        Ok(())
+    }
+
+    /// A non-regular item of a sequence.
+    fn lower_item(&mut self, lhs: RuleId, e: &Expr, out: &mut Vec<Sym>) -> LowerResult<()> {
+        match &e.kind {
+            ExprKind::Repeat { inner, min, max } => {
+                let x = self.symbol_for(lhs, inner)?;
+                for _ in 0..*min {
+                    out.push(x);
+                }
+                match max {
+                    None => {
+                        // R -> R x | ε
+                        let r = self.anon_rule(lhs);
+                        self.b
+                            .add_production(r, vec![Sym::Rule(r), x])
+                            .and_then(|()| self.b.add_production(r, vec![]))
+                            .map_err(|k| (k, e.span))?;
+                        out.push(Sym::Rule(r));
+                    }
+                    Some(n) if *n > *min => {
+                        // O1 -> x | ε ; Ok -> x O(k-1) | ε
+                        let mut prev: Option<RuleId> = None;
+                        for _ in 0..(n - min) {
+                            let o = self.anon_rule(lhs);
+                            let mut body = vec![x];
+                            if let Some(p) = prev {
+                                body.push(Sym::Rule(p));
+                            }
+                            self.b
+                                .add_production(o, body)
+                                .and_then(|()| self.b.add_production(o, vec![]))
+                                .map_err(|k| (k, e.span))?;
+                            prev = Some(o);
+                        }
+                        out.push(Sym::Rule(prev.expect("n > min")));
+                    }
+                    Some(_) => {}
+                }
+                Ok(())
+            }
+            _ => {
+                let s = self.symbol_for(lhs, e)?;
+                out.push(s);
+                Ok(())
+            }
+        }
+    }
+
+    /// One symbol standing for `e`: the rule or token itself, or a new anonymous rule.
+    fn symbol_for(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<Sym> {
+        match &e.kind {
+            ExprKind::RuleRef(name) if !self.regular[self.index[name.as_str()]] => Ok(Sym::Rule(
+                self.rule_ids[self.index[name.as_str()]].expect("reachable rule has an id"),
+            )),
+            ExprKind::Token(t) => Ok(Sym::Token(self.b.token_ref(t))),
+            ExprKind::Group(inner) => self.symbol_for(lhs, inner),
+            _ => {
+                let r = self.anon_rule(lhs);
+                self.lower_alternatives(r, e)?;
+                Ok(Sym::Rule(r))
+            }
+        }
+    }
+}
+
+/// The alternatives of `e`, looking through groups.
+fn alternatives<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match &e.kind {
+        ExprKind::Alt(xs) => out.extend(xs.iter()),
+        ExprKind::Group(inner) => alternatives(inner, out),
+        _ => out.push(e),
+    }
+}
+
+/// The items of a sequence, splicing in groups that hold a plain sequence.
+fn sequence_items<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match &e.kind {
+        ExprKind::Seq(xs) => xs.iter().for_each(|x| sequence_items(x, out)),
+        ExprKind::Group(inner) if !matches!(inner.kind, ExprKind::Alt(_)) => {
+            sequence_items(inner, out)
+        }
+        _ => out.push(e),
+    }
+}
+
+/// Source text for messages: whitespace collapsed, at most 40 characters.
+fn display_source(s: &str) -> String {
+    let collapsed = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() > 40 {
+        format!("{}...", collapsed.chars().take(37).collect::<String>())
+    } else {
+        collapsed
+    }
+}
+
+/// Strongly connected components of a graph given as adjacency lists, in Tarjan's output
+/// order: every component comes after the components it points to. Iterative, so deep
+/// reference chains cannot overflow the stack.
+pub(crate) fn tarjan_sccs(adj: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let n = adj.len();
+    let mut index = vec![usize::MAX; n];
+    let mut low = vec![0usize; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut sccs = Vec::new();
+    let mut next = 0usize;
+    let mut call: Vec<(usize, usize)> = Vec::new();
+    for root in 0..n {
+        if index[root] != usize::MAX {
+            continue;
+        }
+        call.push((root, 0));
+        while let Some(&(v, child)) = call.last() {
+            if child == 0 && index[v] == usize::MAX {
+                index[v] = next;
+                low[v] = next;
+                next += 1;
+                stack.push(v);
+                on_stack[v] = true;
+            }
+            if let Some(&w) = adj[v].get(child) {
+                call.last_mut().expect("non-empty").1 += 1;
+                if index[w] == usize::MAX {
+                    call.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            call.pop();
+            if let Some(&(parent, _)) = call.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut scc = Vec::new();
+                loop {
+                    let w = stack.pop().expect("v is on the stack");
+                    on_stack[w] = false;
+                    scc.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                sccs.push(scc);
+            }
+        }
+    }
+    sccs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tarjan_sccs;
+
+    #[test]
+    fn sccs_come_callees_first() {
+        // 0 -> 1 -> 2 -> 1, 2 -> 3
+        let adj = vec![vec![1], vec![2], vec![1, 3], vec![]];
+        let sccs = tarjan_sccs(&adj);
+        let pos = |v: usize| sccs.iter().position(|s| s.contains(&v)).unwrap();
+        assert!(pos(3) < pos(1));
+        assert_eq!(pos(1), pos(2));
+        assert!(pos(1) < pos(0));
+    }
+}

@@ -1,0 +1,48 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `../shared/conformance` beside the checkout (or `$CORRAL_CONFORMANCE`), if present.
+pub fn conformance_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("CORRAL_CONFORMANCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("conformance data not found at {}: skipping", dir.display());
+        None
+    }
+}
+
+/// Reads a JSON file.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The `corral` binary built for this test run.
+pub fn corral_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_corral"))
+}
+
+/// Runs `corral` with `args` and `stdin`; returns (exit code, stdout, stderr).
+pub fn run_corral(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(corral_bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn corral");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

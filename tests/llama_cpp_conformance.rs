@@ -1,0 +1,195 @@
+//! llama.cpp's GBNF conformance data (../shared/conformance/llama_cpp): grammar cases,
+//! example grammars, grammars that must parse and grammars that must be refused.
+//!
+//! Token-segment cases (`input_kind: "segments"`) need a vocabulary; they run in the
+//! engine's adapter tests. Each test prints its counts.
+
+mod common;
+
+use common::{conformance_dir, read_json, run_corral};
+use corral::grammar::{CompileOptions, ErrorKind, MatchOutcome, compile_gbnf, match_bytes};
+
+#[test]
+fn grammar_cases_agree() {
+    let Some(dir) = conformance_dir() else { return };
+    let cases = read_json(&dir.join("llama_cpp/grammar_cases.json"));
+    let (mut pass_ok, mut fail_ok, mut skipped) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for case in cases.as_array().unwrap() {
+        if case.get("input_kind").and_then(|k| k.as_str()) == Some("segments") {
+            skipped += 1;
+            continue;
+        }
+        let name = case["name"].as_str().unwrap();
+        let text = case["grammar"].as_str().unwrap();
+        let g = match compile_gbnf(text, &CompileOptions::default()) {
+            Ok(g) => g,
+            Err(e) => {
+                failures.push(format!("{name}: grammar refused: {e}"));
+                continue;
+            }
+        };
+        for (key, want) in [("pass", true), ("fail", false)] {
+            for s in case[key].as_array().unwrap() {
+                let s = s.as_str().unwrap();
+                let got = match_bytes(&g, s.as_bytes()).unwrap() == MatchOutcome::Accepted;
+                if got == want {
+                    if want { pass_ok += 1 } else { fail_ok += 1 }
+                } else {
+                    failures.push(format!(
+                        "{name}: {s:?} should {}",
+                        if want { "pass" } else { "fail" }
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "grammar_cases: {pass_ok} pass strings accepted, {fail_ok} fail strings rejected, {skipped} token-segment cases left to the adapter tests"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} disagreements:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn grammar_cases_through_the_cli_exit_codes() {
+    let Some(dir) = conformance_dir() else { return };
+    let cases = read_json(&dir.join("llama_cpp/grammar_cases.json"));
+    let tmp = std::env::temp_dir().join(format!("corral-cli-cases-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut checked = 0;
+    for (i, case) in cases.as_array().unwrap().iter().enumerate() {
+        if case.get("input_kind").is_some() {
+            continue;
+        }
+        let gpath = tmp.join(format!("case{i}.gbnf"));
+        std::fs::write(&gpath, case["grammar"].as_str().unwrap()).unwrap();
+        for (key, code) in [("pass", 0), ("fail", 1)] {
+            for s in case[key].as_array().unwrap() {
+                let (got, _, stderr) = run_corral(
+                    &["match", "-q", "--grammar", gpath.to_str().unwrap(), "-"],
+                    s.as_str().unwrap().as_bytes(),
+                );
+                assert_eq!(got, code, "{} {:?}: {stderr}", case["name"], s);
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("cli: {checked} strings checked by exit code");
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn example_grammars_and_valid_grammars_compile() {
+    let Some(dir) = conformance_dir() else { return };
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir.join("llama_cpp/grammars")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "gbnf") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let opts = CompileOptions::default().origin(path.display().to_string());
+            compile_gbnf(&text, &opts).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    let valid = read_json(&dir.join("llama_cpp/parser_valid_grammars.json"));
+    for case in valid.as_array().unwrap() {
+        compile_gbnf(
+            case["grammar"].as_str().unwrap(),
+            &CompileOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+        n += 1;
+    }
+    eprintln!("{n} grammars compiled (grammars/*.gbnf and parser_valid_grammars.json)");
+}
+
+/// Invalid grammars are refused with exit code 2, except left recursion, which an Earley
+/// parser handles (accepted by design), and the large repetition counts, which are
+/// accepted and compiled to exact bounded repetitions (or refused by a size limit).
+#[test]
+fn invalid_grammars_are_refused() {
+    let Some(dir) = conformance_dir() else { return };
+    let cases = read_json(&dir.join("llama_cpp/invalid_grammars.json"));
+    let tmp = std::env::temp_dir().join(format!("corral-invalid-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (mut refused, mut left_rec, mut repetition) = (0, 0, 0);
+    for (i, case) in cases.as_array().unwrap().iter().enumerate() {
+        let name = case["name"].as_str().unwrap();
+        let text = case["grammar"].as_str().unwrap();
+        let root = case["root"].as_str().unwrap();
+        let result = compile_gbnf(text, &CompileOptions::default().start(root));
+        if name.starts_with("left recursion") {
+            let g =
+                result.unwrap_or_else(|e| panic!("{name}: left recursion must be accepted: {e}"));
+            // The language is what the rules say: e.g. root ::= "a" | root "a" is a+.
+            if name == "left recursion (simple)" {
+                assert_eq!(match_bytes(&g, b"aaaa").unwrap(), MatchOutcome::Accepted);
+                assert_ne!(match_bytes(&g, b"").unwrap(), MatchOutcome::Accepted);
+            }
+            left_rec += 1;
+            continue;
+        }
+        if matches!(
+            name,
+            "parser failure 4" | "parser failure 5" | "parser failure 6"
+        ) {
+            // "a"{5000}, "a"{5000,}, "a"{5000,6000}: exact repetition, compiled.
+            let g = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let (min, max) = match name {
+                "parser failure 4" => (5000, Some(5000)),
+                "parser failure 5" => (5000, None),
+                _ => (5000, Some(6000)),
+            };
+            assert_eq!(
+                match_bytes(&g, "a".repeat(min).as_bytes()).unwrap(),
+                MatchOutcome::Accepted
+            );
+            assert_ne!(
+                match_bytes(&g, "a".repeat(min - 1).as_bytes()).unwrap(),
+                MatchOutcome::Accepted
+            );
+            let over = max.map_or(7000, |m| m + 1);
+            assert_eq!(
+                match_bytes(&g, "a".repeat(over).as_bytes()).unwrap() == MatchOutcome::Accepted,
+                max.is_none()
+            );
+            repetition += 1;
+            continue;
+        }
+        let err = result.expect_err(name);
+        if name == "parser failure 2" {
+            assert!(matches!(err.kind, ErrorKind::Limit { .. }), "{name}: {err}");
+        }
+        let gpath = tmp.join(format!("invalid{i}.gbnf"));
+        std::fs::write(&gpath, text).unwrap();
+        let (code, _, stderr) = run_corral(
+            &[
+                "match",
+                "--grammar",
+                gpath.to_str().unwrap(),
+                "--start",
+                root,
+                "-",
+            ],
+            b"x",
+        );
+        assert_eq!(code, 2, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:", gpath.display())),
+            "{name}: positioned error expected: {stderr}"
+        );
+        if let Some(valid_root) = case.get("valid_with_root").and_then(|v| v.as_str()) {
+            compile_gbnf(text, &CompileOptions::default().start(valid_root)).unwrap();
+        }
+        refused += 1;
+    }
+    eprintln!(
+        "invalid_grammars: {refused} refused with exit 2, {left_rec} left-recursive accepted by design, {repetition} large repetitions compiled exactly"
+    );
+    std::fs::remove_dir_all(&tmp).ok();
+}
