@@ -33,8 +33,10 @@
 //! - Items are `(dot, origin)`. Items predicted in a set have the set itself as origin and
 //!   store it as [`SELF`]; they come from per-rule prediction closures computed at compile
 //!   time, so prediction is a copy, with no worklist. A set's contents therefore do not
-//!   depend on its own index, which lets the closure of "lexeme L completed from set j" be
-//!   memoized and copied wherever the trie walk meets it again ([`Recognizer::set_memo`]).
+//!   depend on its own index: when "lexeme L completed from set j" happens again (the same
+//!   run accepting at the next byte, `{` then `{ ` then `{  `; or the trie walk meeting the
+//!   same completion under many tokens), the new set shares the items of the first one
+//!   instead of recomputing them (a small direct-mapped cache keyed by `(j, L)`).
 //! - Nullable rules: Aycock-Horspool. Predicting a nullable symbol also moves over it, so a
 //!   completion whose origin is the current set never needs to look at the current set.
 //! - Right recursion: Leo items. In a set where exactly one item waits for `B` and `B` is the
@@ -50,11 +52,14 @@
 use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
 use crate::error::RecognizeError;
 use crate::lexeme::DEAD;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
 /// Origin of an item predicted in the set that holds it.
 pub const SELF: u32 = u32::MAX;
+
+/// The lexeme of a run that stands for all lexemes its set expects (see [`Run`]).
+const PENDING: LexemeId = LexemeId(u32::MAX);
 
 /// An Earley item: a dotted production and the set where it started ([`SELF`] for the set
 /// holding it).
@@ -65,6 +70,10 @@ pub struct Item {
 }
 
 /// A lexeme being matched: started at Earley set `set`, DFA now in `state` (never `DEAD`).
+///
+/// Internally a run whose lexeme is [`PENDING`] stands for all the lexemes its set expects,
+/// at their start states: most of them die at the first byte, so they are expanded only
+/// for bytes that can start one of them. [`Recognizer::runs`] shows them expanded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
     pub set: u32,
@@ -83,13 +92,22 @@ struct Leo {
 
 #[derive(Clone, Copy, Debug)]
 struct SetInfo {
+    /// Ranges into the arenas; a set may share another set's ranges (see module docs).
     items: (u32, u32),
     leo: (u32, u32),
+    lexemes: (u32, u32),
     /// Unique over the recognizer's life (indices are reused after a pop; uids are not).
     uid: u64,
+    /// Bytes that can start one of `lexemes` (256-bit set).
+    first: [u64; 4],
     accepting: bool,
     /// Some item waits for a token reference.
     tokens: bool,
+    /// The ranges were built for this set (false: shared with an earlier set).
+    owns: bool,
+    /// For a set built from one lexeme completion: (uid of the start set, lexeme). Keys the
+    /// share cache; `(u64::MAX, _)` otherwise.
+    source: (u64, LexemeId),
 }
 
 /// The state after one push. Lengths are those after the push.
@@ -100,23 +118,24 @@ struct Frame {
     sets_len: u32,
     items_len: u32,
     leo_len: u32,
+    set_lex_len: u32,
     /// This push built an Earley set (the last one).
     new_set: bool,
     /// Bytes consumed so far.
     pos: u64,
 }
 
-/// A closure memoized by `(start set uid, lexeme)`: what the new set gets.
-#[derive(Debug)]
-struct MemoEntry {
-    items: Box<[Item]>,
-    leo: Box<[Leo]>,
-    lexemes: Box<[LexemeId]>,
-    accepting: bool,
-    tokens: bool,
+/// A slot of the share cache: the set built from completing `lexeme` started at the set
+/// with uid `from_uid` is `set` (valid while that set's uid is still `set_uid`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ShareSlot {
+    from_uid: u64,
+    lexeme: u32,
+    set: u32,
+    set_uid: u64,
 }
 
-const MEMO_CAPACITY: usize = 8192;
+const SHARE_SLOTS: usize = 1024;
 
 /// Per-set scratch space, reused (stamps avoid clearing).
 #[derive(Debug, Default)]
@@ -128,6 +147,8 @@ struct Scratch {
     count_stamp: Vec<u32>,
     count: Vec<u32>,
     last: Vec<u32>,
+    /// Concrete items of the set being built, for dedup: a list while small, then a hash set.
+    concrete_list: Vec<(u32, u32)>,
     concrete: FxHashSet<(u32, u32)>,
     lexemes: Vec<LexemeId>,
     events: Vec<(u32, LexemeId)>,
@@ -143,34 +164,40 @@ pub enum Expected {
 }
 
 /// The byte-level Earley recognizer. See the module docs.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Recognizer {
     g: Arc<Grammar>,
+    c: Chart,
+}
+
+/// The recognizer's state, apart from the grammar (kept apart so that the grammar can be
+/// borrowed while the state changes).
+#[derive(Debug)]
+struct Chart {
     sets: Vec<SetInfo>,
     items: Vec<Item>,
     leo: Vec<Leo>,
+    set_lex: Vec<LexemeId>,
     runs: Vec<Run>,
     frames: Vec<Frame>,
     keep_history: bool,
     next_uid: u64,
-    memo_on: bool,
-    memo: FxHashMap<(u64, LexemeId), MemoEntry>,
+    share: Box<[ShareSlot]>,
     s: Scratch,
 }
 
-impl Clone for Recognizer {
-    fn clone(&self) -> Recognizer {
-        Recognizer {
-            g: self.g.clone(),
+impl Clone for Chart {
+    fn clone(&self) -> Chart {
+        Chart {
             sets: self.sets.clone(),
             items: self.items.clone(),
             leo: self.leo.clone(),
+            set_lex: self.set_lex.clone(),
             runs: self.runs.clone(),
             frames: self.frames.clone(),
             keep_history: self.keep_history,
             next_uid: self.next_uid,
-            memo_on: self.memo_on,
-            memo: FxHashMap::default(),
+            share: self.share.clone(),
             s: Scratch::default(),
         }
     }
@@ -179,53 +206,33 @@ impl Clone for Recognizer {
 impl Recognizer {
     /// A recognizer at the start of the input.
     pub fn new(g: Arc<Grammar>) -> Recognizer {
-        let mut r = Recognizer {
-            g,
+        let c = Chart {
             sets: Vec::new(),
             items: Vec::new(),
             leo: Vec::new(),
+            set_lex: Vec::new(),
             runs: Vec::new(),
             frames: Vec::new(),
             keep_history: true,
             next_uid: 0,
-            memo_on: false,
-            memo: FxHashMap::default(),
+            share: vec![ShareSlot::default(); SHARE_SLOTS].into_boxed_slice(),
             s: Scratch::default(),
         };
-        r.init();
+        let mut r = Recognizer { g, c };
+        r.c.init(&r.g);
         r
-    }
-
-    fn init(&mut self) {
-        let g = self.g.clone();
-        self.begin_set();
-        let start = g.start_rule;
-        let mut accepting = false;
-        let mut tokens = false;
-        self.predict(start, &mut tokens);
-        for it in &self.items {
-            accepting |= it.dot == g.accept_dot;
-        }
-        self.finish_set(0, accepting, tokens);
-        self.frames.push(Frame {
-            runs_start: 0,
-            sets_len: 1,
-            items_len: self.items.len() as u32,
-            leo_len: self.leo.len() as u32,
-            new_set: true,
-            pos: 0,
-        });
     }
 
     /// Back to the start of the input (keeps allocations).
     pub fn reset(&mut self) {
-        self.sets.clear();
-        self.items.clear();
-        self.leo.clear();
-        self.runs.clear();
-        self.frames.clear();
-        self.memo.clear();
-        self.init();
+        self.c.sets.clear();
+        self.c.items.clear();
+        self.c.leo.clear();
+        self.c.set_lex.clear();
+        self.c.runs.clear();
+        self.c.frames.clear();
+        self.c.share.iter_mut().for_each(|s| *s = ShareSlot::default());
+        self.c.init(&self.g);
     }
 
     /// The grammar.
@@ -236,66 +243,57 @@ impl Recognizer {
     /// With `false`, pushes forget the previous frame (no [`Recognizer::pop`]), so memory
     /// grows only with the Earley sets: for one-pass matching of large inputs.
     pub fn set_keep_history(&mut self, keep: bool) {
-        self.keep_history = keep;
+        self.c.keep_history = keep;
         if !keep {
-            self.forget_history();
+            self.c.forget_history();
         }
-    }
-
-    /// Memoizes set closures by (start set, lexeme). Pays off when the same completions are
-    /// met many times, as in a token-trie walk; costs allocations in a one-pass match.
-    pub fn set_memo(&mut self, on: bool) {
-        self.memo_on = on;
-        if !on {
-            self.memo.clear();
-        }
-    }
-
-    fn forget_history(&mut self) {
-        let top = *self.frames.last().expect("at least one frame");
-        self.runs.drain(..top.runs_start as usize);
-        self.frames.clear();
-        self.frames.push(Frame {
-            runs_start: 0,
-            ..top
-        });
     }
 
     /// Bytes consumed.
     pub fn position(&self) -> u64 {
-        self.frames.last().expect("at least one frame").pos
+        self.c.frames.last().expect("at least one frame").pos
     }
 
     /// Number of frames that [`Recognizer::pop`] can undo.
     pub fn depth(&self) -> usize {
-        self.frames.len() - 1
+        self.c.frames.len() - 1
     }
 
     /// Whether the input so far is a complete sentence of the grammar.
     pub fn is_accepting(&self) -> bool {
-        let top = self.frames.last().expect("at least one frame");
-        top.new_set && self.sets[top.sets_len as usize - 1].accepting
+        let top = self.c.frames.last().expect("at least one frame");
+        top.new_set && self.c.sets[top.sets_len as usize - 1].accepting
     }
 
-    /// The lexer runs alive now (partial lexemes, and lexemes expected from here).
-    pub fn runs(&self) -> &[Run] {
-        let top = self.frames.last().expect("at least one frame");
-        &self.runs[top.runs_start as usize..]
-    }
-
-    /// The Earley set ending at the current position, if a lexeme ended here.
-    fn current_set(&self) -> Option<u32> {
-        let top = self.frames.last().expect("at least one frame");
-        top.new_set.then_some(top.sets_len - 1)
+    /// The lexer runs alive now (partial lexemes, and lexemes expected from here at their
+    /// start states).
+    pub fn runs(&self) -> Vec<Run> {
+        let top = self.c.frames.last().expect("at least one frame");
+        let mut out = Vec::new();
+        for &r in &self.c.runs[top.runs_start as usize..] {
+            if r.lexeme == PENDING {
+                let info = &self.c.sets[r.set as usize];
+                for &l in &self.c.set_lex[info.lexemes.0 as usize..info.lexemes.1 as usize] {
+                    out.push(Run {
+                        set: r.set,
+                        lexeme: l,
+                        state: self.g.lexemes[l.0 as usize].dfa.start(),
+                    });
+                }
+            } else {
+                out.push(r);
+            }
+        }
+        out
     }
 
     /// The token references that can come next.
     pub fn expected_tokens(&self) -> Vec<TokenRefId> {
         let mut out = Vec::new();
-        if let Some(set) = self.current_set() {
-            let info = self.sets[set as usize];
+        if let Some(set) = self.c.current_set() {
+            let info = self.c.sets[set as usize];
             if info.tokens {
-                for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
+                for it in &self.c.items[info.items.0 as usize..info.items.1 as usize] {
                     if let Next::Sym(Sym::Token(t)) = self.g.next(it.dot) {
                         out.push(t);
                     }
@@ -319,26 +317,39 @@ impl Recognizer {
 
     /// Feeds one byte. `Ok(false)`: the byte cannot come next, and nothing changed.
     pub fn push_byte(&mut self, byte: u8) -> Result<bool, RecognizeError> {
-        let top = *self.frames.last().expect("at least one frame");
-        let start = top.runs_start as usize;
-        let end = self.runs.len();
-        let new_start = end;
-        self.s.events.clear();
-        for i in start..end {
-            let r = self.runs[i];
-            let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa;
-            let s = dfa.next(r.state, byte);
-            if s == DEAD {
-                continue;
-            }
-            if dfa.is_accepting(s) {
-                self.s.events.push((r.set, r.lexeme));
-            }
-            if dfa.can_continue(s) {
-                self.runs.push(Run { state: s, ..r });
+        // Fast path (most bytes inside strings and numbers): a single run that neither dies
+        // nor completes. A live state that does not accept can always continue. (Reads only
+        // the field it needs: copying the whole frame right after the last push wrote one
+        // field of it stalls on store forwarding.)
+        let runs_start = self.c.frames.last().expect("at least one frame").runs_start;
+        if runs_start as usize + 1 == self.c.runs.len() {
+            let top = *self.c.frames.last().expect("at least one frame");
+            let r = self.c.runs[top.runs_start as usize];
+            if r.lexeme != PENDING {
+                let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa;
+                let s = dfa.next(r.state, byte);
+                if s != DEAD && !dfa.is_accepting(s) {
+                    if self.c.keep_history {
+                        self.c.runs.push(Run { state: s, ..r });
+                        self.c.frames.push(Frame {
+                            runs_start: top.runs_start + 1,
+                            new_set: false,
+                            pos: top.pos + 1,
+                            ..top
+                        });
+                    } else {
+                        self.c.runs[top.runs_start as usize].state = s;
+                        let f = self.c.frames.last_mut().expect("at least one frame");
+                        f.new_set = false;
+                        f.pos += 1;
+                    }
+                    return Ok(true);
+                }
             }
         }
-        self.finish_push(top, new_start, 1, None, false)
+        let top = *self.c.frames.last().expect("at least one frame");
+        let new_start = self.c.step_runs(&self.g, top, byte);
+        self.c.finish_push(&self.g, top, new_start, 1, None, false)
     }
 
     /// Pushes the end of `run`'s lexeme, with the run itself going on in `end_state` (an
@@ -347,19 +358,19 @@ impl Recognizer {
     /// cached lexeme ends, without replaying the bytes before. Counts as one frame of zero
     /// bytes.
     pub fn push_lexeme_end(&mut self, run: Run, end_state: u32) -> Result<bool, RecognizeError> {
-        let top = *self.frames.last().expect("at least one frame");
-        let new_start = self.runs.len();
+        let top = *self.c.frames.last().expect("at least one frame");
+        let new_start = self.c.runs.len();
         let dfa = &self.g.lexemes[run.lexeme.0 as usize].dfa;
         debug_assert!(dfa.is_accepting(end_state));
         if dfa.can_continue(end_state) {
-            self.runs.push(Run {
+            self.c.runs.push(Run {
                 state: end_state,
                 ..run
             });
         }
-        self.s.events.clear();
-        self.s.events.push((run.set, run.lexeme));
-        self.finish_push(top, new_start, 0, None, false)
+        self.c.s.events.clear();
+        self.c.s.events.push((run.set, run.lexeme));
+        self.c.finish_push(&self.g, top, new_start, 0, None, false)
     }
 
     /// Feeds one whole token: its bytes (empty for special tokens) go through the lexer as
@@ -371,7 +382,7 @@ impl Recognizer {
         bytes: &[u8],
         matches: &dyn Fn(TokenRefId) -> bool,
     ) -> Result<bool, RecognizeError> {
-        let unit_set = self.current_set().filter(|&s| self.sets[s as usize].tokens);
+        let unit_set = self.c.current_set().filter(|&s| self.c.sets[s as usize].tokens);
         let Some(unit_set) = unit_set else {
             return self.push_bytes_all_or_nothing(bytes);
         };
@@ -379,27 +390,11 @@ impl Recognizer {
         // intermediate frames may be empty.
         let n = bytes.len();
         for (i, &b) in bytes.iter().enumerate() {
-            let top = *self.frames.last().expect("at least one frame");
-            let start = top.runs_start as usize;
-            let end = self.runs.len();
-            self.s.events.clear();
-            for k in start..end {
-                let r = self.runs[k];
-                let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa;
-                let s = dfa.next(r.state, b);
-                if s == DEAD {
-                    continue;
-                }
-                if dfa.is_accepting(s) {
-                    self.s.events.push((r.set, r.lexeme));
-                }
-                if dfa.can_continue(s) {
-                    self.runs.push(Run { state: s, ..r });
-                }
-            }
+            let top = *self.c.frames.last().expect("at least one frame");
+            let new_start = self.c.step_runs(&self.g, top, b);
             let last = i + 1 == n;
             let unit = last.then_some((unit_set, matches));
-            match self.finish_push(top, end, 1, unit, !last) {
+            match self.c.finish_push(&self.g, top, new_start, 1, unit, !last) {
                 Ok(true) => {}
                 Ok(false) => {
                     self.pop(i);
@@ -412,10 +407,10 @@ impl Recognizer {
             }
         }
         if n == 0 {
-            let top = *self.frames.last().expect("at least one frame");
-            self.s.events.clear();
-            let new_start = self.runs.len();
-            return self.finish_push(top, new_start, 0, Some((unit_set, matches)), false);
+            let top = *self.c.frames.last().expect("at least one frame");
+            self.c.s.events.clear();
+            let new_start = self.c.runs.len();
+            return self.c.finish_push(&self.g, top, new_start, 0, Some((unit_set, matches)), false);
         }
         Ok(true)
     }
@@ -437,32 +432,125 @@ impl Recognizer {
     /// Undoes the last `n` pushes (frames); returns how many were undone (fewer when the
     /// history is shorter).
     pub fn pop(&mut self, n: usize) -> usize {
-        let n = n.min(self.frames.len() - 1);
+        let n = n.min(self.c.frames.len() - 1);
         if n == 0 {
             return 0;
         }
-        let first_popped = self.frames[self.frames.len() - n];
-        self.frames.truncate(self.frames.len() - n);
-        self.runs.truncate(first_popped.runs_start as usize);
-        let top = *self.frames.last().expect("at least one frame");
-        self.sets.truncate(top.sets_len as usize);
-        self.items.truncate(top.items_len as usize);
-        self.leo.truncate(top.leo_len as usize);
+        let first_popped = self.c.frames[self.c.frames.len() - n];
+        self.c.frames.truncate(self.c.frames.len() - n);
+        self.c.runs.truncate(first_popped.runs_start as usize);
+        let top = *self.c.frames.last().expect("at least one frame");
+        self.c.drop_sets_after(top);
         n
+    }
+
+}
+
+impl Chart {
+    fn init(&mut self, g: &Grammar) {
+                self.begin_set(g);
+        let start = g.start_rule;
+        let mut accepting = false;
+        let mut tokens = false;
+        self.predict(g, start, &mut tokens);
+        for it in &self.items {
+            accepting |= it.dot == g.accept_dot;
+        }
+        self.finish_set(g, 0, accepting, tokens);
+        self.frames.push(Frame {
+            runs_start: 0,
+            sets_len: 1,
+            items_len: self.items.len() as u32,
+            leo_len: self.leo.len() as u32,
+            set_lex_len: self.set_lex.len() as u32,
+            new_set: true,
+            pos: 0,
+        });
+    }
+
+    /// Keeps only the top frame.
+    fn forget_history(&mut self) {
+        let top = *self.frames.last().expect("at least one frame");
+        self.frames.clear();
+        self.frames.push(top);
+        self.compact_runs();
+    }
+
+    /// Without history, runs below the top frame are garbage; drop them in batches
+    /// (amortized O(1) per push).
+    fn compact_runs(&mut self) {
+        let top = self.frames.last_mut().expect("at least one frame");
+        let dead = top.runs_start as usize;
+        if dead >= 4096 {
+            self.runs.drain(..dead);
+            top.runs_start = 0;
+        }
+    }
+
+    /// The Earley set ending at the current position, if a lexeme ended here.
+    fn current_set(&self) -> Option<u32> {
+        let top = self.frames.last().expect("at least one frame");
+        top.new_set.then_some(top.sets_len - 1)
+    }
+
+    /// Steps the runs of frame `top` by `byte`: survivors are appended to `self.runs` (from
+    /// the returned index on), completions go to `self.s.events`.
+    #[inline]
+    fn step_runs(&mut self, g: &Grammar, top: Frame, byte: u8) -> usize {
+        let start = top.runs_start as usize;
+        let end = self.runs.len();
+        self.s.events.clear();
+        let step = |runs: &mut Vec<Run>, events: &mut Vec<(u32, LexemeId)>, r: Run| {
+            let dfa = &g.lexemes[r.lexeme.0 as usize].dfa;
+            let s = dfa.next(r.state, byte);
+            if s == DEAD {
+                return;
+            }
+            if dfa.is_accepting(s) {
+                events.push((r.set, r.lexeme));
+            }
+            if dfa.can_continue(s) {
+                runs.push(Run { state: s, ..r });
+            }
+        };
+        for i in start..end {
+            let r = self.runs[i];
+            if r.lexeme == PENDING {
+                let info = &self.sets[r.set as usize];
+                if info.first[byte as usize / 64] >> (byte % 64) & 1 == 0 {
+                    continue;
+                }
+                for k in info.lexemes.0..info.lexemes.1 {
+                    let l = self.set_lex[k as usize];
+                    let state = g.lexemes[l.0 as usize].dfa.start();
+                    step(&mut self.runs, &mut self.s.events, Run { set: r.set, lexeme: l, state });
+                }
+            } else {
+                step(&mut self.runs, &mut self.s.events, r);
+            }
+        }
+        end
     }
 
     /// Ends a push whose stepped runs start at `new_start` and whose completions are in
     /// `self.s.events`.
     fn finish_push(
         &mut self,
+        g: &Grammar,
         prev: Frame,
         new_start: usize,
         bytes: u64,
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
         allow_empty: bool,
     ) -> Result<bool, RecognizeError> {
+        if self.s.events.is_empty() && unit.is_none() && self.runs.len() == new_start && !allow_empty {
+            return Ok(false);
+        }
+        if !self.keep_history && unit.is_none() {
+            self.drop_unreferenced_set(prev, new_start);
+        }
         let built = if !self.s.events.is_empty() || unit.is_some() {
-            match self.build_set(unit) {
+            match self.build_set(g, unit) {
                 Ok(b) => b,
                 Err(e) => {
                     self.runs.truncate(new_start);
@@ -475,40 +563,75 @@ impl Recognizer {
         if !built && self.runs.len() == new_start && !allow_empty {
             return Ok(false);
         }
-        if self.runs.len() - new_start > self.g.limits.max_lexer_runs {
+        if self.runs.len() - new_start > g.limits.max_lexer_runs {
             let value = self.runs.len() - new_start;
             self.runs.truncate(new_start);
             if built {
-                self.drop_last_set(prev);
+                self.drop_sets_after(prev);
             }
             return Err(RecognizeError::Limit {
                 what: "lexer runs alive at one position",
                 value,
                 limit_name: "max_lexer_runs",
-                limit: self.g.limits.max_lexer_runs,
+                limit: g.limits.max_lexer_runs,
             });
         }
-        self.frames.push(Frame {
+        let frame = Frame {
             runs_start: new_start as u32,
             sets_len: self.sets.len() as u32,
             items_len: self.items.len() as u32,
             leo_len: self.leo.len() as u32,
+            set_lex_len: self.set_lex.len() as u32,
             new_set: built,
             pos: prev.pos + bytes,
-        });
-        if !self.keep_history {
-            self.forget_history();
+        };
+        if self.keep_history {
+            self.frames.push(frame);
+        } else {
+            *self.frames.last_mut().expect("at least one frame") = frame;
+            self.compact_runs();
         }
         Ok(true)
     }
 
-    fn drop_last_set(&mut self, prev: Frame) {
-        self.sets.truncate(prev.sets_len as usize);
-        self.items.truncate(prev.items_len as usize);
-        self.leo.truncate(prev.leo_len as usize);
+    /// Without history, the set built by the previous push is dropped when nothing refers to
+    /// it any more: no run started there survived and no lexeme from there just completed.
+    /// (Pretty-printed JSON ends a lexeme at every indentation byte; this keeps memory
+    /// proportional to the sets that matter.) Set 0 stays: acceptance refers to it.
+    fn drop_unreferenced_set(&mut self, prev: Frame, new_start: usize) {
+        if !prev.new_set || prev.sets_len < 2 || prev.sets_len as usize != self.sets.len() {
+            return;
+        }
+        let last = prev.sets_len - 1;
+        if self.s.events.iter().any(|&(j, _)| j == last) || self.runs[new_start..].iter().any(|r| r.set == last) {
+            return;
+        }
+        if self.s.events.len() == 1 {
+            // About to complete the same lexeme from the same set again: keep this set, the
+            // new one will share its items.
+            let (j, lex) = self.s.events[0];
+            let info = &self.sets[last as usize];
+            if info.owns && info.source == (self.sets[j as usize].uid, lex) {
+                return;
+            }
+        }
+        let info = self.sets.pop().expect("checked");
+        if info.owns {
+            self.items.truncate(info.items.0 as usize);
+            self.leo.truncate(info.leo.0 as usize);
+            self.set_lex.truncate(info.lexemes.0 as usize);
+        }
     }
 
-    fn begin_set(&mut self) {
+    /// Truncates the arenas to what `frame` had.
+    fn drop_sets_after(&mut self, frame: Frame) {
+        self.sets.truncate(frame.sets_len as usize);
+        self.items.truncate(frame.items_len as usize);
+        self.leo.truncate(frame.leo_len as usize);
+        self.set_lex.truncate(frame.set_lex_len as usize);
+    }
+
+    fn begin_set(&mut self, g: &Grammar) {
         let s = &mut self.s;
         s.stamp = s.stamp.wrapping_add(1);
         if s.stamp == 0 {
@@ -519,7 +642,7 @@ impl Recognizer {
             s.count_stamp.iter_mut().for_each(|x| *x = u32::MAX);
             s.stamp = 1;
         }
-        let g = &self.g;
+        let g = g;
         if s.dot_stamp.len() < g.dot_next.len() {
             s.dot_stamp.resize(g.dot_next.len(), u32::MAX);
         }
@@ -533,17 +656,18 @@ impl Recognizer {
             s.lex_stamp.resize(g.lexemes.len(), u32::MAX);
         }
         s.concrete.clear();
+        s.concrete_list.clear();
         s.lexemes.clear();
     }
 
     /// Adds the prediction closure of `rule` to the set being built.
-    fn predict(&mut self, rule: RuleId, tokens: &mut bool) {
+    fn predict(&mut self, g: &Grammar, rule: RuleId, tokens: &mut bool) {
         let s = &mut self.s;
         if s.rule_stamp[rule.0 as usize] == s.stamp {
             return;
         }
         s.rule_stamp[rule.0 as usize] = s.stamp;
-        let p = &self.g.predictions[rule.0 as usize];
+        let p = &g.predictions[rule.0 as usize];
         for &d in p.dots.iter() {
             if s.dot_stamp[d.0 as usize] != s.stamp {
                 s.dot_stamp[d.0 as usize] = s.stamp;
@@ -564,9 +688,21 @@ impl Recognizer {
 
     #[inline]
     fn add_concrete(&mut self, dot: DotId, origin: u32) {
-        if self.s.concrete.insert((dot.0, origin)) {
-            self.items.push(Item { dot, origin });
+        const SMALL: usize = 24;
+        let key = (dot.0, origin);
+        let s = &mut self.s;
+        if s.concrete_list.len() < SMALL {
+            if s.concrete_list.contains(&key) {
+                return;
+            }
+            s.concrete_list.push(key);
+            if s.concrete_list.len() == SMALL {
+                s.concrete.extend(s.concrete_list.iter().copied());
+            }
+        } else if !s.concrete.insert(key) {
+            return;
         }
+        self.items.push(Item { dot, origin });
     }
 
     fn leo_lookup(&self, set: u32, sym: RuleId) -> Option<Leo> {
@@ -582,59 +718,51 @@ impl Recognizer {
     /// reference items of `unit`, if any). Returns false if nothing was scanned.
     fn build_set(
         &mut self,
+        g: &Grammar,
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
     ) -> Result<bool, RecognizeError> {
-        let g = self.g.clone();
-        if self.memo_on && unit.is_none() && self.s.events.len() == 1 {
-            let (j, lex) = self.s.events[0];
-            let key = (self.sets[j as usize].uid, lex);
-            if !self.memo.contains_key(&key) {
-                let items_start = self.items.len();
-                let leo_start = self.leo.len();
-                if !self.build_set_uncached(&g, None)? {
-                    return Ok(false);
-                }
-                let info = *self.sets.last().expect("just built");
-                let lexemes = self.s.lexemes.clone().into_boxed_slice();
-                if self.memo.len() >= MEMO_CAPACITY {
-                    self.memo.clear();
-                }
-                self.memo.insert(
-                    key,
-                    MemoEntry {
-                        items: self.items[items_start..].into(),
-                        leo: self.leo[leo_start..].into(),
-                        lexemes,
-                        accepting: info.accepting,
-                        tokens: info.tokens,
-                    },
-                );
-                return Ok(true);
-            }
-            let m = &self.memo[&key];
+                if unit.is_some() || self.s.events.len() != 1 {
+            return self.build_set_uncached(g, unit);
+        }
+        let (j, lex) = self.s.events[0];
+        let from_uid = self.sets[j as usize].uid;
+        let slot_ix = share_slot(from_uid, lex);
+        let slot = self.share[slot_ix];
+        if slot.from_uid == from_uid
+            && slot.lexeme == lex.0
+            && (slot.set as usize) < self.sets.len()
+            && self.sets[slot.set as usize].uid == slot.set_uid
+        {
+            // Same completion as an earlier set that is still alive: share its contents.
+            let src = self.sets[slot.set as usize];
             let idx = self.sets.len() as u32;
-            let items_start = self.items.len() as u32;
-            let leo_start = self.leo.len() as u32;
-            self.items.extend_from_slice(&m.items);
-            self.leo.extend_from_slice(&m.leo);
-            for &l in m.lexemes.iter() {
+            if src.lexemes.1 > src.lexemes.0 {
                 self.runs.push(Run {
                     set: idx,
-                    lexeme: l,
-                    state: g.lexemes[l.0 as usize].dfa.start(),
+                    lexeme: PENDING,
+                    state: 0,
                 });
             }
             self.next_uid += 1;
             self.sets.push(SetInfo {
-                items: (items_start, self.items.len() as u32),
-                leo: (leo_start, self.leo.len() as u32),
                 uid: self.next_uid,
-                accepting: m.accepting,
-                tokens: m.tokens,
+                owns: false,
+                ..src
             });
             return Ok(true);
         }
-        self.build_set_uncached(&g, unit)
+        if !self.build_set_uncached(g, None)? {
+            return Ok(false);
+        }
+        let built = self.sets.len() - 1;
+        self.sets[built].source = (from_uid, lex);
+        self.share[slot_ix] = ShareSlot {
+            from_uid,
+            lexeme: lex.0,
+            set: built as u32,
+            set_uid: self.sets[built].uid,
+        };
+        Ok(true)
     }
 
     fn build_set_uncached(
@@ -644,11 +772,12 @@ impl Recognizer {
     ) -> Result<bool, RecognizeError> {
         let items_start = self.items.len();
         let leo_start = self.leo.len();
-        self.begin_set();
+        self.begin_set(g);
         // Scan: items waiting for the completed lexemes move over them.
         for e in 0..self.s.events.len() {
             let (j, lex) = self.s.events[e];
             let (a, b) = self.sets[j as usize].items;
+            DBG_SCAN.fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
             for k in a..b {
                 let it = self.items[k as usize];
                 if g.next(it.dot) == Next::Sym(Sym::Lexeme(lex)) {
@@ -672,6 +801,7 @@ impl Recognizer {
         if self.items.len() == items_start {
             return Ok(false);
         }
+        DBG_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Close: only items with a concrete origin need work; predicted items come with
         // their whole closure.
         let mut accepting = false;
@@ -695,6 +825,7 @@ impl Recognizer {
                         self.add_concrete(l.dot, origin);
                     } else {
                         let (a, b) = self.sets[o as usize].items;
+                        DBG_COMPLETE.fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
                         for q in a..b {
                             let p = self.items[q as usize];
                             if g.next(p.dot) == Next::Sym(Sym::Rule(lhs)) {
@@ -705,7 +836,7 @@ impl Recognizer {
                     }
                 }
                 Next::Sym(Sym::Rule(b)) => {
-                    self.predict(b, &mut tokens);
+                    self.predict(g, b, &mut tokens);
                     if g.nullable[b.0 as usize] {
                         self.add_concrete(DotId(it.dot.0 + 1), it.origin);
                     }
@@ -734,14 +865,13 @@ impl Recognizer {
                 });
             }
         }
-        self.finish_set(items_start, accepting, tokens);
+        self.finish_set(g, items_start, accepting, tokens);
         Ok(true)
     }
 
     /// Computes the new set's Leo items, records it, and starts its lexer runs.
-    fn finish_set(&mut self, items_start: usize, accepting: bool, tokens: bool) {
-        let g = self.g.clone();
-        let idx = self.sets.len() as u32;
+    fn finish_set(&mut self, g: &Grammar, items_start: usize, accepting: bool, tokens: bool) {
+                let idx = self.sets.len() as u32;
         let leo_start = self.leo.len();
         let s = &mut self.s;
         // Leo: symbols with exactly one waiting item, which is penultimate.
@@ -795,20 +925,61 @@ impl Recognizer {
             }
         }
         self.leo[leo_start..].sort_unstable_by_key(|l| l.sym);
+        let lex_start = self.set_lex.len();
+        let mut first = [0u64; 4];
         for &l in &s.lexemes {
+            self.set_lex.push(l);
+            let f = g.lexemes[l.0 as usize].dfa.first_bytes();
+            for w in 0..4 {
+                first[w] |= f[w];
+            }
+        }
+        if !s.lexemes.is_empty() {
             self.runs.push(Run {
                 set: idx,
-                lexeme: l,
-                state: g.lexemes[l.0 as usize].dfa.start(),
+                lexeme: PENDING,
+                state: 0,
             });
         }
         self.next_uid += 1;
         self.sets.push(SetInfo {
             items: (items_start as u32, self.items.len() as u32),
             leo: (leo_start as u32, self.leo.len() as u32),
+            lexemes: (lex_start as u32, self.set_lex.len() as u32),
+            first,
+            owns: true,
+            source: (u64::MAX, LexemeId(0)),
             uid: self.next_uid,
             accepting,
             tokens,
         });
     }
+
 }
+
+impl Recognizer {
+    /// Counts for debugging and benchmarks: sets, items, Leo items, frames.
+    pub fn debug_stats(&self) -> String {
+        format!(
+            "{} sets, {} items ({:.1}/set), {} leo, {} frames",
+            self.c.sets.len(),
+            self.c.items.len(),
+            self.c.items.len() as f64 / self.c.sets.len().max(1) as f64,
+            self.c.leo.len(),
+            self.c.frames.len()
+        )
+    }
+}
+
+/// The share-cache slot of a completion.
+#[inline]
+fn share_slot(from_uid: u64, lexeme: LexemeId) -> usize {
+    let h = from_uid
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(lexeme.0).wrapping_mul(0xC2B2_AE3D_27D4_EB4F));
+    (h >> 40) as usize % SHARE_SLOTS
+}
+
+pub static DBG_SCAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+pub static DBG_COMPLETE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+pub static DBG_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -10,8 +10,10 @@
 //!   one-byte match delay of regex-automata's DFAs;
 //! - `can_continue(s)` says whether any byte leads to a live state.
 //!
-//! State ids are dense (`0..len`), stable and shared by every user of the grammar, so they
-//! can key caches (the engine caches a token set per `(lexeme, state)`).
+//! Both flags are carried in the state id itself (two high bits), so stepping a run and
+//! testing it is one table load. [`LexemeDfa::index`] strips them: indices are dense
+//! (`0..len`), stable and shared by every user of the grammar, so they can key caches (the
+//! engine caches a token set per `(lexeme, state)`).
 
 use crate::error::ErrorKind;
 use regex_automata::dfa::{Automaton, StartKind, dense};
@@ -23,17 +25,20 @@ use regex_syntax::hir::Hir;
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
 
-const ACCEPT: u8 = 1;
-const CONTINUE: u8 = 2;
+const ACCEPT: u32 = 1 << 31;
+const CONTINUE: u32 = 1 << 30;
+const INDEX: u32 = CONTINUE - 1;
 
 /// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
 #[derive(Clone, Debug)]
 pub struct LexemeDfa {
     classes: [u8; 256],
     stride: usize,
-    /// `trans[state * stride + class]`.
+    /// `trans[index * stride + class]`: tagged ids (index | flags).
     trans: Box<[u32]>,
-    flags: Box<[u8]>,
+    len: usize,
+    /// `first[b / 64] >> (b % 64) & 1`: byte `b` can start a match.
+    first: [u64; 4],
     start: u32,
 }
 
@@ -142,27 +147,43 @@ impl LexemeDfa {
             }
         }
         let kept = kept as usize;
+        // Tag every kept state with its flags, then write the table with tagged targets.
+        let mut tagged = vec![DEAD; n];
+        for s in 1..n {
+            let ns = renum[s];
+            if ns == DEAD {
+                continue;
+            }
+            let cont = (0..stride).any(|c| renum[trans[s * stride + c] as usize] != DEAD);
+            tagged[s] = ns | if accept[s] { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
+        }
         let mut new_trans = vec![DEAD; kept * stride];
-        let mut flags = vec![0u8; kept];
         for s in 1..n {
             let ns = renum[s] as usize;
             if ns == 0 {
                 continue;
             }
-            let mut cont = false;
             for c in 0..stride {
-                let t = renum[trans[s * stride + c] as usize];
-                new_trans[ns * stride + c] = t;
-                cont |= t != DEAD;
+                new_trans[ns * stride + c] = tagged[trans[s * stride + c] as usize];
             }
-            flags[ns] = (if accept[s] { ACCEPT } else { 0 }) | (if cont { CONTINUE } else { 0 });
+        }
+        let start = tagged[start_ix as usize];
+        let mut first = [0u64; 4];
+        if start != DEAD {
+            for b in 0..=255u8 {
+                let t = new_trans[(start & INDEX) as usize * stride + classes[b as usize] as usize];
+                if t != DEAD {
+                    first[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
         }
         LexemeDfa {
             classes,
             stride,
             trans: new_trans.into_boxed_slice(),
-            flags: flags.into_boxed_slice(),
-            start: renum[start_ix as usize],
+            len: kept,
+            first,
+            start,
         }
     }
 
@@ -172,27 +193,44 @@ impl LexemeDfa {
         self.start
     }
 
-    /// The state after reading `byte` in `state`.
+    /// The state after reading `byte` in `state` (not [`DEAD`]).
     #[inline]
     pub fn next(&self, state: u32, byte: u8) -> u32 {
-        self.trans[state as usize * self.stride + self.classes[byte as usize] as usize]
+        self.trans[(state & INDEX) as usize * self.stride + self.classes[byte as usize] as usize]
     }
 
     /// Whether the bytes read so far are a complete match.
     #[inline]
     pub fn is_accepting(&self, state: u32) -> bool {
-        self.flags[state as usize] & ACCEPT != 0
+        state & ACCEPT != 0
     }
 
     /// Whether some byte leads on to a live state.
     #[inline]
     pub fn can_continue(&self, state: u32) -> bool {
-        self.flags[state as usize] & CONTINUE != 0
+        state & CONTINUE != 0
+    }
+
+    /// Whether `byte` can start a match (a live transition from the start state).
+    #[inline]
+    pub fn can_start_with(&self, byte: u8) -> bool {
+        self.first[byte as usize / 64] >> (byte % 64) & 1 != 0
+    }
+
+    /// The bytes that can start a match, as a 256-bit set.
+    pub fn first_bytes(&self) -> [u64; 4] {
+        self.first
+    }
+
+    /// Dense index of a state (`0..len`), for tables indexed by state.
+    #[inline]
+    pub fn index(state: u32) -> usize {
+        (state & INDEX) as usize
     }
 
     /// Number of states, [`DEAD`] included.
     pub fn len(&self) -> usize {
-        self.flags.len()
+        self.len
     }
 
     /// Always false: the dead state is always there.
@@ -202,16 +240,16 @@ impl LexemeDfa {
 
     /// Heap bytes used by the tables.
     pub fn memory_usage(&self) -> usize {
-        self.trans.len() * 4 + self.flags.len()
+        self.trans.len() * 4
     }
 
     /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.
     pub fn run(&self, mut state: u32, bytes: &[u8]) -> u32 {
         for &b in bytes {
-            state = self.next(state, b);
             if state == DEAD {
                 break;
             }
+            state = self.next(state, b);
         }
         state
     }
