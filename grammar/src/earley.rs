@@ -231,7 +231,10 @@ impl Recognizer {
         self.c.set_lex.clear();
         self.c.runs.clear();
         self.c.frames.clear();
-        self.c.share.iter_mut().for_each(|s| *s = ShareSlot::default());
+        self.c
+            .share
+            .iter_mut()
+            .for_each(|s| *s = ShareSlot::default());
         self.c.init(&self.g);
     }
 
@@ -382,7 +385,10 @@ impl Recognizer {
         bytes: &[u8],
         matches: &dyn Fn(TokenRefId) -> bool,
     ) -> Result<bool, RecognizeError> {
-        let unit_set = self.c.current_set().filter(|&s| self.c.sets[s as usize].tokens);
+        let unit_set = self
+            .c
+            .current_set()
+            .filter(|&s| self.c.sets[s as usize].tokens);
         let Some(unit_set) = unit_set else {
             return self.push_bytes_all_or_nothing(bytes);
         };
@@ -410,7 +416,14 @@ impl Recognizer {
             let top = *self.c.frames.last().expect("at least one frame");
             self.c.s.events.clear();
             let new_start = self.c.runs.len();
-            return self.c.finish_push(&self.g, top, new_start, 0, Some((unit_set, matches)), false);
+            return self.c.finish_push(
+                &self.g,
+                top,
+                new_start,
+                0,
+                Some((unit_set, matches)),
+                false,
+            );
         }
         Ok(true)
     }
@@ -443,12 +456,11 @@ impl Recognizer {
         self.c.drop_sets_after(top);
         n
     }
-
 }
 
 impl Chart {
     fn init(&mut self, g: &Grammar) {
-                self.begin_set(g);
+        self.begin_set(g);
         let start = g.start_rule;
         let mut accepting = false;
         let mut tokens = false;
@@ -523,7 +535,15 @@ impl Chart {
                 for k in info.lexemes.0..info.lexemes.1 {
                     let l = self.set_lex[k as usize];
                     let state = g.lexemes[l.0 as usize].dfa.start();
-                    step(&mut self.runs, &mut self.s.events, Run { set: r.set, lexeme: l, state });
+                    step(
+                        &mut self.runs,
+                        &mut self.s.events,
+                        Run {
+                            set: r.set,
+                            lexeme: l,
+                            state,
+                        },
+                    );
                 }
             } else {
                 step(&mut self.runs, &mut self.s.events, r);
@@ -543,7 +563,11 @@ impl Chart {
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
         allow_empty: bool,
     ) -> Result<bool, RecognizeError> {
-        if self.s.events.is_empty() && unit.is_none() && self.runs.len() == new_start && !allow_empty {
+        if self.s.events.is_empty()
+            && unit.is_none()
+            && self.runs.len() == new_start
+            && !allow_empty
+        {
             return Ok(false);
         }
         if !self.keep_history && unit.is_none() {
@@ -569,12 +593,12 @@ impl Chart {
             if built {
                 self.drop_sets_after(prev);
             }
-            return Err(RecognizeError::Limit {
-                what: "lexer runs alive at one position",
+            return Err(RecognizeError::limit(
+                "lexer runs alive at one position",
                 value,
-                limit_name: "max_lexer_runs",
-                limit: g.limits.max_lexer_runs,
-            });
+                "max_lexer_runs",
+                g.limits.max_lexer_runs,
+            ));
         }
         let frame = Frame {
             runs_start: new_start as u32,
@@ -603,7 +627,9 @@ impl Chart {
             return;
         }
         let last = prev.sets_len - 1;
-        if self.s.events.iter().any(|&(j, _)| j == last) || self.runs[new_start..].iter().any(|r| r.set == last) {
+        if self.s.events.iter().any(|&(j, _)| j == last)
+            || self.runs[new_start..].iter().any(|r| r.set == last)
+        {
             return;
         }
         if self.s.events.len() == 1 {
@@ -642,7 +668,6 @@ impl Chart {
             s.count_stamp.iter_mut().for_each(|x| *x = u32::MAX);
             s.stamp = 1;
         }
-        let g = g;
         if s.dot_stamp.len() < g.dot_next.len() {
             s.dot_stamp.resize(g.dot_next.len(), u32::MAX);
         }
@@ -721,7 +746,7 @@ impl Chart {
         g: &Grammar,
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
     ) -> Result<bool, RecognizeError> {
-                if unit.is_some() || self.s.events.len() != 1 {
+        if unit.is_some() || self.s.events.len() != 1 {
             return self.build_set_uncached(g, unit);
         }
         let (j, lex) = self.s.events[0];
@@ -825,7 +850,8 @@ impl Chart {
                         self.add_concrete(l.dot, origin);
                     } else {
                         let (a, b) = self.sets[o as usize].items;
-                        DBG_COMPLETE.fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
+                        DBG_COMPLETE
+                            .fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
                         for q in a..b {
                             let p = self.items[q as usize];
                             if g.next(p.dot) == Next::Sym(Sym::Rule(lhs)) {
@@ -857,12 +883,12 @@ impl Chart {
                 let value = self.items.len() - items_start;
                 self.items.truncate(items_start);
                 self.leo.truncate(leo_start);
-                return Err(RecognizeError::Limit {
-                    what: "Earley items in one set",
+                return Err(RecognizeError::limit(
+                    "Earley items in one set",
                     value,
-                    limit_name: "max_items_per_set",
-                    limit: g.limits.max_items_per_set,
-                });
+                    "max_items_per_set",
+                    g.limits.max_items_per_set,
+                ));
             }
         }
         self.finish_set(g, items_start, accepting, tokens);
@@ -871,7 +897,7 @@ impl Chart {
 
     /// Computes the new set's Leo items, records it, and starts its lexer runs.
     fn finish_set(&mut self, g: &Grammar, items_start: usize, accepting: bool, tokens: bool) {
-                let idx = self.sets.len() as u32;
+        let idx = self.sets.len() as u32;
         let leo_start = self.leo.len();
         let s = &mut self.s;
         // Leo: symbols with exactly one waiting item, which is penultimate.
@@ -954,7 +980,6 @@ impl Chart {
             tokens,
         });
     }
-
 }
 
 impl Recognizer {
@@ -983,3 +1008,10 @@ fn share_slot(from_uid: u64, lexeme: LexemeId) -> usize {
 pub static DBG_SCAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 pub static DBG_COMPLETE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 pub static DBG_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Recognizer {
+    /// Earley items held (all sets): a measure of work and memory for tests and benches.
+    pub fn item_count(&self) -> usize {
+        self.c.items.len()
+    }
+}

@@ -168,18 +168,37 @@ impl fmt::Display for GrammarError {
 
 impl std::error::Error for GrammarError {}
 
-/// Errors while recognizing input (not grammar errors): a configured limit was hit.
+/// Errors while recognizing input (not grammar errors): a configured limit was hit. Boxed,
+/// so `Result<bool, RecognizeError>` stays small on the per-byte path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RecognizeError {
-    #[error(
-        "limit exceeded while parsing: {what} reached {value}, more than {limit_name} = {limit}"
-    )]
-    Limit {
+    #[error("limit exceeded while parsing: {} reached {}, more than {} = {}", .0.what, .0.value, .0.limit_name, .0.limit)]
+    Limit(Box<LimitHit>),
+}
+
+/// Which limit was hit, and by how much.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitHit {
+    pub what: &'static str,
+    pub value: usize,
+    pub limit_name: &'static str,
+    pub limit: usize,
+}
+
+impl RecognizeError {
+    pub fn limit(
         what: &'static str,
         value: usize,
         limit_name: &'static str,
         limit: usize,
-    },
+    ) -> RecognizeError {
+        RecognizeError::Limit(Box::new(LimitHit {
+            what,
+            value,
+            limit_name,
+            limit,
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! Lexemes: the regular pieces of a grammar, each compiled to a byte-level DFA.
 //!
-//! A lexeme is built with `regex-automata` (Thompson NFA, then a dense DFA, anchored, with
-//! every match reported) and then copied into [`LexemeDfa`], a small table of our own with
-//! three properties the recognizer and the mask cache rely on:
+//! A lexeme's regex is compiled with `regex-automata` into a Thompson NFA, which our own
+//! subset construction turns into [`LexemeDfa`], a small table with three properties the recognizer and the mask cache rely on:
 //!
 //! - state [`DEAD`] is 0, and every other state is *live*: some continuation reaches a match
 //!   (states that cannot are merged into `DEAD` when the table is built);
@@ -16,11 +15,10 @@
 //! engine caches a token set per `(lexeme, state)`).
 
 use crate::error::ErrorKind;
-use regex_automata::dfa::{Automaton, StartKind, dense};
-use regex_automata::nfa::thompson;
-use regex_automata::util::start;
-use regex_automata::{Anchored, MatchKind};
+use regex_automata::nfa::thompson::{self, State};
+use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
+use rustc_hash::FxHashMap;
 
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
@@ -43,80 +41,157 @@ pub struct LexemeDfa {
 }
 
 impl LexemeDfa {
-    /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and DFA built on the way.
+    /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and of the DFA table.
+    ///
+    /// regex-automata compiles the Thompson NFA (UTF-8 automata for Unicode classes); the
+    /// subset construction is ours: for the small anchored automata of lexemes it costs a
+    /// few microseconds, where a general dense-DFA build (all start states, match delay,
+    /// quit bytes) costs about a hundred.
     pub fn build(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
         let nfa = thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
                     .nfa_size_limit(Some(size_limit))
-                    .shrink(false),
+                    .shrink(false)
+                    .which_captures(thompson::WhichCaptures::None),
             )
             .build_from_hir(hir)
             .map_err(|e| size_error(e.to_string(), size_limit))?;
-        let dfa = dense::Builder::new()
-            .configure(
-                dense::Config::new()
-                    .start_kind(StartKind::Anchored)
-                    .match_kind(MatchKind::All)
-                    .accelerate(false)
-                    .minimize(false)
-                    .specialize_start_states(false)
-                    .dfa_size_limit(Some(size_limit))
-                    .determinize_size_limit(Some(size_limit)),
-            )
-            .build_from_nfa(&nfa)
-            .map_err(|e| size_error(e.to_string(), size_limit))?;
-        let start = dfa
-            .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| ErrorKind::Lexeme(e.to_string()))?;
-        Ok(Self::from_dense(&dfa, start))
-    }
-
-    fn from_dense(
-        dfa: &dense::DFA<Vec<u32>>,
-        start: regex_automata::util::primitives::StateID,
-    ) -> LexemeDfa {
         let mut classes = [0u8; 256];
         let mut reps = Vec::new(); // one representative byte per class
         for b in 0..=255u8 {
-            let c = dfa.byte_classes().get(b);
+            let c = nfa.byte_classes().get(b);
             classes[b as usize] = c;
             if c as usize == reps.len() {
                 reps.push(b);
             }
         }
         let stride = reps.len();
-        // Breadth-first over the states reachable from `start`; dense state -> our index.
-        let mut index = std::collections::HashMap::new();
-        let mut order = vec![None]; // index 0: dead
-        let mut trans: Vec<u32> = vec![DEAD; stride];
-        let mut queue = std::collections::VecDeque::new();
-        let mut intern =
-            |sid, order: &mut Vec<_>, queue: &mut std::collections::VecDeque<_>| -> u32 {
-                if dfa.is_dead_state(sid) {
-                    return DEAD;
+        let states = nfa.states();
+        let mut stamp = vec![0u32; states.len()];
+        let mut round = 0u32;
+        let mut stack = Vec::new();
+        // Epsilon closure of `seeds` into a sorted set of byte-consuming and match states.
+        let mut closure = |seeds: &mut Vec<StateID>, out: &mut Vec<u32>| {
+            round += 1;
+            out.clear();
+            stack.clear();
+            stack.append(seeds);
+            while let Some(id) = stack.pop() {
+                let i = id.as_usize();
+                if stamp[i] == round {
+                    continue;
                 }
-                *index.entry(sid).or_insert_with(|| {
-                    order.push(Some(sid));
-                    queue.push_back(sid);
-                    (order.len() - 1) as u32
-                })
-            };
-        let start_ix = intern(start, &mut order, &mut queue);
-        while let Some(sid) = queue.pop_front() {
-            for &b in &reps {
-                let next = dfa.next_state(sid, b);
-                let t = intern(next, &mut order, &mut queue);
+                stamp[i] = round;
+                match &states[i] {
+                    State::ByteRange { .. }
+                    | State::Sparse(_)
+                    | State::Dense(_)
+                    | State::Match { .. } => out.push(i as u32),
+                    State::Union { alternates } => stack.extend(alternates.iter().rev().copied()),
+                    State::BinaryUnion { alt1, alt2 } => {
+                        stack.push(*alt2);
+                        stack.push(*alt1);
+                    }
+                    State::Capture { next, .. } => stack.push(*next),
+                    // Lexemes have no look-around; a look state matches nothing here.
+                    State::Look { .. } | State::Fail => {}
+                }
+            }
+            out.sort_unstable();
+        };
+        let mut index: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+        let mut sets: Vec<Vec<u32>> = vec![Vec::new()]; // index 0: dead (empty set)
+        index.insert(Vec::new(), DEAD);
+        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut set = Vec::new();
+        closure(&mut vec![nfa.start_anchored()], &mut set);
+        let start_ix = *index.entry(set.clone()).or_insert_with(|| {
+            sets.push(set.clone());
+            (sets.len() - 1) as u32
+        });
+        let mut single = vec![u32::MAX; states.len()];
+        // Per state, NFA transitions are dropped into per-class buckets (byte classes are
+        // contiguous and ordered, so a byte range covers a range of classes); classes with
+        // an empty bucket lead to DEAD without further work.
+        let mut buckets: Vec<Vec<StateID>> = vec![Vec::new(); stride];
+        let mut i = 1;
+        while i < sets.len() {
+            for &s in &sets[i] {
+                let mut add = |start: u8, end: u8, next: StateID| {
+                    for c in classes[start as usize]..=classes[end as usize] {
+                        buckets[c as usize].push(next);
+                    }
+                };
+                match &states[s as usize] {
+                    State::ByteRange { trans } => add(trans.start, trans.end, trans.next),
+                    State::Sparse(sp) => sp
+                        .transitions
+                        .iter()
+                        .for_each(|t| add(t.start, t.end, t.next)),
+                    State::Dense(d) => {
+                        for (b, &next) in d.transitions.iter().enumerate() {
+                            if next != StateID::ZERO {
+                                add(b as u8, b as u8, next);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for bucket in buckets.iter_mut() {
+                // Most classes lead nowhere; and a single target state's closure is cached.
+                let t = match bucket.as_slice() {
+                    [] => DEAD,
+                    &[one] if single[one.as_usize()] != u32::MAX => {
+                        bucket.clear();
+                        single[one.as_usize()]
+                    }
+                    _ => {
+                        let one = (bucket.len() == 1).then(|| bucket[0].as_usize());
+                        closure(bucket, &mut set);
+                        let t = match index.get(&set) {
+                            Some(&t) => t,
+                            None => {
+                                let t = sets.len() as u32;
+                                sets.push(set.clone());
+                                index.insert(std::mem::take(&mut set), t);
+                                t
+                            }
+                        };
+                        if let Some(one) = one {
+                            single[one] = t;
+                        }
+                        t
+                    }
+                };
                 trans.push(t);
             }
-        }
-        let n = order.len();
-        let mut accept = vec![false; n];
-        for (i, sid) in order.iter().enumerate() {
-            if let Some(sid) = sid {
-                accept[i] = dfa.is_match_state(dfa.next_eoi_state(*sid));
+            if trans.len() * 4 > size_limit {
+                return Err(size_error("limit".into(), size_limit));
             }
+            i += 1;
         }
+        let accept: Vec<bool> = sets
+            .iter()
+            .map(|set| {
+                set.iter()
+                    .any(|&s| matches!(states[s as usize], State::Match { .. }))
+            })
+            .collect();
+        Ok(Self::from_tables(classes, stride, trans, accept, start_ix))
+    }
+
+    /// Finishes a DFA from a raw table (state 0 dead): merges states that cannot reach a
+    /// match into `DEAD`, renumbers, and tags ids with their flags.
+    fn from_tables(
+        classes: [u8; 256],
+        stride: usize,
+        trans: Vec<u32>,
+        accept: Vec<bool>,
+        start_ix: u32,
+    ) -> LexemeDfa {
+        let n = accept.len();
         // Live = can reach an accepting state. Reverse reachability.
         let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
         for s in 1..n {

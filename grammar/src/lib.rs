@@ -40,6 +40,10 @@
 //! turns large upper bounds into `*`), and `{,n}` is accepted as `{0,n}`; a rule defined twice
 //! is an error (llama.cpp keeps the last definition silently). See `docs/gbnf.md`.
 
+// Grammar errors carry the source line for their caret display; they are returned once per
+// compile, never on a hot path, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
 pub mod ast;
 pub mod compiled;
 pub mod earley;

@@ -3,7 +3,7 @@
 
 use crate::ast::TokenTarget;
 use crate::compiled::Grammar;
-use crate::earley::{Expected, Recognizer};
+use crate::earley::Recognizer;
 use crate::error::RecognizeError;
 use std::sync::Arc;
 
@@ -40,26 +40,68 @@ pub fn match_bytes(g: &Arc<Grammar>, input: &[u8]) -> Result<MatchOutcome, Recog
     }
 }
 
-/// What the recognizer expects next, for people: lexemes by their source text, token
-/// references as written.
+/// What the recognizer expects next, for people: a lexeme not begun by its source text
+/// (or rule name), a lexeme under way by the bytes that can continue it, token references
+/// as written.
 pub fn describe_expected(r: &Recognizer) -> Vec<String> {
     let g = r.grammar();
-    let mut out: Vec<String> = r
-        .expected()
-        .into_iter()
-        .map(|e| match e {
-            Expected::Lexeme(l) => g.lexeme(l).display.clone(),
-            Expected::Token(t) => {
-                let t = &g.token_refs()[t.0 as usize];
-                let body = match &t.target {
-                    TokenTarget::Id(id) => format!("<[{id}]>"),
-                    TokenTarget::Text(s) => s.clone(),
-                };
-                if t.negated { format!("!{body}") } else { body }
-            }
-        })
-        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for run in r.runs() {
+        let lex = g.lexeme(run.lexeme);
+        if run.state == lex.dfa.start() {
+            out.push(lex.display.clone());
+        } else {
+            let next: Vec<u8> = (0..=255u8)
+                .filter(|&b| lex.dfa.next(run.state, b) != crate::lexeme::DEAD)
+                .collect();
+            out.push(format!("{} (in {})", byte_class(&next), lex.display));
+        }
+    }
+    for t in r.expected_tokens() {
+        let t = &g.token_refs()[t.0 as usize];
+        let body = match &t.target {
+            TokenTarget::Id(id) => format!("<[{id}]>"),
+            TokenTarget::Text(s) => s.clone(),
+        };
+        out.push(if t.negated { format!("!{body}") } else { body });
+    }
     out.sort();
     out.dedup();
     out
+}
+
+/// Bytes as a class, e.g. `[,0-9]`; bytes of multi-byte characters are summarised.
+fn byte_class(bytes: &[u8]) -> String {
+    let mut s = String::from("[");
+    let mut i = 0;
+    while i < bytes.len() && bytes[i] < 0x80 {
+        let start = bytes[i];
+        let mut end = start;
+        while i + 1 < bytes.len() && bytes[i + 1] == end + 1 && bytes[i + 1] < 0x80 {
+            i += 1;
+            end = bytes[i];
+        }
+        let show = |b: u8| match b {
+            b'\\' | b']' | b'-' | b'^' => format!("\\{}", b as char),
+            0x21..=0x7e => (b as char).to_string(),
+            b' ' => " ".to_string(),
+            b'\n' => "\\n".to_string(),
+            b'\t' => "\\t".to_string(),
+            b'\r' => "\\r".to_string(),
+            _ => format!("\\x{b:02X}"),
+        };
+        s.push_str(&show(start));
+        if end > start {
+            if end > start + 1 {
+                s.push('-');
+            }
+            s.push_str(&show(end));
+        }
+        i += 1;
+    }
+    if i < bytes.len() {
+        s.push_str("<non-ASCII>");
+    }
+    s.push(']');
+    s
 }

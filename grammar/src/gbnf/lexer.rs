@@ -343,7 +343,7 @@ impl<'a> Lexer<'a> {
     }
 
     fn next_token(&mut self) -> Option<Spanned<'a>> {
-        loop {
+        {
             let crossed_newline = self.skip_space();
             if crossed_newline && self.depth == 0 && self.newline_significant {
                 self.newline_significant = false;
@@ -426,10 +426,10 @@ impl<'a> Lexer<'a> {
                     ))
                 }
             };
-            return Some(tok.map(|t| {
+            Some(tok.map(|t| {
                 self.newline_significant = !matches!(t, Tok::Pipe | Tok::Define | Tok::LParen);
                 (start, t, self.pos)
-            }));
+            }))
         }
     }
 }

@@ -1,0 +1,200 @@
+//! Recognizer behaviour: rollback, byte-at-a-time UTF-8, deep input, right recursion
+//! staying linear (Leo items), limits as typed errors.
+
+use corral_grammar::{
+    CompileOptions, Limits, MatchOutcome, RecognizeError, Recognizer, compile_gbnf, match_bytes,
+};
+
+fn grammar(text: &str) -> std::sync::Arc<corral_grammar::Grammar> {
+    compile_gbnf(text, &CompileOptions::default()).unwrap()
+}
+
+const JSON: &str = r#"
+root   ::= value
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
+ws ::= | " " | "\n" [ \t]{0,20}
+"#;
+
+#[test]
+fn rejected_byte_changes_nothing_and_pop_rolls_back() {
+    let g = grammar(JSON);
+    let mut r = Recognizer::new(g);
+    for &b in br#"{"a": [1, 2"# {
+        assert!(r.push_byte(b).unwrap());
+    }
+    let pos = r.position();
+    assert!(
+        !r.push_byte(b'}').unwrap(),
+        "a closing brace cannot close an array"
+    );
+    assert_eq!(r.position(), pos);
+    assert!(r.push_byte(b']').unwrap());
+    assert!(r.push_byte(b'}').unwrap());
+    assert!(r.is_accepting());
+    // Roll back to before "2" and take another path.
+    assert_eq!(r.pop(3), 3);
+    assert!(!r.is_accepting());
+    for &b in br#""x"]}"# {
+        assert!(r.push_byte(b).unwrap());
+    }
+    assert!(r.is_accepting());
+}
+
+#[test]
+fn multibyte_utf8_one_byte_at_a_time_and_invalid_utf8_rejected() {
+    let g = grammar(r#"root ::= "é" [一-鿿]+ [^a]"#);
+    let mut r = Recognizer::new(g.clone());
+    for &b in "é日本😀".as_bytes() {
+        assert!(r.push_byte(b).unwrap());
+    }
+    assert!(r.is_accepting());
+    assert!(matches!(
+        match_bytes(&g, b"\xc3\xa9\xe6\x97"),
+        Ok(MatchOutcome::Incomplete { .. })
+    ));
+    assert!(matches!(
+        match_bytes(&g, b"\xc3\xa9\xe6\x97\xa5\xff"),
+        Ok(MatchOutcome::Rejected { offset: 5, .. })
+    ));
+    // A lone continuation byte or an overlong encoding is never valid.
+    assert!(matches!(
+        match_bytes(&g, b"\xc3\xa9\xe6\x97\xa5\x80"),
+        Ok(MatchOutcome::Rejected { offset: 5, .. })
+    ));
+    assert!(matches!(
+        match_bytes(&g, b"\xc3\xa9\xe6\x97\xa5\xc0\x80"),
+        Ok(MatchOutcome::Rejected { offset: 5, .. })
+    ));
+}
+
+#[test]
+fn deep_nesting_does_not_overflow() {
+    let g = grammar(JSON);
+    let depth = 100_000;
+    let doc = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    assert_eq!(
+        match_bytes(&g, doc.as_bytes()).unwrap(),
+        MatchOutcome::Accepted
+    );
+    let doc = format!("{}1{}", "[".repeat(depth), "]".repeat(depth - 1));
+    assert!(matches!(
+        match_bytes(&g, doc.as_bytes()).unwrap(),
+        MatchOutcome::Incomplete { .. }
+    ));
+}
+
+/// Leo items keep a right-recursive list linear: the Earley items the recognizer holds grow
+/// by a constant per element, so 2x the elements is 2x the items (quadratic growth would
+/// show up as 4x). (Time per step is measured in the benches.)
+#[test]
+fn right_recursion_stays_linear() {
+    let g = grammar("root ::= item root | item\nitem ::= [a-z]+ \";\"\n");
+    let items_for = |n: usize| {
+        let mut r = Recognizer::new(g.clone());
+        for _ in 0..n {
+            for &b in b"ab;" {
+                assert!(r.push_byte(b).unwrap());
+            }
+        }
+        assert!(r.is_accepting());
+        r.item_count()
+    };
+    let (a, b) = (items_for(50_000), items_for(100_000));
+    let ratio = b as f64 / a as f64;
+    assert!(
+        (1.9..2.1).contains(&ratio),
+        "items {a} -> {b}: ratio {ratio}"
+    );
+}
+
+#[test]
+fn left_recursion_is_linear_too() {
+    let g = grammar("root ::= root \",\" item | item\nitem ::= [0-9]+\n");
+    let doc: String = (0..100_000)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_eq!(
+        match_bytes(&g, doc.as_bytes()).unwrap(),
+        MatchOutcome::Accepted
+    );
+}
+
+#[test]
+fn limits_are_typed_errors() {
+    let limits = Limits {
+        max_items_per_set: 4,
+        ..Limits::default()
+    };
+    let g = compile_gbnf(JSON, &CompileOptions::default().limits(limits)).unwrap();
+    let mut r = Recognizer::new(g);
+    let err = br#"{"a": [1]}"#
+        .iter()
+        .map(|&b| r.push_byte(b))
+        .find_map(Result::err)
+        .expect("the item limit is hit");
+    let RecognizeError::Limit(hit) = &err;
+    assert_eq!(hit.limit_name, "max_items_per_set");
+    assert!(err.to_string().contains("max_items_per_set = 4"), "{err}");
+
+    // Many lexer runs alive at once: every position may start a new word.
+    let limits = Limits {
+        max_lexer_runs: 8,
+        ..Limits::default()
+    };
+    let g = compile_gbnf(
+        "root ::= w root | \"\"\nw ::= [a]+ | [a]+ \"b\"\n",
+        &CompileOptions::default().limits(limits),
+    )
+    .unwrap();
+    let result = match_bytes(&g, "a".repeat(64).as_bytes());
+    assert!(
+        matches!(result, Err(RecognizeError::Limit(ref h)) if h.limit_name == "max_lexer_runs"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn nullable_lexemes_and_empty_start() {
+    let g = grammar("root ::= ws\nws ::= [ ]*\n");
+    assert_eq!(match_bytes(&g, b"").unwrap(), MatchOutcome::Accepted);
+    assert_eq!(match_bytes(&g, b"   ").unwrap(), MatchOutcome::Accepted);
+    let g = grammar("root ::= a b\na ::= [x]*\nb ::= \"\" | \"y\"\n");
+    for (s, ok) in [
+        ("", true),
+        ("xx", true),
+        ("y", true),
+        ("xxy", true),
+        ("yx", false),
+    ] {
+        assert_eq!(
+            match_bytes(&g, s.as_bytes()).unwrap() == MatchOutcome::Accepted,
+            ok,
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
+fn ambiguous_grammar_with_shared_prefixes() {
+    // Both "ab" "c" and "a" "bc" parse; the recognizer must keep both lexeme splits alive.
+    let g = grammar("root ::= x y\nx ::= \"a\" | \"ab\"\ny ::= \"bc\" | \"c\" | \"bcd\"\n");
+    for (s, ok) in [
+        ("abc", true),
+        ("abcd", true),
+        ("ac", true),
+        ("abbc", true),
+        ("abbcd", true),
+        ("ab", false),
+    ] {
+        assert_eq!(
+            match_bytes(&g, s.as_bytes()).unwrap() == MatchOutcome::Accepted,
+            ok,
+            "{s:?}"
+        );
+    }
+}
