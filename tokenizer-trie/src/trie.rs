@@ -1,0 +1,286 @@
+//! The token trie: every text token's bytes in one flat array, in depth-first order.
+//!
+//! Node `i` holds its byte, its depth, the token ending there (if any) and the size of its
+//! subtree, so "skip this subtree" is `i += subtree` and the walk needs no recursion and no
+//! child pointers: the next node in the array is either the first child or, after a skip,
+//! the next sibling of some ancestor, and its depth says which.
+
+use crate::vocab::Vocabulary;
+use fixedbitset::FixedBitSet;
+
+/// No token ends at this node.
+pub const NO_TOKEN: u32 = u32::MAX;
+
+/// A trie node. Node 0 is the root (the empty prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Nodes in this subtree, the node itself included.
+    pub subtree: u32,
+    /// The token whose bytes end here, or [`NO_TOKEN`].
+    pub token: u32,
+    /// Length of the prefix this node stands for (the root is 0).
+    pub depth: u16,
+    pub byte: u8,
+}
+
+/// Something the trie walk can drive one byte at a time: the seam between tokens and
+/// grammars (the engine implements it for the Earley recognizer).
+pub trait ByteRecognizer {
+    /// Feeds one byte; false if it cannot come next (and then nothing changed).
+    fn push(&mut self, byte: u8) -> bool;
+    /// Undoes the last `n` successful pushes.
+    fn pop(&mut self, n: usize);
+}
+
+/// A flat depth-first token trie. See the module docs.
+#[derive(Clone, Debug)]
+pub struct TokenTrie {
+    nodes: Vec<Node>,
+    /// Tokens with the same bytes as another token: `(node, token)`, sorted by node.
+    duplicates: Vec<(u32, u32)>,
+    /// One past the largest token id in the trie.
+    id_bound: usize,
+}
+
+impl TokenTrie {
+    /// The trie of a vocabulary's text tokens.
+    pub fn new(vocab: &Vocabulary) -> TokenTrie {
+        TokenTrie::from_entries(vocab.text_tokens().map(|(id, b)| (b.to_vec(), id)))
+    }
+
+    /// The trie of arbitrary `(bytes, token id)` entries (empty byte strings are skipped).
+    pub fn from_entries(entries: impl IntoIterator<Item = (Vec<u8>, u32)>) -> TokenTrie {
+        let mut entries: Vec<(Vec<u8>, u32)> =
+            entries.into_iter().filter(|(b, _)| !b.is_empty()).collect();
+        entries.sort_unstable();
+        let id_bound = entries
+            .iter()
+            .map(|&(_, id)| id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut nodes = vec![Node {
+            subtree: 0,
+            token: NO_TOKEN,
+            depth: 0,
+            byte: 0,
+        }];
+        let mut duplicates = Vec::new();
+        // Stack of node indices on the current path; stack[d] is the node at depth d.
+        let mut path: Vec<u32> = vec![0];
+        let mut prev: &[u8] = &[];
+        for (bytes, id) in &entries {
+            let lcp = prev
+                .iter()
+                .zip(bytes.iter())
+                .take_while(|(a, b)| a == b)
+                .count();
+            while path.len() > lcp + 1 {
+                let n = path.pop().expect("non-empty") as usize;
+                nodes[n].subtree = (nodes.len() - n) as u32;
+            }
+            if lcp == bytes.len() {
+                // Same bytes as the previous token.
+                duplicates.push((*path.last().expect("non-empty"), *id));
+                continue;
+            }
+            for (d, &b) in bytes.iter().enumerate().skip(lcp) {
+                path.push(nodes.len() as u32);
+                nodes.push(Node {
+                    subtree: 0,
+                    token: NO_TOKEN,
+                    depth: (d + 1).min(u16::MAX as usize) as u16,
+                    byte: b,
+                });
+            }
+            nodes.last_mut().expect("just pushed").token = *id;
+            prev = bytes;
+        }
+        while let Some(n) = path.pop() {
+            nodes[n as usize].subtree = (nodes.len() - n as usize) as u32;
+        }
+        duplicates.sort_unstable();
+        nodes.shrink_to_fit();
+        duplicates.shrink_to_fit();
+        TokenTrie {
+            nodes,
+            duplicates,
+            id_bound,
+        }
+    }
+
+    /// All nodes, root first.
+    #[inline]
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// One past the largest token id in the trie.
+    pub fn id_bound(&self) -> usize {
+        self.id_bound
+    }
+
+    /// Heap bytes used.
+    pub fn memory_usage(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>() + self.duplicates.capacity() * 8
+    }
+
+    /// Marks the token(s) ending at node `i` in `mask`.
+    #[inline]
+    pub fn mark(&self, i: usize, mask: &mut FixedBitSet) {
+        let t = self.nodes[i].token;
+        if t != NO_TOKEN {
+            mask.insert(t as usize);
+            if !self.duplicates.is_empty() {
+                self.mark_duplicates(i, mask);
+            }
+        }
+    }
+
+    fn mark_duplicates(&self, i: usize, mask: &mut FixedBitSet) {
+        let start = self.duplicates.partition_point(|&(n, _)| (n as usize) < i);
+        for &(n, t) in &self.duplicates[start..] {
+            if n as usize != i {
+                break;
+            }
+            mask.insert(t as usize);
+        }
+    }
+
+    /// Every token id ending at node `i` (the node's token and its duplicates).
+    pub fn tokens_at(&self, i: usize) -> impl Iterator<Item = u32> + '_ {
+        let t = self.nodes[i].token;
+        let start = self.duplicates.partition_point(|&(n, _)| (n as usize) < i);
+        (t != NO_TOKEN).then_some(t).into_iter().chain(
+            self.duplicates[start..]
+                .iter()
+                .take_while(move |&&(n, _)| n as usize == i)
+                .map(|&(_, t)| t),
+        )
+    }
+
+    /// Walks the whole trie with `r`, marking in `mask` every token all of whose bytes `r`
+    /// accepts. Subtrees under a rejected byte are skipped.
+    pub fn walk<R: ByteRecognizer>(&self, r: &mut R, mask: &mut FixedBitSet) {
+        self.walk_range(r, mask, 1, self.nodes.len(), 0);
+    }
+
+    /// Walks nodes `start..end` (a run of whole subtrees whose parent is at depth
+    /// `base_depth` and already pushed).
+    pub fn walk_range<R: ByteRecognizer>(
+        &self,
+        r: &mut R,
+        mask: &mut FixedBitSet,
+        start: usize,
+        end: usize,
+        base_depth: usize,
+    ) {
+        let nodes = &self.nodes;
+        let mut depth = base_depth; // bytes pushed (relative to the trie root)
+        let mut i = start;
+        while i < end {
+            let n = nodes[i];
+            let parent_depth = n.depth as usize - 1;
+            if depth > parent_depth {
+                r.pop(depth - parent_depth);
+                depth = parent_depth;
+            }
+            if r.push(n.byte) {
+                depth += 1;
+                self.mark(i, mask);
+                i += 1;
+            } else {
+                i += n.subtree as usize;
+            }
+        }
+        if depth > base_depth {
+            r.pop(depth - base_depth);
+        }
+    }
+
+    /// The bytes of the prefix at node `i` (walks back up; for messages and tests).
+    pub fn prefix(&self, i: usize) -> Vec<u8> {
+        let mut out = vec![0u8; self.nodes[i].depth as usize];
+        let mut want = self.nodes[i].depth as usize;
+        let mut j = i;
+        loop {
+            let n = self.nodes[j];
+            if n.depth as usize == want && want > 0 {
+                out[want - 1] = n.byte;
+                want -= 1;
+            }
+            if want == 0 || j == 0 {
+                break;
+            }
+            j -= 1;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Prefixes(Vec<&'static [u8]>, Vec<u8>);
+
+    impl ByteRecognizer for Prefixes {
+        fn push(&mut self, b: u8) -> bool {
+            self.1.push(b);
+            if self.0.iter().any(|p| p.starts_with(&self.1)) {
+                true
+            } else {
+                self.1.pop();
+                false
+            }
+        }
+        fn pop(&mut self, n: usize) {
+            self.1.truncate(self.1.len() - n);
+        }
+    }
+
+    fn trie() -> TokenTrie {
+        let words: [&[u8]; 7] = [
+            b"a",
+            b"ab",
+            b"abc",
+            b"b",
+            b"ba",
+            b"\xe6\x97",
+            b"\xe6\x97\xa5",
+        ];
+        TokenTrie::from_entries(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.to_vec(), i as u32))
+                .chain([(b"ab".to_vec(), 7)]),
+        )
+    }
+
+    #[test]
+    fn depth_first_layout_with_subtree_sizes() {
+        let t = trie();
+        let n = t.nodes();
+        assert_eq!(n[0].subtree as usize, n.len());
+        // a, ab, abc | b, ba | e6, e6 97, e6 97 a5
+        let bytes: Vec<u8> = n[1..].iter().map(|x| x.byte).collect();
+        assert_eq!(bytes, b"abcba\xe6\x97\xa5");
+        assert_eq!(n[1].subtree, 3);
+        assert_eq!(n[4].subtree, 2);
+        assert_eq!(t.prefix(3), b"abc");
+        assert_eq!(t.prefix(8), b"\xe6\x97\xa5");
+        assert_eq!(t.tokens_at(2).collect::<Vec<_>>(), vec![1, 7]);
+    }
+
+    #[test]
+    fn walk_marks_exactly_the_accepted_tokens() {
+        let t = trie();
+        let mut mask = FixedBitSet::with_capacity(10);
+        let mut r = Prefixes(vec![b"abx", b"ba", b"\xe6\x97\xa5"], Vec::new());
+        t.walk(&mut r, &mut mask);
+        let got: Vec<usize> = mask.ones().collect();
+        // a, ab (and its duplicate 7), b, ba, both CJK pieces; not abc.
+        assert_eq!(got, vec![0, 1, 3, 4, 5, 6, 7]);
+        assert!(r.1.is_empty(), "the walk pops everything it pushed");
+    }
+}

@@ -1,0 +1,299 @@
+//! Vocabularies as byte strings.
+//!
+//! A model's tokens are stored in an alphabet of the tokenizer's own: GPT-2 byte-level BPE
+//! maps every byte to a printable character (`Ġ` is a space), SentencePiece writes spaces as
+//! `▁` and unknown bytes as `<0xHH>`. Grammars see bytes, so every token is turned back into
+//! the bytes it stands for. Special tokens (`<|eot_id|>`, `<|im_end|>`, `<|channel|>`) are
+//! not text: they are kept apart, reachable by id and by name.
+
+use crate::TrieError;
+use rustc_hash::FxHashMap;
+use std::path::Path;
+
+/// How a tokenizer writes bytes in its token strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteEncoding {
+    /// GPT-2 byte-level: each byte is one character of a fixed printable alphabet.
+    ByteLevel,
+    /// SentencePiece: `▁` is a space, `<0xHH>` is one raw byte, the rest is UTF-8.
+    SentencePiece,
+    /// Token strings are the text itself.
+    Raw,
+}
+
+/// A vocabulary: each token id's bytes, or the special token it is.
+#[derive(Clone, Debug)]
+pub struct Vocabulary {
+    /// `bytes[id]`: the token's bytes; `None` for special tokens and unused ids.
+    bytes: Vec<Option<Box<[u8]>>>,
+    special: Vec<(u32, String)>,
+    by_text: FxHashMap<String, u32>,
+    encoding: ByteEncoding,
+}
+
+/// The GPT-2 byte-level alphabet: byte -> char.
+pub fn byte_level_char(b: u8) -> char {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    if printable(b) {
+        return char::from(b);
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).expect("valid code point")
+}
+
+fn byte_level_table() -> FxHashMap<char, u8> {
+    (0..=255u8).map(|b| (byte_level_char(b), b)).collect()
+}
+
+/// `<0xHH>` -> the byte.
+fn sentencepiece_byte(s: &str) -> Option<u8> {
+    let hex = s.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() == 2 {
+        u8::from_str_radix(hex, 16).ok()
+    } else {
+        None
+    }
+}
+
+impl Vocabulary {
+    /// Builds a vocabulary from explicit parts: `(id, bytes)` for text tokens and
+    /// `(id, name)` for special tokens. Ids need not be dense.
+    pub fn from_parts(
+        tokens: impl IntoIterator<Item = (u32, Vec<u8>)>,
+        special: impl IntoIterator<Item = (u32, String)>,
+    ) -> Vocabulary {
+        let mut v = Vocabulary {
+            bytes: Vec::new(),
+            special: Vec::new(),
+            by_text: FxHashMap::default(),
+            encoding: ByteEncoding::Raw,
+        };
+        for (id, b) in tokens {
+            v.set_bytes(id, b);
+        }
+        for (id, name) in special {
+            v.add_special(id, name);
+        }
+        v
+    }
+
+    fn set_bytes(&mut self, id: u32, b: Vec<u8>) {
+        let i = id as usize;
+        if self.bytes.len() <= i {
+            self.bytes.resize(i + 1, None);
+        }
+        self.bytes[i] = Some(b.into_boxed_slice());
+    }
+
+    fn add_special(&mut self, id: u32, name: String) {
+        let i = id as usize;
+        if self.bytes.len() <= i {
+            self.bytes.resize(i + 1, None);
+        }
+        self.bytes[i] = None;
+        self.by_text.insert(name.clone(), id);
+        self.special.push((id, name));
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`.
+    pub fn from_tokenizer_json(path: &Path) -> Result<Vocabulary, TrieError> {
+        let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| TrieError::Tokenizer {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Vocabulary::from_tokenizer(&tok)
+    }
+
+    /// Reads the vocabulary of a loaded tokenizer.
+    pub fn from_tokenizer(tok: &tokenizers::Tokenizer) -> Result<Vocabulary, TrieError> {
+        let encoding = detect_encoding(tok);
+        let table = byte_level_table();
+        let added = tok.get_added_tokens_decoder();
+        let mut v = Vocabulary {
+            bytes: Vec::new(),
+            special: Vec::new(),
+            by_text: FxHashMap::default(),
+            encoding,
+        };
+        for (text, id) in tok.get_vocab(false) {
+            if added.contains_key(&id) {
+                continue;
+            }
+            let bytes = match encoding {
+                ByteEncoding::ByteLevel => text
+                    .chars()
+                    .map(|c| table.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or_else(|| TrieError::BadToken {
+                        id,
+                        text: text.clone(),
+                    })?,
+                ByteEncoding::SentencePiece => match sentencepiece_byte(&text) {
+                    Some(b) => vec![b],
+                    None => text.replace('\u{2581}', " ").into_bytes(),
+                },
+                ByteEncoding::Raw => text.into_bytes(),
+            };
+            v.set_bytes(id, bytes);
+        }
+        let mut added: Vec<_> = added.into_iter().collect();
+        added.sort_by_key(|(id, _)| *id);
+        for (id, t) in added {
+            if t.special {
+                v.add_special(id, t.content);
+            } else {
+                // A non-special added token is text, written as itself.
+                v.by_text.insert(t.content.clone(), id);
+                v.set_bytes(id, t.content.into_bytes());
+            }
+        }
+        Ok(v)
+    }
+
+    /// One past the largest token id.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// How the tokenizer wrote bytes.
+    pub fn encoding(&self) -> ByteEncoding {
+        self.encoding
+    }
+
+    /// The bytes of a text token (`None` for special tokens and unused ids).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.bytes.get(id as usize).and_then(|b| b.as_deref())
+    }
+
+    /// Whether `id` is a special token.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.iter().any(|&(s, _)| s == id)
+    }
+
+    /// Special tokens, `(id, name)`, by id.
+    pub fn special_tokens(&self) -> &[(u32, String)] {
+        &self.special
+    }
+
+    /// The id of a special or added token by its exact text (`<|im_end|>`, `<think>`).
+    pub fn token_by_text(&self, text: &str) -> Option<u32> {
+        self.by_text.get(text).copied()
+    }
+
+    /// Text tokens, `(id, bytes)`.
+    pub fn text_tokens(&self) -> impl Iterator<Item = (u32, &[u8])> {
+        self.bytes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_deref().map(|b| (i as u32, b)))
+    }
+
+    /// The usual end-of-generation token, by the names tokenizers commonly give it:
+    /// `<|eot_id|>`, `<|im_end|>`, `<|return|>`, `</s>`, `<|endoftext|>`, `<|end_of_text|>`.
+    pub fn default_eos(&self) -> Option<u32> {
+        [
+            "<|eot_id|>",
+            "<|im_end|>",
+            "<|return|>",
+            "</s>",
+            "<|endoftext|>",
+            "<|end_of_text|>",
+            "<eos>",
+        ]
+        .iter()
+        .find_map(|name| self.token_by_text(name))
+    }
+
+    /// The bytes of a sequence of tokens (special tokens contribute nothing).
+    pub fn decode_bytes(&self, ids: &[u32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &id in ids {
+            if let Some(b) = self.token_bytes(id) {
+                out.extend_from_slice(b);
+            }
+        }
+        out
+    }
+}
+
+/// Decides the byte encoding from the tokenizer's decoder.
+fn detect_encoding(tok: &tokenizers::Tokenizer) -> ByteEncoding {
+    let Some(decoder) = tok.get_decoder() else {
+        return ByteEncoding::Raw;
+    };
+    let json = serde_json::to_value(decoder).unwrap_or_default();
+    let types: Vec<String> = match json.get("type").and_then(|t| t.as_str()) {
+        Some("Sequence") => json["decoders"]
+            .as_array()
+            .map(|ds| {
+                ds.iter()
+                    .filter_map(|d| d["type"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Some(t) => vec![t.to_string()],
+        None => Vec::new(),
+    };
+    if types.iter().any(|t| t == "ByteLevel") {
+        ByteEncoding::ByteLevel
+    } else if types
+        .iter()
+        .any(|t| t == "ByteFallback" || t == "Metaspace")
+    {
+        ByteEncoding::SentencePiece
+    } else {
+        ByteEncoding::Raw
+    }
+}
+
+/// A copy of `tok` that tokenizes a continuation of text: SentencePiece tokenizers prepend
+/// `▁` (a space) to every input, which is right for a prompt's start but wrong for text that
+/// continues an output; this copy does not.
+pub fn continuation_tokenizer(tok: &tokenizers::Tokenizer) -> tokenizers::Tokenizer {
+    let mut json = serde_json::to_value(tok).expect("a tokenizer serializes");
+    let drop_prepend = |n: &mut serde_json::Value| {
+        if let Some(list) = n.get_mut("normalizers").and_then(|l| l.as_array_mut()) {
+            list.retain(|x| x["type"] != "Prepend");
+        }
+    };
+    if let Some(n) = json.get_mut("normalizer") {
+        if n["type"] == "Prepend" {
+            *n = serde_json::Value::Null;
+        } else {
+            drop_prepend(n);
+        }
+    }
+    if let Some(p) = json.get_mut("pre_tokenizer")
+        && p["type"] == "Metaspace"
+    {
+        p["prepend_scheme"] = serde_json::Value::String("never".into());
+    }
+    serde_json::from_value(json).unwrap_or_else(|_| tok.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_alphabet_is_a_bijection() {
+        let t = byte_level_table();
+        assert_eq!(t.len(), 256);
+        assert_eq!(byte_level_char(b' '), 'Ġ');
+        assert_eq!(byte_level_char(b'\n'), 'Ċ');
+        assert_eq!(byte_level_char(b'a'), 'a');
+        assert_eq!(t[&'Ġ'], b' ');
+    }
+
+    #[test]
+    fn sentencepiece_bytes() {
+        assert_eq!(sentencepiece_byte("<0x0A>"), Some(b'\n'));
+        assert_eq!(sentencepiece_byte("<0xFF>"), Some(0xff));
+        assert_eq!(sentencepiece_byte("<0x0>"), None);
+        assert_eq!(sentencepiece_byte("hello"), None);
+    }
+}

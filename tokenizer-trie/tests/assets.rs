@@ -1,0 +1,142 @@
+//! On every asset tokenizer (scripts/fetch-assets): the bytes of `encode(text)` concatenate
+//! back to `text`, special tokens stay out of the trie, and the trie holds every text token.
+//! Skipped (with a note) when the assets have not been fetched.
+
+use corral_trie::{ByteEncoding, TokenTrie, Vocabulary, continuation_tokenizer, new_mask};
+use std::path::PathBuf;
+
+fn asset(name: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/tokenizers")
+        .join(name)
+        .join("tokenizer.json");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "{} missing (run scripts/fetch-assets): skipping",
+            p.display()
+        );
+        None
+    }
+}
+
+const CORPUS: &[&str] = &[
+    "Hello, world! The quick brown fox jumps over the lazy dog.",
+    "{\"name\": \"Zoë\", \"age\": 42, \"tags\": [\"a\", \"b\"], \"ok\": true}",
+    "Café crème brûlée, naïve façade, Ångström, Øresund, Straße",
+    "日本語のテキストと中文文本，还有한국어 텍스트。",
+    "Emoji: 😀🎉👩‍👩‍👧 🇫🇷 ✔️ and symbols ∑∫√≠ ⟨x⟩",
+    "    indented\n\n\n\ttabs\t\tand   runs     of      spaces  \r\n",
+    "fn main() {\n    println!(\"{}\", 1 + 2 * 3);\n}\n",
+    "x",
+    " leading space and trailing space ",
+    "\u{00a0}non-breaking\u{2009}thin\u{200b}zero-width",
+    "1234567890 3.14159 -2.5e-10 0x1F",
+];
+
+fn check(name: &str, encoding: ByteEncoding, specials: &[&str]) {
+    let Some(path) = asset(name) else { return };
+    let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+    let t0 = std::time::Instant::now();
+    let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
+    let t1 = std::time::Instant::now();
+    let trie = TokenTrie::new(&vocab);
+    let t2 = std::time::Instant::now();
+    eprintln!(
+        "{name}: {} ids, {} special, vocabulary {:?}, trie {:?} ({} nodes, {:.1} MiB)",
+        vocab.len(),
+        vocab.special_tokens().len(),
+        t1 - t0,
+        t2 - t1,
+        trie.nodes().len(),
+        trie.memory_usage() as f64 / (1 << 20) as f64
+    );
+    assert_eq!(vocab.encoding(), encoding);
+    for s in specials {
+        let id = vocab
+            .token_by_text(s)
+            .unwrap_or_else(|| panic!("{name}: no {s}"));
+        assert!(vocab.is_special(id), "{name}: {s} should be special");
+        assert!(vocab.token_bytes(id).is_none());
+    }
+    // Every text token is in the trie: walking with an accept-all recognizer marks them all.
+    struct All;
+    impl corral_trie::ByteRecognizer for All {
+        fn push(&mut self, _: u8) -> bool {
+            true
+        }
+        fn pop(&mut self, _: usize) {}
+    }
+    let mut mask = new_mask(vocab.len() + 7);
+    trie.walk(&mut All, &mut mask);
+    assert_eq!(
+        mask.count_ones(..),
+        vocab.text_tokens().count(),
+        "{name}: trie holds every text token"
+    );
+    let cont = continuation_tokenizer(&tok);
+    for text in CORPUS {
+        let enc = cont.encode(*text, false).unwrap();
+        let bytes = vocab.decode_bytes(enc.get_ids());
+        assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            *text,
+            "{name}: round trip of {text:?}"
+        );
+    }
+}
+
+#[test]
+fn llama3_1() {
+    check(
+        "llama3_1",
+        ByteEncoding::ByteLevel,
+        &["<|eot_id|>", "<|begin_of_text|>", "<|start_header_id|>"],
+    );
+}
+
+#[test]
+fn qwen3() {
+    check(
+        "qwen3",
+        ByteEncoding::ByteLevel,
+        &["<|im_end|>", "<|endoftext|>"],
+    );
+    // Qwen3's <think> is an added token but not special: it is text, in the trie.
+    if let Some(path) = asset("qwen3") {
+        let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+        let id = vocab.token_by_text("<think>").unwrap();
+        assert_eq!(vocab.token_bytes(id), Some(&b"<think>"[..]));
+    }
+}
+
+#[test]
+fn gptoss() {
+    check(
+        "gptoss",
+        ByteEncoding::ByteLevel,
+        &[
+            "<|channel|>",
+            "<|message|>",
+            "<|return|>",
+            "<|start|>",
+            "<|end|>",
+        ],
+    );
+}
+
+#[test]
+fn llama2() {
+    check("llama2", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
+    if let Some(path) = asset("llama2") {
+        // The plain tokenizer prepends a space (SentencePiece's dummy prefix); byte fallback
+        // tokens are single raw bytes.
+        let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
+        let enc = tok.encode("x", false).unwrap();
+        assert_eq!(vocab.decode_bytes(enc.get_ids()), b" x");
+        let id = tok.token_to_id("<0x0A>").unwrap();
+        assert_eq!(vocab.token_bytes(id), Some(&b"\n"[..]));
+    }
+}
