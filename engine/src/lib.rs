@@ -1,4 +1,37 @@
 //! # corral-engine
 //!
-//! Joins a compiled grammar with a token trie: the `RobustConstrainedAdapter` (token masks),
-//! sampling, the generation loop and the stream splitter. (Being built: issues 3-5.)
+//! Joins a compiled grammar (corral-grammar) with a model's tokens (corral-trie).
+//!
+//! - [`Constraint`]: a grammar bound to a [`corral_trie::TokenSpace`], with the per-lexeme-
+//!   state token caches ([`lexcache`]) that all its adapters share.
+//! - [`RobustConstrainedAdapter`]: per decoding step, `compute_mask` then `step_with_token`;
+//!   also `rollback`, `fork`, `forced_bytes` for jump-forward, and `state_info`.
+//!
+//! ```
+//! use corral_engine::{Constraint, RobustConstrainedAdapter};
+//! use corral_grammar::{CompileOptions, compile_gbnf};
+//! use corral_trie::{TokenSpace, Vocabulary};
+//! use std::sync::Arc;
+//!
+//! // A tiny vocabulary: 0 "{", 1 "}", 2 "\"a\"", 3 ":", 4 "1", 5 "\"", 6 "a", 7 EOS.
+//! let words: [&[u8]; 7] = [b"{", b"}", b"\"a\"", b":", b"1", b"\"", b"a"];
+//! let vocab = Vocabulary::from_parts(
+//!     words.iter().enumerate().map(|(i, w)| (i as u32, w.to_vec())),
+//!     [(7, "</s>".to_string())],
+//! );
+//! let space = Arc::new(TokenSpace::new(vocab, Some(16), vec![7]));
+//! let g = compile_gbnf(r#"root ::= "{" "\"a\"" ":" [0-9]+ "}""#, &CompileOptions::default())?;
+//! let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
+//! assert_eq!(a.allowed_token_ids()?, vec![0]);
+//! a.step_with_token(0)?;
+//! // `"a"` as one token, or `"` then `a`: every tokenization is allowed.
+//! assert_eq!(a.allowed_token_ids()?, vec![2, 5]);
+//! a.step_with_tokens(&[5, 6, 5, 3, 4, 1])?;
+//! assert_eq!(a.allowed_token_ids()?, vec![7]); // only EOS
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod adapter;
+pub mod lexcache;
+
+pub use adapter::{AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo};

@@ -100,6 +100,8 @@ struct SetInfo {
     uid: u64,
     /// Bytes that can start one of `lexemes` (256-bit set).
     first: [u64; 4],
+    /// Byte position where the set was built.
+    pos: u64,
     accepting: bool,
     /// Some item waits for a token reference.
     tokens: bool,
@@ -271,8 +273,15 @@ impl Recognizer {
     /// The lexer runs alive now (partial lexemes, and lexemes expected from here at their
     /// start states).
     pub fn runs(&self) -> Vec<Run> {
-        let top = self.c.frames.last().expect("at least one frame");
         let mut out = Vec::new();
+        self.runs_into(&mut out);
+        out
+    }
+
+    /// [`Recognizer::runs`] into a reused buffer (cleared first).
+    pub fn runs_into(&self, out: &mut Vec<Run>) {
+        out.clear();
+        let top = self.c.frames.last().expect("at least one frame");
         for &r in &self.c.runs[top.runs_start as usize..] {
             if r.lexeme == PENDING {
                 let info = &self.c.sets[r.set as usize];
@@ -287,7 +296,11 @@ impl Recognizer {
                 out.push(r);
             }
         }
-        out
+    }
+
+    /// The byte position where Earley set `set` was built (where a run from it started).
+    pub fn set_position(&self, set: u32) -> u64 {
+        self.c.sets[set as usize].pos
     }
 
     /// The token references that can come next.
@@ -390,6 +403,10 @@ impl Recognizer {
             .current_set()
             .filter(|&s| self.c.sets[s as usize].tokens);
         let Some(unit_set) = unit_set else {
+            // A token without bytes (a special token) can only match a token reference.
+            if bytes.is_empty() {
+                return Ok(false);
+            }
             return self.push_bytes_all_or_nothing(bytes);
         };
         // The byte branch may die inside the token while the token branch lives, so the
@@ -468,7 +485,7 @@ impl Chart {
         for it in &self.items {
             accepting |= it.dot == g.accept_dot;
         }
-        self.finish_set(g, 0, accepting, tokens);
+        self.finish_set(g, 0, accepting, tokens, 0);
         self.frames.push(Frame {
             runs_start: 0,
             sets_len: 1,
@@ -574,7 +591,7 @@ impl Chart {
             self.drop_unreferenced_set(prev, new_start);
         }
         let built = if !self.s.events.is_empty() || unit.is_some() {
-            match self.build_set(g, unit) {
+            match self.build_set(g, unit, prev.pos + bytes) {
                 Ok(b) => b,
                 Err(e) => {
                     self.runs.truncate(new_start);
@@ -745,9 +762,10 @@ impl Chart {
         &mut self,
         g: &Grammar,
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        pos: u64,
     ) -> Result<bool, RecognizeError> {
         if unit.is_some() || self.s.events.len() != 1 {
-            return self.build_set_uncached(g, unit);
+            return self.build_set_uncached(g, unit, pos);
         }
         let (j, lex) = self.s.events[0];
         let from_uid = self.sets[j as usize].uid;
@@ -772,11 +790,12 @@ impl Chart {
             self.sets.push(SetInfo {
                 uid: self.next_uid,
                 owns: false,
+                pos,
                 ..src
             });
             return Ok(true);
         }
-        if !self.build_set_uncached(g, None)? {
+        if !self.build_set_uncached(g, None, pos)? {
             return Ok(false);
         }
         let built = self.sets.len() - 1;
@@ -794,6 +813,7 @@ impl Chart {
         &mut self,
         g: &Grammar,
         unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        pos: u64,
     ) -> Result<bool, RecognizeError> {
         let items_start = self.items.len();
         let leo_start = self.leo.len();
@@ -891,12 +911,12 @@ impl Chart {
                 ));
             }
         }
-        self.finish_set(g, items_start, accepting, tokens);
+        self.finish_set(g, items_start, accepting, tokens, pos);
         Ok(true)
     }
 
     /// Computes the new set's Leo items, records it, and starts its lexer runs.
-    fn finish_set(&mut self, g: &Grammar, items_start: usize, accepting: bool, tokens: bool) {
+    fn finish_set(&mut self, g: &Grammar, items_start: usize, accepting: bool, tokens: bool, pos: u64) {
         let idx = self.sets.len() as u32;
         let leo_start = self.leo.len();
         let s = &mut self.s;
@@ -973,6 +993,7 @@ impl Chart {
             leo: (leo_start as u32, self.leo.len() as u32),
             lexemes: (lex_start as u32, self.set_lex.len() as u32),
             first,
+            pos,
             owns: true,
             source: (u64::MAX, LexemeId(0)),
             uid: self.next_uid,

@@ -30,10 +30,12 @@
 //! assert_eq!(mask.ones().collect::<Vec<_>>(), vec![0, 1]);
 //! ```
 
+pub mod space;
 pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
+pub use space::TokenSpace;
 pub use trie::{ByteRecognizer, NO_TOKEN, Node, TokenTrie};
 pub use vocab::{ByteEncoding, Vocabulary, continuation_tokenizer};
 

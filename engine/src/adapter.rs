@@ -1,0 +1,471 @@
+//! The `RobustConstrainedAdapter`: a grammar's recognizer joined with a model's tokens.
+//!
+//! Per decoding step, in the seeds' terms:
+//! 1. [`RobustConstrainedAdapter::compute_mask`] fills a bitset with every token that can
+//!    come next: for each lexer run (a partial lexeme, the seeds' "partial match") the
+//!    cached token sets of its DFA state, plus walks of the small suffix tries where the
+//!    lexeme can end inside a token; token references by id; EOS and stop tokens exactly
+//!    when the grammar accepts.
+//! 2. The caller samples a token from the masked logits.
+//! 3. [`RobustConstrainedAdapter::step_with_token`] feeds it; a token the grammar cannot
+//!    take is a typed error that changes nothing.
+//!
+//! Every tokenization of a valid output is allowed, not only the canonical one: the mask is
+//! a property of bytes, computed against the trie of all tokens. A token may end inside a
+//! lexeme (the DFA state carries over) or span several lexemes (the recognizer completes one
+//! and starts the next inside the token).
+//!
+//! Errors are sticky: after a recognizer limit or an internal failure, every call returns
+//! the same error. A rejected token is not an error of the adapter's state: it returns
+//! [`AdapterError::TokenNotAllowed`] and the adapter stays usable.
+
+use crate::lexcache::LexCache;
+use corral_grammar::ast::{TokenAst, TokenTarget};
+use corral_grammar::{Grammar, RecognizeError, Recognizer, Run, TokenRefId};
+use corral_trie::{ByteRecognizer, FixedBitSet, TokenSpace};
+use std::sync::Arc;
+
+/// A grammar bound to a token space, with the caches every adapter of it shares.
+#[derive(Debug)]
+pub struct Constraint {
+    grammar: Arc<Grammar>,
+    space: Arc<TokenSpace>,
+    cache: LexCache,
+    /// Token references resolved to ids (`None`: names no token of this vocabulary).
+    refs: Vec<Option<u32>>,
+}
+
+impl Constraint {
+    pub fn new(grammar: Arc<Grammar>, space: Arc<TokenSpace>) -> Arc<Constraint> {
+        let refs = grammar
+            .token_refs()
+            .iter()
+            .map(|t| match &t.target {
+                TokenTarget::Id(id) => Some(*id),
+                TokenTarget::Text(name) => space.vocab().token_by_text(name),
+            })
+            .collect();
+        Arc::new(Constraint {
+            cache: LexCache::new(&grammar),
+            grammar,
+            space,
+            refs,
+        })
+    }
+
+    pub fn grammar(&self) -> &Arc<Grammar> {
+        &self.grammar
+    }
+
+    pub fn space(&self) -> &Arc<TokenSpace> {
+        &self.space
+    }
+
+    /// `(lexeme, state)` token sets computed so far (for benches and stats).
+    pub fn cached_states(&self) -> usize {
+        self.cache.computed()
+    }
+
+    /// Whether token `id` satisfies token reference `r`.
+    fn ref_matches(&self, r: TokenRefId, id: u32) -> bool {
+        let ast: &TokenAst = &self.grammar.token_refs()[r.0 as usize];
+        match self.refs[r.0 as usize] {
+            Some(target) => (target == id) != ast.negated,
+            None => ast.negated,
+        }
+    }
+}
+
+/// Why the adapter refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdapterError {
+    #[error("token {token} is not allowed at byte {position}")]
+    TokenNotAllowed { token: u32, position: u64 },
+    #[error("token {token} is outside the vocabulary (mask width {width})")]
+    UnknownToken { token: u32, width: usize },
+    #[error("the grammar cannot continue and does not accept at byte {position} (no token can produce what it needs)")]
+    NoContinuation { position: u64 },
+    #[error("generation already ended with an end-of-sequence token")]
+    Finished,
+    #[error(transparent)]
+    Limit(#[from] RecognizeError),
+}
+
+/// One partial lexeme, for [`StateInfo`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartialLexeme {
+    /// The lexeme's source text or rule name.
+    pub lexeme: String,
+    /// The bytes it has matched so far.
+    pub matched: Vec<u8>,
+    /// Whether it could end right here.
+    pub can_end: bool,
+}
+
+/// What the adapter is doing, for debugging (the seeds' `get_current_state_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateInfo {
+    /// Bytes of output so far.
+    pub position: u64,
+    /// Tokens consumed so far.
+    pub tokens: usize,
+    pub accepting: bool,
+    /// Lexemes under way (already matched at least one byte).
+    pub partial_lexemes: Vec<PartialLexeme>,
+    /// Terminals that can start here: lexemes (by source text) and token references.
+    pub allowed_terminals: Vec<String>,
+}
+
+/// The adapter. See the module docs.
+#[derive(Clone, Debug)]
+pub struct RobustConstrainedAdapter {
+    c: Arc<Constraint>,
+    rec: Recognizer,
+    /// Recognizer frames pushed by each consumed token (0 for EOS).
+    steps: Vec<u32>,
+    /// The output so far (for `state_info`).
+    output: Vec<u8>,
+    finished: bool,
+    error: Option<AdapterError>,
+    runs: Vec<Run>,
+}
+
+/// Drives the grammar's recognizer from the trie walk, keeping the first error.
+struct Walker<'a> {
+    rec: &'a mut Recognizer,
+    error: Option<RecognizeError>,
+}
+
+impl ByteRecognizer for Walker<'_> {
+    #[inline]
+    fn push(&mut self, byte: u8) -> bool {
+        match self.rec.push_byte(byte) {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                false
+            }
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self, n: usize) {
+        self.rec.pop(n);
+    }
+}
+
+impl RobustConstrainedAdapter {
+    /// An adapter at the start of the output.
+    pub fn new(c: Arc<Constraint>) -> RobustConstrainedAdapter {
+        let rec = Recognizer::new(c.grammar.clone());
+        RobustConstrainedAdapter {
+            c,
+            rec,
+            steps: Vec::new(),
+            output: Vec::new(),
+            finished: false,
+            error: None,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Shortcut: bind `grammar` to `space` and start an adapter (the constraint's caches are
+    /// then private to this adapter and its forks).
+    pub fn from_parts(grammar: Arc<Grammar>, space: Arc<TokenSpace>) -> RobustConstrainedAdapter {
+        RobustConstrainedAdapter::new(Constraint::new(grammar, space))
+    }
+
+    pub fn constraint(&self) -> &Arc<Constraint> {
+        &self.c
+    }
+
+    /// A cheap copy to explore another continuation (caches are shared).
+    pub fn fork(&self) -> RobustConstrainedAdapter {
+        self.clone()
+    }
+
+    fn check(&self) -> Result<(), AdapterError> {
+        match &self.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn fail<T>(&mut self, e: AdapterError) -> Result<T, AdapterError> {
+        self.error = Some(e.clone());
+        Err(e)
+    }
+
+    /// An empty mask of the right width.
+    pub fn new_mask(&self) -> FixedBitSet {
+        FixedBitSet::with_capacity(self.c.space.width())
+    }
+
+    /// Fills `mask` (cleared and grown to the logit width) with the tokens allowed next.
+    pub fn compute_mask(&mut self, mask: &mut FixedBitSet) -> Result<(), AdapterError> {
+        self.check()?;
+        let width = self.c.space.width();
+        if mask.len() < width {
+            mask.grow(width);
+        }
+        mask.clear();
+        if self.finished {
+            return Ok(());
+        }
+        let c = self.c.clone();
+        let (g, space) = (&c.grammar, &c.space);
+        self.rec.runs_into(&mut self.runs);
+        let mut walker = Walker {
+            rec: &mut self.rec,
+            error: None,
+        };
+        for &run in &self.runs {
+            let sets = c.cache.get(g, space, run.lexeme, run.state);
+            mask.union_with(&sets.inside);
+            for (end_state, suffixes) in &sets.endings {
+                match walker.rec.push_lexeme_end(run, *end_state) {
+                    Ok(true) => {
+                        suffixes.walk(&mut walker, mask);
+                        walker.rec.pop(1);
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        walker.error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        if let Some(e) = walker.error {
+            return self.fail(e.into());
+        }
+        let refs = self.rec.expected_tokens();
+        if !refs.is_empty() {
+            let vocab_len = space.vocab().len().min(width);
+            for r in refs {
+                let t = &g.token_refs()[r.0 as usize];
+                match (t.negated, c.refs[r.0 as usize]) {
+                    (false, Some(id)) if (id as usize) < width => mask.insert(id as usize),
+                    (false, _) => {}
+                    (true, except) => {
+                        for id in 0..vocab_len {
+                            if Some(id as u32) != except && !space.eos().contains(&(id as u32)) {
+                                mask.insert(id);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if self.rec.is_accepting() {
+            for &e in space.eos() {
+                if (e as usize) < width {
+                    mask.insert(e as usize);
+                }
+            }
+        }
+        if mask.is_clear() {
+            let position = self.rec.position();
+            return self.fail(AdapterError::NoContinuation { position });
+        }
+        Ok(())
+    }
+
+    /// The allowed tokens as a list (convenience over [`Self::compute_mask`]).
+    pub fn allowed_token_ids(&mut self) -> Result<Vec<u32>, AdapterError> {
+        let mut mask = self.new_mask();
+        self.compute_mask(&mut mask)?;
+        Ok(mask.ones().map(|i| i as u32).collect())
+    }
+
+    /// Feeds a sampled token. Not allowed: [`AdapterError::TokenNotAllowed`], nothing
+    /// changes. An EOS/stop token is taken only when the grammar accepts; it ends the output.
+    pub fn step_with_token(&mut self, token: u32) -> Result<(), AdapterError> {
+        self.check()?;
+        if self.finished {
+            return Err(AdapterError::Finished);
+        }
+        let width = self.c.space.width();
+        if token as usize >= width {
+            return Err(AdapterError::UnknownToken { token, width });
+        }
+        let position = self.rec.position();
+        if self.c.space.eos().contains(&token) {
+            if self.rec.is_accepting() {
+                self.finished = true;
+                self.steps.push(0);
+                return Ok(());
+            }
+            return Err(AdapterError::TokenNotAllowed { token, position });
+        }
+        let c = self.c.clone();
+        let bytes = c.space.vocab().token_bytes(token).unwrap_or(&[]);
+        let before = self.rec.depth();
+        match self.rec.push_token(bytes, &|r| c.ref_matches(r, token)) {
+            Ok(true) => {
+                self.steps.push((self.rec.depth() - before) as u32);
+                self.output.extend_from_slice(bytes);
+                Ok(())
+            }
+            Ok(false) => Err(AdapterError::TokenNotAllowed { token, position }),
+            Err(e) => self.fail(e.into()),
+        }
+    }
+
+    /// Feeds several tokens; stops at the first refusal.
+    pub fn step_with_tokens(&mut self, tokens: &[u32]) -> Result<(), AdapterError> {
+        tokens.iter().try_for_each(|&t| self.step_with_token(t))
+    }
+
+    /// Whether the output so far is complete (EOS would be allowed).
+    pub fn is_accepting(&self) -> bool {
+        self.error.is_none() && (self.finished || self.rec.is_accepting())
+    }
+
+    /// Whether an EOS/stop token ended the output.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Tokens consumed.
+    pub fn tokens_consumed(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// The output bytes so far.
+    pub fn output(&self) -> &[u8] {
+        &self.output
+    }
+
+    /// Undoes the last `n` tokens (fewer if fewer were consumed). Clears a sticky error
+    /// only if it is rolled back past, which it is not: errors stay.
+    pub fn rollback(&mut self, n: usize) -> Result<(), AdapterError> {
+        self.check()?;
+        for _ in 0..n.min(self.steps.len()) {
+            let frames = self.steps.pop().expect("checked") as usize;
+            if frames == 0 && self.finished {
+                self.finished = false;
+                continue;
+            }
+            let pos_before = self.rec.position();
+            self.rec.pop(frames);
+            let drop = (pos_before - self.rec.position()) as usize;
+            self.output.truncate(self.output.len() - drop);
+        }
+        Ok(())
+    }
+
+    /// The byte string the grammar forces next (every byte is the only one possible, and
+    /// the grammar does not accept before it ends). Empty if the next byte is free.
+    pub fn forced_bytes(&mut self) -> Result<Vec<u8>, AdapterError> {
+        self.check()?;
+        const MAX_FORCED: usize = 4096;
+        let mut out = Vec::new();
+        let g = self.c.grammar.clone();
+        while out.len() < MAX_FORCED && !self.finished && !self.rec.is_accepting() && self.rec.expected_tokens().is_empty() {
+            // A byte can be pushed iff some run's DFA stays alive on it.
+            self.rec.runs_into(&mut self.runs);
+            let mut only: Option<u8> = None;
+            let mut several = false;
+            'bytes: for b in 0..=255u8 {
+                for r in &self.runs {
+                    if g.lexeme(r.lexeme).dfa.next(r.state, b) != corral_grammar::DEAD {
+                        if only.is_some() {
+                            several = true;
+                            break 'bytes;
+                        }
+                        only = Some(b);
+                        break;
+                    }
+                }
+            }
+            let Some(b) = only.filter(|_| !several) else { break };
+            match self.rec.push_byte(b) {
+                Ok(true) => out.push(b),
+                Ok(false) => break,
+                Err(e) => {
+                    self.rec.pop(out.len());
+                    return self.fail(e.into());
+                }
+            }
+        }
+        self.rec.pop(out.len());
+        Ok(out)
+    }
+
+    /// Tokens for [`Self::forced_bytes`]: greedily the longest token that is a prefix of what
+    /// is left (each is therefore allowed). Canonical tokenization is the caller's choice.
+    pub fn forced_tokens(&mut self) -> Result<Vec<u32>, AdapterError> {
+        let bytes = self.forced_bytes()?;
+        let trie = self.c.space.trie();
+        let nodes = trie.nodes();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            // Follow the trie along bytes[at..], remembering the deepest token.
+            let mut best: Option<(usize, u32)> = None;
+            let mut i = 1;
+            let mut depth = 0;
+            while i < nodes.len() && at + depth < bytes.len() {
+                let n = nodes[i];
+                if n.depth as usize != depth + 1 {
+                    break;
+                }
+                if n.byte == bytes[at + depth] {
+                    depth += 1;
+                    if n.token != corral_trie::NO_TOKEN {
+                        best = Some((depth, n.token));
+                    }
+                    i += 1;
+                } else {
+                    i += n.subtree as usize;
+                }
+            }
+            match best {
+                Some((len, t)) => {
+                    out.push(t);
+                    at += len;
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the adapter is doing: position, partial lexemes, allowed terminals.
+    pub fn state_info(&self) -> StateInfo {
+        let g = &self.c.grammar;
+        let position = self.rec.position();
+        let mut partial_lexemes = Vec::new();
+        let mut allowed_terminals = Vec::new();
+        for run in self.rec.runs() {
+            let lex = g.lexeme(run.lexeme);
+            let start = self.rec.set_position(run.set) as usize;
+            if start < position as usize {
+                partial_lexemes.push(PartialLexeme {
+                    lexeme: lex.display.clone(),
+                    matched: self.output[start..].to_vec(),
+                    can_end: lex.dfa.is_accepting(run.state),
+                });
+            } else {
+                allowed_terminals.push(lex.display.clone());
+            }
+        }
+        for r in self.rec.expected_tokens() {
+            let t = &g.token_refs()[r.0 as usize];
+            let name = match &t.target {
+                TokenTarget::Id(id) => format!("<[{id}]>"),
+                TokenTarget::Text(s) => s.clone(),
+            };
+            allowed_terminals.push(if t.negated { format!("!{name}") } else { name });
+        }
+        allowed_terminals.sort();
+        allowed_terminals.dedup();
+        StateInfo {
+            position,
+            tokens: self.steps.len(),
+            accepting: self.is_accepting(),
+            partial_lexemes,
+            allowed_terminals,
+        }
+    }
+}

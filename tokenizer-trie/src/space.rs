@@ -1,0 +1,68 @@
+//! [`TokenSpace`]: everything about a model's tokens that constraining needs, built once per
+//! tokenizer and shared (`Arc`) by every constraint that uses it.
+
+use crate::TrieError;
+use crate::trie::TokenTrie;
+use crate::vocab::Vocabulary;
+use std::path::Path;
+
+/// A vocabulary, its trie, the logit width, and the end-of-generation tokens.
+#[derive(Clone, Debug)]
+pub struct TokenSpace {
+    vocab: Vocabulary,
+    trie: TokenTrie,
+    width: usize,
+    eos: Vec<u32>,
+}
+
+impl TokenSpace {
+    /// `width` is the model's logit count (at least the vocabulary size; padded embeddings
+    /// make it larger, e.g. Qwen3's 151,936 logits for 151,669 tokens). `eos` are the tokens
+    /// that end generation; they are allowed exactly when the grammar accepts.
+    pub fn new(vocab: Vocabulary, width: Option<usize>, eos: Vec<u32>) -> TokenSpace {
+        let trie = TokenTrie::new(&vocab);
+        let width = width.unwrap_or(vocab.len()).max(vocab.len());
+        TokenSpace { vocab, trie, width, eos }
+    }
+
+    /// From a Hugging Face `tokenizer.json`, with the usual end-of-generation token.
+    pub fn from_tokenizer_json(path: &Path) -> Result<TokenSpace, TrieError> {
+        let vocab = Vocabulary::from_tokenizer_json(path)?;
+        let eos = vocab.default_eos().into_iter().collect();
+        Ok(TokenSpace::new(vocab, None, eos))
+    }
+
+    pub fn vocab(&self) -> &Vocabulary {
+        &self.vocab
+    }
+
+    pub fn trie(&self) -> &TokenTrie {
+        &self.trie
+    }
+
+    /// Width of masks (the model's logit count).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// End-of-generation and stop tokens.
+    pub fn eos(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Adds stop tokens (allowed, like EOS, exactly when the grammar accepts).
+    pub fn with_stop_tokens(mut self, stops: impl IntoIterator<Item = u32>) -> TokenSpace {
+        for s in stops {
+            if !self.eos.contains(&s) {
+                self.eos.push(s);
+            }
+        }
+        self
+    }
+
+    /// Sets the logit width (never below the vocabulary size).
+    pub fn with_width(mut self, width: usize) -> TokenSpace {
+        self.width = width.max(self.vocab.len());
+        self
+    }
+}
