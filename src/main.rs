@@ -27,6 +27,9 @@ struct Cli {
 enum Command {
     /// Check whether an input is in a grammar's language (exit 0 yes, 1 no, 2 error).
     Match(MatchArgs),
+    /// Replay tokenizations of a text through the constraint (exit 0 all accepted, 1 a
+    /// token was refused, 2 bad arguments or grammar).
+    Replay(replay::ReplayArgs),
 }
 
 #[derive(clap::Args)]
@@ -45,8 +48,10 @@ struct MatchArgs {
     quiet: bool,
 }
 
+mod replay;
+
 /// An error that decides the exit code.
-enum Failure {
+pub(crate) enum Failure {
     /// Exit 1: a definite "no".
     NotInLanguage,
     /// Exit 2: anything else.
@@ -63,6 +68,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Match(args) => run_match(&args),
+        Command::Replay(args) => replay::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,7 +80,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_grammar(path: &Path, start: &str) -> Result<Arc<Grammar>> {
+pub(crate) fn load_grammar(path: &Path, start: &str) -> Result<Arc<Grammar>> {
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot read grammar {}", path.display()))?;
     let opts = CompileOptions::default()

@@ -154,6 +154,18 @@ impl ByteRecognizer for Walker<'_> {
     }
 }
 
+/// Puts the recognizer just after `run`'s lexeme ends in `end_state`; false if that is
+/// not possible (or failed: the error is kept in the walker).
+fn push_end(walker: &mut Walker<'_>, run: Run, end_state: u32) -> bool {
+    match walker.rec.push_lexeme_end(run, end_state) {
+        Ok(ok) => ok,
+        Err(e) => {
+            walker.error.get_or_insert(e);
+            false
+        }
+    }
+}
+
 impl RobustConstrainedAdapter {
     /// An adapter at the start of the output.
     pub fn new(c: Arc<Constraint>) -> RobustConstrainedAdapter {
@@ -222,17 +234,28 @@ impl RobustConstrainedAdapter {
         for &run in &self.runs {
             let sets = c.cache.get(g, space, run.lexeme, run.state);
             mask.union_with(&sets.inside);
-            for (end_state, suffixes) in &sets.endings {
-                match walker.rec.push_lexeme_end(run, *end_state) {
-                    Ok(true) => {
-                        suffixes.walk(&mut walker, mask);
-                        walker.rec.pop(1);
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        walker.error.get_or_insert(e);
-                    }
+            // Where the lexeme can end inside a token: continue from there with the
+            // recognizer just after the lexeme's end (one push per distinct end state).
+            for (end_state, suffixes) in &sets.suffixes {
+                if push_end(&mut walker, run, *end_state) {
+                    suffixes.walk(&mut walker, mask);
+                    walker.rec.pop(1);
                 }
+            }
+            let trie = space.trie();
+            let nodes = trie.nodes();
+            let mut k = 0;
+            while k < sets.subtrees.len() {
+                let end_state = sets.subtrees[k].0;
+                let group_end = k + sets.subtrees[k..].iter().take_while(|e| e.0 == end_state).count();
+                if push_end(&mut walker, run, end_state) {
+                    for &(_, node) in &sets.subtrees[k..group_end] {
+                        let (node, n) = (node as usize, nodes[node as usize]);
+                        trie.walk_range(&mut walker, mask, node + 1, node + n.subtree as usize, n.depth as usize);
+                    }
+                    walker.rec.pop(1);
+                }
+                k = group_end;
             }
         }
         if let Some(e) = walker.error {

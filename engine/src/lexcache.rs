@@ -7,30 +7,41 @@
 //! - `inside`: the tokens all of whose bytes the DFA accepts (it may pass through accepting
 //!   states on the way, it only must not die). Such a token is allowed whatever the Earley
 //!   state is: the lexeme simply goes on (or ends exactly at the token's end).
-//! - `endings`: the tokens on which the DFA dies, but only after passing an accepting state
-//!   at some byte `k`. Such a token is allowed iff the grammar can continue after the lexeme
-//!   ends at `k` with the token's remaining bytes. Grouped by the DFA state at the *first*
-//!   such `k` (later ends are reached from there), the remaining bytes of each group form a
-//!   small trie of suffixes.
+//! - endings: where the DFA first accepts on a trie path (the lexeme can end there), with
+//!   the DFA state at that point. A token below such a node that the DFA then kills is
+//!   allowed iff the grammar can continue after the lexeme ends there with the token's
+//!   remaining bytes; that depends on the Earley state, so it is not cached: the mask walks
+//!   those remaining bytes with the recognizer placed just after the lexeme's end
+//!   ([`corral_grammar::Recognizer::push_lexeme_end`]). Only the first accepting node on a
+//!   path counts (deeper ends are reached from it). Two forms:
+//!   - `suffixes`: for ending nodes with small subtrees (inside a JSON string: every token
+//!     holding a closing quote, `abc",`), the remaining bytes of the tokens the DFA kills,
+//!     merged into one small trie per end state, so `",` is walked once for all of them;
+//!   - `subtrees`: ending nodes with large subtrees (a space after which anything may
+//!     follow) are walked in place in the main trie; the recognizer prunes them at their
+//!     first bytes.
 //!
 //! Tokens the DFA kills before any accepting state are never allowed through this lexeme.
-//! The mask for a run is `inside`, plus, for each ending group, a walk of its suffix trie
-//! by the recognizer placed just after the lexeme's end. That walk visits a few hundred
-//! nodes where the full trie has hundreds of thousands. (llguidance's "slicer" and
-//! XGrammar's "context-independent tokens" are published forms of the same idea.)
+//! (llguidance's "slicer" and XGrammar's "context-independent tokens" are published forms
+//! of the same idea.)
 
 use corral_grammar::{Grammar, LexemeDfa, LexemeId};
 use corral_grammar::DEAD;
-use corral_trie::{FixedBitSet, NO_TOKEN, TokenSpace, TokenTrie};
+use corral_trie::{FixedBitSet, TokenSpace, TokenTrie};
 use std::sync::{Arc, OnceLock};
 
 /// The token sets of one `(lexeme, DFA state)`. See the module docs.
 #[derive(Debug)]
 pub struct LexTokens {
     pub inside: FixedBitSet,
-    /// `(DFA state where the lexeme first ends, trie of the remaining bytes)`.
-    pub endings: Vec<(u32, TokenTrie)>,
+    /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
+    pub suffixes: Vec<(u32, TokenTrie)>,
+    /// `(end state, main-trie node)`: walk the node's subtree in place. Sorted by state.
+    pub subtrees: Vec<(u32, u32)>,
 }
+
+/// Ending nodes with at most this many nodes below them are merged into suffix tries.
+const MERGE_SUBTREE: u32 = 256;
 
 /// Lazily filled `(lexeme, state) -> LexTokens`, shared by every adapter of one constraint.
 #[derive(Debug)]
@@ -63,60 +74,70 @@ impl LexCache {
 
 /// One walk of the whole trie with the DFA alone.
 fn compute(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> LexTokens {
+    const NONE: u32 = u32::MAX;
     let trie = space.trie();
     let nodes = trie.nodes();
     let vocab = space.vocab();
     let mut inside = FixedBitSet::with_capacity(space.width());
-    // endings[group] = (end state, entries)
+    let mut subtrees = Vec::new();
     let mut groups: Vec<(u32, Vec<(Vec<u8>, u32)>)> = Vec::new();
-    // Per depth on the current path: DFA state, and the first accepting point (depth, state).
+    // Per depth on the current path: the DFA state, and the first node below the root
+    // where the lexeme could end (NONE if none yet).
     let mut state_at: Vec<u32> = vec![start];
-    let mut accept_at: Vec<Option<(usize, u32)>> = vec![None];
+    let mut ended_at: Vec<u32> = vec![NONE];
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
         let d = n.depth as usize;
-        let q = state_at[d - 1];
-        let acc = accept_at[d - 1];
-        let next = dfa.next(q, n.byte);
+        let next = dfa.next(state_at[d - 1], n.byte);
+        let ended = ended_at[d - 1];
         if next == DEAD {
-            if let Some((k, end_state)) = acc {
-                // Every token in this subtree ends the lexeme at k, then needs the parser.
-                let group = match groups.iter().position(|g| g.0 == end_state) {
-                    Some(p) => p,
+            if ended != NONE && nodes[ended as usize].subtree <= MERGE_SUBTREE {
+                // The tokens below need the parser after the lexeme's end at `ended`.
+                let a = ended as usize;
+                let k = nodes[a].depth as usize;
+                let end_state = state_at[k];
+                let g = match groups.iter().position(|g| g.0 == end_state) {
+                    Some(g) => g,
                     None => {
                         groups.push((end_state, Vec::new()));
                         groups.len() - 1
                     }
                 };
                 for j in i..i + n.subtree as usize {
-                    if nodes[j].token != NO_TOKEN {
-                        for t in trie.tokens_at(j) {
-                            let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
-                            groups[group].1.push((bytes[k..].to_vec(), t));
-                        }
+                    for t in trie.tokens_at(j) {
+                        let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                        groups[g].1.push((bytes[k..].to_vec(), t));
                     }
                 }
             }
             i += n.subtree as usize;
             continue;
         }
-        let acc = acc.or_else(|| dfa.is_accepting(next).then_some((d, next)));
+        let mut here = ended;
+        if here == NONE && dfa.is_accepting(next) {
+            here = i as u32;
+            if n.subtree > MERGE_SUBTREE {
+                subtrees.push((next, i as u32));
+            }
+        }
         if state_at.len() <= d {
             state_at.push(next);
-            accept_at.push(acc);
+            ended_at.push(here);
         } else {
             state_at[d] = next;
-            accept_at[d] = acc;
+            ended_at[d] = here;
         }
         trie.mark(i, &mut inside);
         i += 1;
     }
+    subtrees.sort_unstable();
     LexTokens {
         inside,
-        endings: groups
+        suffixes: groups
             .into_iter()
             .map(|(state, entries)| (state, TokenTrie::from_entries(entries)))
             .collect(),
+        subtrees,
     }
 }

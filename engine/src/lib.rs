@@ -33,5 +33,6 @@
 
 pub mod adapter;
 pub mod lexcache;
+pub mod replay;
 
 pub use adapter::{AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo};

@@ -197,6 +197,56 @@ impl TokenTrie {
         }
     }
 
+    /// Every token that is a prefix of `text`: `(token, length)`, shortest first.
+    pub fn prefixes_of(&self, text: &[u8]) -> Vec<(u32, usize)> {
+        let nodes = &self.nodes;
+        let mut out = Vec::new();
+        let (mut i, mut depth) = (1, 0);
+        while i < nodes.len() && depth < text.len() {
+            let n = nodes[i];
+            if n.depth as usize != depth + 1 {
+                break;
+            }
+            if n.byte == text[depth] {
+                depth += 1;
+                out.extend(self.tokens_at(i).map(|t| (t, depth)));
+                i += 1;
+            } else {
+                i += n.subtree as usize;
+            }
+        }
+        out
+    }
+
+    /// A random segmentation of `text` into tokens of the trie (any split into tokens that
+    /// exist, not only the tokenizer's own), or `None` if there is none. `next_random` gives
+    /// uniform `u64`s.
+    pub fn random_segmentation(&self, text: &[u8], next_random: &mut dyn FnMut() -> u64) -> Option<Vec<u32>> {
+        // reachable[i]: text[i..] can be split into tokens.
+        let n = text.len();
+        let mut reachable = vec![false; n + 1];
+        reachable[n] = true;
+        for i in (0..n).rev() {
+            reachable[i] = self.prefixes_of(&text[i..]).iter().any(|&(_, len)| reachable[i + len]);
+        }
+        if !reachable[0] {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < n {
+            let options: Vec<(u32, usize)> = self
+                .prefixes_of(&text[at..])
+                .into_iter()
+                .filter(|&(_, len)| reachable[at + len])
+                .collect();
+            let (t, len) = options[(next_random() % options.len() as u64) as usize];
+            out.push(t);
+            at += len;
+        }
+        Some(out)
+    }
+
     /// The bytes of the prefix at node `i` (walks back up; for messages and tests).
     pub fn prefix(&self, i: usize) -> Vec<u8> {
         let mut out = vec![0u8; self.nodes[i].depth as usize];

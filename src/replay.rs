@@ -1,0 +1,132 @@
+//! `corral replay`: tokenize a text (canonically, or at random into any tokens that exist)
+//! and replay the tokens through the constraint, timing every mask. The last line of
+//! standard output is one JSON object; tooling relies on its field names.
+
+use crate::{Failure, load_grammar};
+use anyhow::{Context, anyhow};
+use clap::ValueEnum;
+use corral::engine::replay::{replay, stats};
+use corral::engine::Constraint;
+use corral::grammar::MatchOutcome;
+use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tokenization {
+    /// The tokenizer's own tokenization.
+    Canonical,
+    /// Random splits of the text into vocabulary tokens.
+    Random,
+}
+
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Hugging Face tokenizer.json.
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// GBNF grammar file.
+    #[arg(long, short = 'g')]
+    grammar: PathBuf,
+    /// Start rule.
+    #[arg(long, default_value = "root")]
+    start: String,
+    /// The text to tokenize and replay.
+    #[arg(long)]
+    text: PathBuf,
+    #[arg(long, value_enum, default_value = "canonical")]
+    tokenization: Tokenization,
+    /// Runs (random tokenization: each run a new segmentation).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Seed for random tokenizations.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// End-of-sequence token id (default: the tokenizer's usual one).
+    #[arg(long)]
+    eos: Option<u32>,
+}
+
+pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
+    let tok = tokenizers::Tokenizer::from_file(&args.tokenizer)
+        .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", args.tokenizer.display()))?;
+    let vocab = Vocabulary::from_tokenizer(&tok).map_err(anyhow::Error::from)?;
+    let eos = match args.eos.or_else(|| vocab.default_eos()) {
+        Some(e) => vec![e],
+        None => Err(anyhow!("the tokenizer has no usual end-of-sequence token; pass --eos ID"))?,
+    };
+    let space = Arc::new(TokenSpace::new(vocab, None, eos));
+    let t0 = Instant::now();
+    let grammar = load_grammar(&args.grammar, &args.start)?;
+    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let text = std::fs::read(&args.text).with_context(|| format!("cannot read text {}", args.text.display()))?;
+    if args.runs == 0 {
+        Err(anyhow!("--runs must be at least 1"))?;
+    }
+
+    let runs: Vec<Vec<u32>> = match args.tokenization {
+        Tokenization::Canonical => {
+            let s = std::str::from_utf8(&text).context("the text is not UTF-8, so it has no canonical tokenization")?;
+            let enc = continuation_tokenizer(&tok).encode(s, false).map_err(|e| anyhow!("tokenizing: {e}"))?;
+            let ids = enc.get_ids().to_vec();
+            if space.vocab().decode_bytes(&ids) != text {
+                Err(anyhow!("the tokenizer does not reproduce the text byte for byte (it normalizes it); use --tokenization random"))?;
+            }
+            vec![ids; args.runs]
+        }
+        Tokenization::Random => {
+            let mut x = args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            (0..args.runs)
+                .map(|_| {
+                    space
+                        .trie()
+                        .random_segmentation(&text, &mut next)
+                        .ok_or_else(|| anyhow!("the text cannot be split into tokens of this vocabulary"))
+                })
+                .collect::<anyhow::Result<_>>()?
+        }
+    };
+
+    let constraint = Constraint::new(grammar.clone(), space.clone());
+    let report = replay(&constraint, &runs);
+    let (mean, p50, p99) = stats(&report.mask_us);
+    let first_reject = match &report.first_reject {
+        Some(r) => {
+            // The first byte of the text the grammar cannot take.
+            let byte_offset = match corral::grammar::match_bytes(&grammar, &text).map_err(anyhow::Error::from)? {
+                MatchOutcome::Rejected { offset, .. } => offset as usize,
+                _ => r.output_bytes,
+            };
+            serde_json::json!({"run": r.run, "token_index": r.token_index, "byte_offset": byte_offset})
+        }
+        None => serde_json::Value::Null,
+    };
+    let out = serde_json::json!({
+        "tokens": report.tokens,
+        "runs": report.runs,
+        "rejected": report.first_reject.is_some(),
+        "first_reject": first_reject,
+        "eos_allowed_at_end": report.eos_allowed_at_end,
+        "mask_us": {"mean": round2(mean), "p50": round2(p50), "p99": round2(p99)},
+        "compile_ms": round2(compile_ms),
+        "text_bytes": text.len(),
+        "tokenization": format!("{:?}", args.tokenization).to_lowercase(),
+        "cached_states": constraint.cached_states(),
+    });
+    println!("{out}");
+    if report.first_reject.is_some() {
+        return Err(Failure::NotInLanguage);
+    }
+    Ok(())
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
