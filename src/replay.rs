@@ -5,8 +5,8 @@
 use crate::{Failure, load_grammar};
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
-use corral::engine::replay::{replay, stats};
 use corral::engine::Constraint;
+use corral::engine::replay::{replay, stats};
 use corral::grammar::MatchOutcome;
 use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
@@ -54,24 +54,32 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     let vocab = Vocabulary::from_tokenizer(&tok).map_err(anyhow::Error::from)?;
     let eos = match args.eos.or_else(|| vocab.default_eos()) {
         Some(e) => vec![e],
-        None => Err(anyhow!("the tokenizer has no usual end-of-sequence token; pass --eos ID"))?,
+        None => Err(anyhow!(
+            "the tokenizer has no usual end-of-sequence token; pass --eos ID"
+        ))?,
     };
     let space = Arc::new(TokenSpace::new(vocab, None, eos));
     let t0 = Instant::now();
     let grammar = load_grammar(&args.grammar, &args.start)?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let text = std::fs::read(&args.text).with_context(|| format!("cannot read text {}", args.text.display()))?;
+    let text = std::fs::read(&args.text)
+        .with_context(|| format!("cannot read text {}", args.text.display()))?;
     if args.runs == 0 {
         Err(anyhow!("--runs must be at least 1"))?;
     }
 
     let runs: Vec<Vec<u32>> = match args.tokenization {
         Tokenization::Canonical => {
-            let s = std::str::from_utf8(&text).context("the text is not UTF-8, so it has no canonical tokenization")?;
-            let enc = continuation_tokenizer(&tok).encode(s, false).map_err(|e| anyhow!("tokenizing: {e}"))?;
+            let s = std::str::from_utf8(&text)
+                .context("the text is not UTF-8, so it has no canonical tokenization")?;
+            let enc = continuation_tokenizer(&tok)
+                .encode(s, false)
+                .map_err(|e| anyhow!("tokenizing: {e}"))?;
             let ids = enc.get_ids().to_vec();
             if space.vocab().decode_bytes(&ids) != text {
-                Err(anyhow!("the tokenizer does not reproduce the text byte for byte (it normalizes it); use --tokenization random"))?;
+                Err(anyhow!(
+                    "the tokenizer does not reproduce the text byte for byte (it normalizes it); use --tokenization random"
+                ))?;
             }
             vec![ids; args.runs]
         }
@@ -88,7 +96,9 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
                     space
                         .trie()
                         .random_segmentation(&text, &mut next)
-                        .ok_or_else(|| anyhow!("the text cannot be split into tokens of this vocabulary"))
+                        .ok_or_else(|| {
+                            anyhow!("the text cannot be split into tokens of this vocabulary")
+                        })
                 })
                 .collect::<anyhow::Result<_>>()?
         }
@@ -100,10 +110,11 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     let first_reject = match &report.first_reject {
         Some(r) => {
             // The first byte of the text the grammar cannot take.
-            let byte_offset = match corral::grammar::match_bytes(&grammar, &text).map_err(anyhow::Error::from)? {
-                MatchOutcome::Rejected { offset, .. } => offset as usize,
-                _ => r.output_bytes,
-            };
+            let byte_offset =
+                match corral::grammar::match_bytes(&grammar, &text).map_err(anyhow::Error::from)? {
+                    MatchOutcome::Rejected { offset, .. } => offset as usize,
+                    _ => r.output_bytes,
+                };
             serde_json::json!({"run": r.run, "token_index": r.token_index, "byte_offset": byte_offset})
         }
         None => serde_json::Value::Null,

@@ -83,7 +83,9 @@ pub enum AdapterError {
     TokenNotAllowed { token: u32, position: u64 },
     #[error("token {token} is outside the vocabulary (mask width {width})")]
     UnknownToken { token: u32, width: usize },
-    #[error("the grammar cannot continue and does not accept at byte {position} (no token can produce what it needs)")]
+    #[error(
+        "the grammar cannot continue and does not accept at byte {position} (no token can produce what it needs)"
+    )]
     NoContinuation { position: u64 },
     #[error("generation already ended with an end-of-sequence token")]
     Finished,
@@ -128,6 +130,9 @@ pub struct RobustConstrainedAdapter {
     finished: bool,
     error: Option<AdapterError>,
     runs: Vec<Run>,
+    /// The last mask computed, with the recognizer's state key at that time.
+    last_mask: Option<(Vec<u64>, FixedBitSet)>,
+    key: Vec<u64>,
 }
 
 /// Drives the grammar's recognizer from the trie walk, keeping the first error.
@@ -178,6 +183,8 @@ impl RobustConstrainedAdapter {
             finished: false,
             error: None,
             runs: Vec::new(),
+            last_mask: None,
+            key: Vec::new(),
         }
     }
 
@@ -224,6 +231,14 @@ impl RobustConstrainedAdapter {
         if self.finished {
             return Ok(());
         }
+        // Same state as for the last mask (e.g. token after token inside a string): reuse.
+        self.rec.state_key(&mut self.key);
+        if let Some((key, last)) = &self.last_mask
+            && *key == self.key
+        {
+            mask.union_with(last);
+            return Ok(());
+        }
         let c = self.c.clone();
         let (g, space) = (&c.grammar, &c.space);
         self.rec.runs_into(&mut self.runs);
@@ -247,11 +262,20 @@ impl RobustConstrainedAdapter {
             let mut k = 0;
             while k < sets.subtrees.len() {
                 let end_state = sets.subtrees[k].0;
-                let group_end = k + sets.subtrees[k..].iter().take_while(|e| e.0 == end_state).count();
+                let group_end = k + sets.subtrees[k..]
+                    .iter()
+                    .take_while(|e| e.0 == end_state)
+                    .count();
                 if push_end(&mut walker, run, end_state) {
                     for &(_, node) in &sets.subtrees[k..group_end] {
                         let (node, n) = (node as usize, nodes[node as usize]);
-                        trie.walk_range(&mut walker, mask, node + 1, node + n.subtree as usize, n.depth as usize);
+                        trie.walk_range(
+                            &mut walker,
+                            mask,
+                            node + 1,
+                            node + n.subtree as usize,
+                            n.depth as usize,
+                        );
                     }
                     walker.rec.pop(1);
                 }
@@ -289,6 +313,13 @@ impl RobustConstrainedAdapter {
         if mask.is_clear() {
             let position = self.rec.position();
             return self.fail(AdapterError::NoContinuation { position });
+        }
+        match &mut self.last_mask {
+            Some((key, last)) => {
+                key.clone_from(&self.key);
+                last.clone_from(mask);
+            }
+            None => self.last_mask = Some((self.key.clone(), mask.clone())),
         }
         Ok(())
     }
@@ -384,7 +415,11 @@ impl RobustConstrainedAdapter {
         const MAX_FORCED: usize = 4096;
         let mut out = Vec::new();
         let g = self.c.grammar.clone();
-        while out.len() < MAX_FORCED && !self.finished && !self.rec.is_accepting() && self.rec.expected_tokens().is_empty() {
+        while out.len() < MAX_FORCED
+            && !self.finished
+            && !self.rec.is_accepting()
+            && self.rec.expected_tokens().is_empty()
+        {
             // A byte can be pushed iff some run's DFA stays alive on it.
             self.rec.runs_into(&mut self.runs);
             let mut only: Option<u8> = None;
@@ -401,7 +436,9 @@ impl RobustConstrainedAdapter {
                     }
                 }
             }
-            let Some(b) = only.filter(|_| !several) else { break };
+            let Some(b) = only.filter(|_| !several) else {
+                break;
+            };
             match self.rec.push_byte(b) {
                 Ok(true) => out.push(b),
                 Ok(false) => break,

@@ -25,8 +25,8 @@
 //! (llguidance's "slicer" and XGrammar's "context-independent tokens" are published forms
 //! of the same idea.)
 
-use corral_grammar::{Grammar, LexemeDfa, LexemeId};
 use corral_grammar::DEAD;
+use corral_grammar::{Grammar, LexemeDfa, LexemeId};
 use corral_trie::{FixedBitSet, TokenSpace, TokenTrie};
 use std::sync::{Arc, OnceLock};
 
@@ -61,14 +61,23 @@ impl LexCache {
     }
 
     /// The token sets for `lexeme` in (tagged) DFA `state`, computed on first use.
-    pub fn get(&self, g: &Grammar, space: &TokenSpace, lexeme: LexemeId, state: u32) -> &Arc<LexTokens> {
+    pub fn get(
+        &self,
+        g: &Grammar,
+        space: &TokenSpace,
+        lexeme: LexemeId,
+        state: u32,
+    ) -> &Arc<LexTokens> {
         self.per_lexeme[lexeme.0 as usize][LexemeDfa::index(state)]
             .get_or_init(|| Arc::new(compute(&g.lexeme(lexeme).dfa, state, space)))
     }
 
     /// Number of `(lexeme, state)` entries computed so far.
     pub fn computed(&self) -> usize {
-        self.per_lexeme.iter().map(|v| v.iter().filter(|c| c.get().is_some()).count()).sum()
+        self.per_lexeme
+            .iter()
+            .map(|v| v.iter().filter(|c| c.get().is_some()).count())
+            .sum()
     }
 }
 

@@ -78,7 +78,8 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<u32>]) -> ReplayReport {
         }
         if !refused {
             completed += 1;
-            let ok = a.compute_mask(&mut mask).is_ok() && eos.iter().any(|&e| mask.contains(e as usize));
+            let ok =
+                a.compute_mask(&mut mask).is_ok() && eos.iter().any(|&e| mask.contains(e as usize));
             report.eos_allowed_at_end &= ok;
         }
     }

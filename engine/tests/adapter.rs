@@ -14,7 +14,10 @@ const EOS: u32 = 100;
 /// Text tokens (ids 0..) plus EOS = 100; logits 128 wide (padded).
 fn space(words: &[&[u8]]) -> Arc<TokenSpace> {
     let vocab = Vocabulary::from_parts(
-        words.iter().enumerate().map(|(i, w)| (i as u32, w.to_vec())),
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i as u32, w.to_vec())),
         [(EOS, "</s>".to_string())],
     );
     Arc::new(TokenSpace::new(vocab, Some(128), vec![EOS]))
@@ -27,7 +30,9 @@ fn adapter(grammar: &str, words: &[&[u8]]) -> RobustConstrainedAdapter {
 
 /// Tokens whose step succeeds, by trying each one on a fork.
 fn brute_force(a: &RobustConstrainedAdapter) -> Vec<u32> {
-    (0..128u32).filter(|&t| a.fork().step_with_token(t).is_ok()).collect()
+    (0..128u32)
+        .filter(|&t| a.fork().step_with_token(t).is_ok())
+        .collect()
 }
 
 fn mask(a: &mut RobustConstrainedAdapter) -> Vec<u32> {
@@ -47,25 +52,83 @@ ws ::= | " " | "\n" [ \t]{0,20}
 /// A vocabulary with single bytes (so every string has a tokenization), multi-byte
 /// tokens, tokens spanning lexemes, and the two halves of `é` as separate tokens.
 const JSON_WORDS: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b"\"", b":", b",", b" ", b"\n", b"a", b"b", b"1", b"2", b"0", b".", b"e", b"-", b"t", b"r", b"u",
-    b"f", b"l", b"s", b"n", b"\\", b"x", // single bytes 0..=25
-    b"{\"", b"\":", b"\": ", b"\", \"", b"},", b"\"}", b"true", b"false", b"null", b"12", b"\n  ", b"ab", b"\"ab\"", b"1.5",
-    b"\xc3", b"\xa9", b"\xc3\xa9", b"\"\xc3\xa9", b"\\n", b"\\u00e9", b"]}", b"[1", b", ", b"  ", b"5", b"9",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b":",
+    b",",
+    b" ",
+    b"\n",
+    b"a",
+    b"b",
+    b"1",
+    b"2",
+    b"0",
+    b".",
+    b"e",
+    b"-",
+    b"t",
+    b"r",
+    b"u",
+    b"f",
+    b"l",
+    b"s",
+    b"n",
+    b"\\",
+    b"x", // single bytes 0..=25
+    b"{\"",
+    b"\":",
+    b"\": ",
+    b"\", \"",
+    b"},",
+    b"\"}",
+    b"true",
+    b"false",
+    b"null",
+    b"12",
+    b"\n  ",
+    b"ab",
+    b"\"ab\"",
+    b"1.5",
+    b"\xc3",
+    b"\xa9",
+    b"\xc3\xa9",
+    b"\"\xc3\xa9",
+    b"\\n",
+    b"\\u00e9",
+    b"]}",
+    b"[1",
+    b", ",
+    b"  ",
+    b"5",
+    b"9",
 ];
 
 #[test]
 fn tokens_spanning_lexemes_and_partial_utf8() {
     let mut a = adapter(JSON, JSON_WORDS);
-    let ids = |ws: &[&[u8]]| -> Vec<u32> { ws.iter().map(|w| JSON_WORDS.iter().position(|x| x == w).unwrap() as u32).collect() };
+    let ids = |ws: &[&[u8]]| -> Vec<u32> {
+        ws.iter()
+            .map(|w| JSON_WORDS.iter().position(|x| x == w).unwrap() as u32)
+            .collect()
+    };
     // {"é": "ab", "x\n": [1.5, true]} through tokens that cross lexeme boundaries and split é.
-    let doc: &[&[u8]] = &[b"{\"", b"\xc3", b"\xa9", b"\": ", b"\"ab\"", b", ", b"\"", b"x", b"\\n", b"\":", b"[1", b".", b"5", b", ", b"true", b"]}"];
+    let doc: &[&[u8]] = &[
+        b"{\"", b"\xc3", b"\xa9", b"\": ", b"\"ab\"", b", ", b"\"", b"x", b"\\n", b"\":", b"[1",
+        b".", b"5", b", ", b"true", b"]}",
+    ];
     for t in ids(doc) {
         assert_eq!(mask(&mut a), brute_force(&a), "before token {t}");
         assert!(mask(&mut a).contains(&t), "token {t} should be allowed");
         a.step_with_token(t).unwrap();
     }
     assert!(a.is_accepting());
-    assert_eq!(a.output(), "{\"é\": \"ab\", \"x\\n\":[1.5, true]}".as_bytes());
+    assert_eq!(
+        a.output(),
+        "{\"é\": \"ab\", \"x\\n\":[1.5, true]}".as_bytes()
+    );
     assert!(mask(&mut a).contains(&EOS));
     a.step_with_token(EOS).unwrap();
     assert!(a.is_finished());
@@ -73,7 +136,10 @@ fn tokens_spanning_lexemes_and_partial_utf8() {
 
 #[test]
 fn partial_utf8_token_carries_the_dfa_state() {
-    let mut a = adapter(r#"root ::= "\"" [é]+ "\"""#, &[b"\"", b"\xc3", b"\xa9", b"\xc3\xa9", b"\xa9\"", b"e"]);
+    let mut a = adapter(
+        r#"root ::= "\"" [é]+ "\"""#,
+        &[b"\"", b"\xc3", b"\xa9", b"\xc3\xa9", b"\xa9\"", b"e"],
+    );
     a.step_with_token(0).unwrap();
     assert_eq!(mask(&mut a), vec![1, 3]); // only the lead byte, or the whole é
     a.step_with_token(1).unwrap();
@@ -96,14 +162,26 @@ fn padded_width_and_eos_only_when_accepting() {
     let mut small = corral_trie::new_mask(4);
     a.compute_mask(&mut small).unwrap();
     assert_eq!(small.len(), 128);
-    assert_eq!(a.step_with_token(500), Err(AdapterError::UnknownToken { token: 500, width: 128 }));
+    assert_eq!(
+        a.step_with_token(500),
+        Err(AdapterError::UnknownToken {
+            token: 500,
+            width: 128
+        })
+    );
 }
 
 #[test]
 fn rejected_token_changes_nothing_and_rollback_undoes() {
     let mut a = adapter(JSON, JSON_WORDS);
     let before = mask(&mut a);
-    assert_eq!(a.step_with_token(9), Err(AdapterError::TokenNotAllowed { token: 9, position: 0 }));
+    assert_eq!(
+        a.step_with_token(9),
+        Err(AdapterError::TokenNotAllowed {
+            token: 9,
+            position: 0
+        })
+    );
     assert_eq!(mask(&mut a), before);
     a.step_with_token(26).unwrap(); // {"
     a.step_with_token(9).unwrap(); // a
@@ -119,13 +197,28 @@ fn rejected_token_changes_nothing_and_rollback_undoes() {
 
 #[test]
 fn forced_continuations() {
-    let mut a = adapter(r#"root ::= "{\"name\": \"" [a-z]+ "\", \"age\": " [0-9]+ "}""#, &[b"{", b"\"", b"name", b"a", b"b", b"\": \"", b"{\"name\": \""]);
+    let mut a = adapter(
+        r#"root ::= "{\"name\": \"" [a-z]+ "\", \"age\": " [0-9]+ "}""#,
+        &[
+            b"{",
+            b"\"",
+            b"name",
+            b"a",
+            b"b",
+            b"\": \"",
+            b"{\"name\": \"",
+        ],
+    );
     assert_eq!(a.forced_bytes().unwrap(), b"{\"name\": \"");
     assert_eq!(a.forced_tokens().unwrap(), vec![6]);
     a.step_with_token(6).unwrap();
     assert_eq!(a.forced_bytes().unwrap(), b"");
     a.step_with_token(3).unwrap();
-    assert_eq!(a.forced_bytes().unwrap(), b"", "a letter or the quote can follow");
+    assert_eq!(
+        a.forced_bytes().unwrap(),
+        b"",
+        "a letter or the quote can follow"
+    );
     assert_eq!(a.output(), b"{\"name\": \"a");
 }
 
@@ -135,9 +228,15 @@ fn no_continuation_is_a_typed_error() {
     let mut a = adapter(r#"root ::= "a" "z""#, &[b"a", b"b"]);
     a.step_with_token(0).unwrap();
     let mut m = a.new_mask();
-    assert_eq!(a.compute_mask(&mut m), Err(AdapterError::NoContinuation { position: 1 }));
+    assert_eq!(
+        a.compute_mask(&mut m),
+        Err(AdapterError::NoContinuation { position: 1 })
+    );
     // Sticky.
-    assert_eq!(a.step_with_token(1), Err(AdapterError::NoContinuation { position: 1 }));
+    assert_eq!(
+        a.step_with_token(1),
+        Err(AdapterError::NoContinuation { position: 1 })
+    );
 }
 
 #[test]
@@ -148,21 +247,32 @@ fn state_info_shows_partial_lexemes() {
     assert_eq!(info.position, 3);
     assert_eq!(info.tokens, 2);
     assert!(!info.accepting);
-    assert!(info.partial_lexemes.iter().any(|p| p.matched == b"\"a" && !p.can_end), "{info:?}");
+    assert!(
+        info.partial_lexemes
+            .iter()
+            .any(|p| p.matched == b"\"a" && !p.can_end),
+        "{info:?}"
+    );
 }
 
 /// The two token-segment cases of llama.cpp's grammar_cases.json: text is fed one code point
 /// at a time (each a token), special tokens by id; `!<[N]>` matches any token but N.
 #[test]
 fn token_reference_cases_from_llama_cpp() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/conformance/llama_cpp/grammar_cases.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/conformance/llama_cpp/grammar_cases.json"
+    );
     let Ok(text) = std::fs::read_to_string(path) else {
         eprintln!("{path} missing: skipping");
         return;
     };
     let cases: Vec<Value> = parse_json(&text);
     let mut checked = 0;
-    for case in cases.iter().filter(|c| get(c, "input_kind").and_then(as_str) == Some("segments")) {
+    for case in cases
+        .iter()
+        .filter(|c| get(c, "input_kind").and_then(as_str) == Some("segments"))
+    {
         let grammar = get(case, "grammar").and_then(as_str).unwrap();
         for (key, want) in [("pass", true), ("fail", false)] {
             for input in as_array(get(case, key).unwrap()) {
@@ -185,17 +295,28 @@ fn token_reference_cases_from_llama_cpp() {
                     }
                 }
                 let vocab = Vocabulary::from_parts(
-                    chars.iter().enumerate().map(|(i, c)| (1000 + i as u32, c.to_string().into_bytes())),
-                    (0..=30u32).map(|i| (i, format!("<special_{i}>"))).chain([(2000, "</s>".to_string())]),
+                    chars
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| (1000 + i as u32, c.to_string().into_bytes())),
+                    (0..=30u32)
+                        .map(|i| (i, format!("<special_{i}>")))
+                        .chain([(2000, "</s>".to_string())]),
                 );
                 let space = Arc::new(TokenSpace::new(vocab, None, vec![2000]));
                 let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
                 let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
                 let mut ok = true;
                 for &t in &ids {
-                    let allowed = a.allowed_token_ids().map(|m| m.contains(&t)).unwrap_or(false);
+                    let allowed = a
+                        .allowed_token_ids()
+                        .map(|m| m.contains(&t))
+                        .unwrap_or(false);
                     let stepped = a.step_with_token(t).is_ok();
-                    assert_eq!(allowed, stepped, "mask and step disagree on {t} in {input:?}");
+                    assert_eq!(
+                        allowed, stepped,
+                        "mask and step disagree on {t} in {input:?}"
+                    );
                     if !stepped {
                         ok = false;
                         break;
@@ -267,7 +388,10 @@ fn parse_json(s: &str) -> Vec<Value> {
                             'r' => s.push('\r'),
                             'u' => {
                                 let h: String = (0..4).map(|_| p.next().unwrap()).collect();
-                                s.push(char::from_u32(u32::from_str_radix(&h, 16).unwrap()).unwrap_or('?'));
+                                s.push(
+                                    char::from_u32(u32::from_str_radix(&h, 16).unwrap())
+                                        .unwrap_or('?'),
+                                );
                             }
                             c => s.push(c),
                         },
@@ -348,7 +472,16 @@ fn random_doc(seed: u64) -> String {
         match k {
             0 => {
                 let n = rnd(3);
-                let members: Vec<String> = (0..n).map(|_| format!("{}:{}{}", string(rnd), ["", " "][rnd(2) as usize], value(rnd, depth + 1))).collect();
+                let members: Vec<String> = (0..n)
+                    .map(|_| {
+                        format!(
+                            "{}:{}{}",
+                            string(rnd),
+                            ["", " "][rnd(2) as usize],
+                            value(rnd, depth + 1)
+                        )
+                    })
+                    .collect();
                 format!("{{{}}}", members.join(", "))
             }
             1 => {
@@ -365,11 +498,15 @@ fn random_doc(seed: u64) -> String {
     fn string(rnd: &mut dyn FnMut(u64) -> u64) -> String {
         let parts = ["a", "b", "é", "\\n", "\\u00e9", "x", "ab", " "];
         let n = rnd(4);
-        let body: String = (0..n).map(|_| parts[rnd(parts.len() as u64) as usize]).collect();
+        let body: String = (0..n)
+            .map(|_| parts[rnd(parts.len() as u64) as usize])
+            .collect();
         format!("\"{body}\"")
     }
     let n = rnd(3) + 1;
-    let members: Vec<String> = (0..n).map(|_| format!("{}: {}", string(&mut rnd), value(&mut rnd, 0))).collect();
+    let members: Vec<String> = (0..n)
+        .map(|_| format!("{}: {}", string(&mut rnd), value(&mut rnd, 0)))
+        .collect();
     format!("{{{}}}", members.join(",\n  "))
 }
 
@@ -386,7 +523,11 @@ fn random_tokens(text: &[u8], seed: u64) -> Vec<u32> {
             .filter(|(_, w)| text[at..].starts_with(w))
             .map(|(i, w)| (i, w.len()))
             .collect();
-        assert!(!options.is_empty(), "no token for {:?}", String::from_utf8_lossy(&text[at..]));
+        assert!(
+            !options.is_empty(),
+            "no token for {:?}",
+            String::from_utf8_lossy(&text[at..])
+        );
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;

@@ -298,6 +298,24 @@ impl Recognizer {
         }
     }
 
+    /// A key that identifies everything the next byte's fate depends on: the current Earley
+    /// set and every run (by start-set uid, lexeme and DFA state). Two states with equal
+    /// keys accept exactly the same continuations, so a token mask computed for one holds
+    /// for the other (inside a long string, token after token).
+    pub fn state_key(&self, out: &mut Vec<u64>) {
+        out.clear();
+        let top = self.c.frames.last().expect("at least one frame");
+        out.push(if top.new_set {
+            self.c.sets[top.sets_len as usize - 1].uid
+        } else {
+            u64::MAX
+        });
+        for r in &self.c.runs[top.runs_start as usize..] {
+            out.push(self.c.sets[r.set as usize].uid);
+            out.push(u64::from(r.lexeme.0) << 32 | u64::from(r.state));
+        }
+    }
+
     /// The byte position where Earley set `set` was built (where a run from it started).
     pub fn set_position(&self, set: u32) -> u64 {
         self.c.sets[set as usize].pos
@@ -916,7 +934,14 @@ impl Chart {
     }
 
     /// Computes the new set's Leo items, records it, and starts its lexer runs.
-    fn finish_set(&mut self, g: &Grammar, items_start: usize, accepting: bool, tokens: bool, pos: u64) {
+    fn finish_set(
+        &mut self,
+        g: &Grammar,
+        items_start: usize,
+        accepting: bool,
+        tokens: bool,
+        pos: u64,
+    ) {
         let idx = self.sets.len() as u32;
         let leo_start = self.leo.len();
         let s = &mut self.s;

@@ -22,7 +22,12 @@ impl TokenSpace {
     pub fn new(vocab: Vocabulary, width: Option<usize>, eos: Vec<u32>) -> TokenSpace {
         let trie = TokenTrie::new(&vocab);
         let width = width.unwrap_or(vocab.len()).max(vocab.len());
-        TokenSpace { vocab, trie, width, eos }
+        TokenSpace {
+            vocab,
+            trie,
+            width,
+            eos,
+        }
     }
 
     /// From a Hugging Face `tokenizer.json`, with the usual end-of-generation token.

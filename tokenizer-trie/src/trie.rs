@@ -221,13 +221,20 @@ impl TokenTrie {
     /// A random segmentation of `text` into tokens of the trie (any split into tokens that
     /// exist, not only the tokenizer's own), or `None` if there is none. `next_random` gives
     /// uniform `u64`s.
-    pub fn random_segmentation(&self, text: &[u8], next_random: &mut dyn FnMut() -> u64) -> Option<Vec<u32>> {
+    pub fn random_segmentation(
+        &self,
+        text: &[u8],
+        next_random: &mut dyn FnMut() -> u64,
+    ) -> Option<Vec<u32>> {
         // reachable[i]: text[i..] can be split into tokens.
         let n = text.len();
         let mut reachable = vec![false; n + 1];
         reachable[n] = true;
         for i in (0..n).rev() {
-            reachable[i] = self.prefixes_of(&text[i..]).iter().any(|&(_, len)| reachable[i + len]);
+            reachable[i] = self
+                .prefixes_of(&text[i..])
+                .iter()
+                .any(|&(_, len)| reachable[i + len]);
         }
         if !reachable[0] {
             return None;

@@ -1,0 +1,52 @@
+use corral_engine::*;
+use std::sync::Arc;
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let space = Arc::new(
+        corral_trie::TokenSpace::from_tokenizer_json(std::path::Path::new(&a[1])).unwrap(),
+    );
+    let g = corral_grammar::compile_gbnf(
+        &std::fs::read_to_string(&a[2]).unwrap(),
+        &Default::default(),
+    )
+    .unwrap();
+    let text = std::fs::read(&a[3]).unwrap();
+    let tok = tokenizers::Tokenizer::from_file(&a[1]).unwrap();
+    let toks = tok
+        .encode(std::str::from_utf8(&text).unwrap(), false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    let c = Constraint::new(g, space.clone());
+    for pass in 0..3 {
+        let mut ad = RobustConstrainedAdapter::new(c.clone());
+        let mut m = ad.new_mask();
+        let mut times = vec![];
+        for &t in toks.iter() {
+            let t0 = std::time::Instant::now();
+            ad.compute_mask(&mut m).unwrap();
+            let dt = t0.elapsed().as_secs_f64() * 1e6;
+            times.push((dt, ad.output().len()));
+            ad.step_with_token(t).unwrap();
+        }
+        if pass == 2 {
+            let mut s = times.clone();
+            s.sort_by(|a, b| b.0.total_cmp(&a.0));
+            for (dt, pos) in s.iter().take(12) {
+                let o = &text[..*pos];
+                eprintln!(
+                    "{dt:.1}us at {:?}",
+                    String::from_utf8_lossy(&o[o.len().saturating_sub(15)..])
+                );
+            }
+            let mean: f64 = times.iter().map(|t| t.0).sum::<f64>() / times.len() as f64;
+            let mut v: Vec<f64> = times.iter().map(|t| t.0).collect();
+            v.sort_by(f64::total_cmp);
+            eprintln!(
+                "warm mean {mean:.2} p50 {:.2} p99 {:.2}",
+                v[v.len() / 2],
+                v[v.len() * 99 / 100]
+            );
+        }
+    }
+}
