@@ -324,6 +324,12 @@ impl RobustConstrainedAdapter {
         Ok(())
     }
 
+    /// Forgets the last mask, so the next [`Self::compute_mask`] computes from scratch even
+    /// in an unchanged state (for benchmarks of the computation itself).
+    pub fn forget_last_mask(&mut self) {
+        self.last_mask = None;
+    }
+
     /// The allowed tokens as a list (convenience over [`Self::compute_mask`]).
     pub fn allowed_token_ids(&mut self) -> Result<Vec<u32>, AdapterError> {
         let mut mask = self.new_mask();
@@ -529,3 +535,29 @@ impl RobustConstrainedAdapter {
         }
     }
 }
+
+/// Masks for a batch of sequences (one adapter and one mask each). Large batches run in
+/// parallel with rayon (the per-sequence work is independent; the per-state caches are
+/// shared); below [`PARALLEL_BATCH`] sequences the thread wake-ups cost more than they
+/// save (measured: 8 sequences 1.6x slower with rayon, 64 sequences 1.5x faster, 2 cores).
+pub fn compute_masks(
+    adapters: &mut [RobustConstrainedAdapter],
+    masks: &mut [FixedBitSet],
+) -> Vec<Result<(), AdapterError>> {
+    use rayon::prelude::*;
+    if adapters.len() < PARALLEL_BATCH {
+        return adapters
+            .iter_mut()
+            .zip(masks.iter_mut())
+            .map(|(a, m)| a.compute_mask(m))
+            .collect();
+    }
+    adapters
+        .par_iter_mut()
+        .zip(masks.par_iter_mut())
+        .map(|(a, m)| a.compute_mask(m))
+        .collect()
+}
+
+/// Batches at least this large are computed in parallel by [`compute_masks`].
+pub const PARALLEL_BATCH: usize = 16;

@@ -40,6 +40,9 @@ pub struct LexTokens {
     pub subtrees: Vec<(u32, u32)>,
 }
 
+/// The bytes of a token after a lexeme's end, and the token.
+type Suffix = (Vec<u8>, u32);
+
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
 const MERGE_SUBTREE: u32 = 256;
 
@@ -89,7 +92,8 @@ fn compute(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> LexTokens {
     let vocab = space.vocab();
     let mut inside = FixedBitSet::with_capacity(space.width());
     let mut subtrees = Vec::new();
-    let mut groups: Vec<(u32, Vec<(Vec<u8>, u32)>)> = Vec::new();
+    // (end state, (remaining bytes, token)) per group.
+    let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
     // Per depth on the current path: the DFA state, and the first node below the root
     // where the lexeme could end (NONE if none yet).
     let mut state_at: Vec<u32> = vec![start];

@@ -35,4 +35,6 @@ pub mod adapter;
 pub mod lexcache;
 pub mod replay;
 
-pub use adapter::{AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo};
+pub use adapter::{
+    AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
+};

@@ -69,6 +69,7 @@ impl TokenTrie {
         let mut path: Vec<u32> = vec![0];
         let mut prev: &[u8] = &[];
         for (bytes, id) in &entries {
+            let bytes: &[u8] = bytes.as_ref();
             let lcp = prev
                 .iter()
                 .zip(bytes.iter())
