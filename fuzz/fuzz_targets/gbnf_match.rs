@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
         max_lexeme_bytes: 1 << 20,
         max_items_per_set: 5_000,
         max_lexer_runs: 1_000,
+        max_work_per_push: 20_000,
         ..Limits::default()
     };
     let Ok(g) = compile_gbnf_bytes(grammar, &CompileOptions::default().limits(limits)) else { return };

@@ -1,4 +1,7 @@
+//! Matches a file against a grammar and prints throughput and chart sizes:
+//! `cargo run --release -p corral-grammar --example stats -- GRAMMAR.gbnf INPUT`.
 use corral_grammar::*;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let g = compile_gbnf(
@@ -10,7 +13,6 @@ fn main() {
     let input = std::fs::read(&args[2]).unwrap();
     let mut r = Recognizer::new(g.clone());
     r.set_keep_history(false);
-
     let t = std::time::Instant::now();
     for &b in &input {
         assert!(r.push_byte(b).unwrap());
@@ -21,11 +23,5 @@ fn main() {
         dt,
         input.len() as f64 / dt.as_secs_f64() / 1e6,
         r.debug_stats()
-    );
-    eprintln!(
-        "builds {:?} scan {:?} complete {:?}",
-        corral_grammar::earley::DBG_BUILDS,
-        corral_grammar::earley::DBG_SCAN,
-        corral_grammar::earley::DBG_COMPLETE
     );
 }

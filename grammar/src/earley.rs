@@ -836,11 +836,14 @@ impl Chart {
         let items_start = self.items.len();
         let leo_start = self.leo.len();
         self.begin_set(g);
+        // Items visited, against `max_work_per_push`: highly ambiguous grammars make every
+        // lexeme end complete many items from many sets.
+        let mut work = 0usize;
         // Scan: items waiting for the completed lexemes move over them.
         for e in 0..self.s.events.len() {
             let (j, lex) = self.s.events[e];
             let (a, b) = self.sets[j as usize].items;
-            DBG_SCAN.fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
+            work += (b - a) as usize;
             for k in a..b {
                 let it = self.items[k as usize];
                 if g.next(it.dot) == Next::Sym(Sym::Lexeme(lex)) {
@@ -864,7 +867,6 @@ impl Chart {
         if self.items.len() == items_start {
             return Ok(false);
         }
-        DBG_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Close: only items with a concrete origin need work; predicted items come with
         // their whole closure.
         let mut accepting = false;
@@ -888,8 +890,7 @@ impl Chart {
                         self.add_concrete(l.dot, origin);
                     } else {
                         let (a, b) = self.sets[o as usize].items;
-                        DBG_COMPLETE
-                            .fetch_add((b - a) as usize, std::sync::atomic::Ordering::Relaxed);
+                        work += (b - a) as usize;
                         for q in a..b {
                             let p = self.items[q as usize];
                             if g.next(p.dot) == Next::Sym(Sym::Rule(lhs)) {
@@ -917,16 +918,28 @@ impl Chart {
                 }
                 Next::Sym(Sym::Token(_)) => tokens = true,
             }
-            if self.items.len() - items_start > g.limits.max_items_per_set {
-                let value = self.items.len() - items_start;
+            work += 1;
+            if self.items.len() - items_start > g.limits.max_items_per_set
+                || work > g.limits.max_work_per_push
+            {
+                let (what, value, name, limit) = if work > g.limits.max_work_per_push {
+                    (
+                        "Earley items visited for one byte",
+                        work,
+                        "max_work_per_push",
+                        g.limits.max_work_per_push,
+                    )
+                } else {
+                    (
+                        "Earley items in one set",
+                        self.items.len() - items_start,
+                        "max_items_per_set",
+                        g.limits.max_items_per_set,
+                    )
+                };
                 self.items.truncate(items_start);
                 self.leo.truncate(leo_start);
-                return Err(RecognizeError::limit(
-                    "Earley items in one set",
-                    value,
-                    "max_items_per_set",
-                    g.limits.max_items_per_set,
-                ));
+                return Err(RecognizeError::limit(what, value, name, limit));
             }
         }
         self.finish_set(g, items_start, accepting, tokens, pos);
@@ -1050,10 +1063,6 @@ fn share_slot(from_uid: u64, lexeme: LexemeId) -> usize {
         .wrapping_add(u64::from(lexeme.0).wrapping_mul(0xC2B2_AE3D_27D4_EB4F));
     (h >> 40) as usize % SHARE_SLOTS
 }
-
-pub static DBG_SCAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-pub static DBG_COMPLETE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-pub static DBG_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Recognizer {
     /// Earley items held (all sets): a measure of work and memory for tests and benches.

@@ -21,6 +21,10 @@ pub struct Limits {
     pub max_items_per_set: usize,
     /// Most lexer runs (partial lexemes) alive at one position. Default 10,000.
     pub max_lexer_runs: usize,
+    /// Most Earley items visited (scanned, completed, closed) for one byte. Bounds the
+    /// cost of highly ambiguous grammars, where every lexeme end completes items from many
+    /// sets; JSON visits a few dozen. Default 100,000.
+    pub max_work_per_push: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +36,7 @@ impl Default for Limits {
             max_prediction_items: 4_000_000,
             max_items_per_set: 100_000,
             max_lexer_runs: 10_000,
+            max_work_per_push: 100_000,
         }
     }
 }
