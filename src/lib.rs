@@ -1,17 +1,116 @@
 //! # corral
 //!
 //! A grammar-constrained decoding engine. This crate re-exports the public API of the layer
-//! crates and holds the `corral` command-line tool.
+//! crates, adds the one-call entry points, and holds the `corral` command-line tool.
 //!
-//! - [`grammar`]: GBNF front end, lexemes, the Earley recognizer (`corral match`).
-//! - [`trie`], [`engine`], [`models`]: token trie, masks and generation (in progress).
+//! - [`grammar`]: GBNF and regex front ends, lexemes, the Earley recognizer (`corral match`).
+//! - [`trie`]: token byte strings, the token trie, masks.
+//! - [`engine`]: the `RobustConstrainedAdapter`, sampling, the generation loop.
+//! - [`models`]: candle models (GGUF and safetensors), chat templates.
+//!
+//! ```no_run
+//! use corral::{GenerateOptions, Model, DeviceSpec, compile_gbnf, generate_constrained};
+//!
+//! let mut model = Model::load("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf", DeviceSpec::Cpu)?;
+//! let grammar = compile_gbnf(r#"root ::= "yes" | "no""#, &Default::default())?;
+//! let out = generate_constrained(&mut model, &grammar, "Is water wet? Answer yes or no.", &GenerateOptions::default())?;
+//! assert!(out.text == "yes" || out.text == "no");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub use corral_engine as engine;
 pub use corral_grammar as grammar;
 pub use corral_models as models;
 pub use corral_trie as trie;
 
+pub use corral_engine::{
+    Constraint, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions,
+};
 pub use corral_grammar::{
     CompileOptions, Grammar, GrammarError, Limits, MatchOutcome, Recognizer, compile_gbnf,
-    match_bytes,
+    compile_regex, match_bytes,
 };
+pub use corral_models::{DeviceSpec, Model};
+
+use std::sync::Arc;
+
+/// Errors of the one-call entry points.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Grammar(Box<GrammarError>),
+    #[error(transparent)]
+    Load(#[from] corral_models::LoadError),
+    #[error(transparent)]
+    Generate(#[from] corral_engine::GenerateError),
+}
+
+impl From<GrammarError> for Error {
+    fn from(e: GrammarError) -> Error {
+        Error::Grammar(Box::new(e))
+    }
+}
+
+/// A prompt: the user's message, an optional system message, and whether to skip the chat
+/// template (`raw`).
+#[derive(Clone, Debug, Default)]
+pub struct Prompt {
+    pub user: String,
+    pub system: Option<String>,
+    pub raw: bool,
+}
+
+impl From<&str> for Prompt {
+    fn from(user: &str) -> Prompt {
+        Prompt {
+            user: user.into(),
+            ..Prompt::default()
+        }
+    }
+}
+
+/// Generates text in `grammar`'s language after `prompt` (chat template applied).
+pub fn generate_constrained(
+    model: &mut Model,
+    grammar: &Arc<Grammar>,
+    prompt: impl Into<Prompt>,
+    options: &GenerateOptions,
+) -> Result<Generation, Error> {
+    generate_streaming(model, Some(grammar), prompt, options, &mut |_| {})
+}
+
+/// Like [`generate_constrained`], calling `on_delta` with each piece of text as it decodes;
+/// `grammar` may be `None` for unconstrained generation.
+pub fn generate_streaming(
+    model: &mut Model,
+    grammar: Option<&Arc<Grammar>>,
+    prompt: impl Into<Prompt>,
+    options: &GenerateOptions,
+    on_delta: &mut dyn FnMut(&str),
+) -> Result<Generation, Error> {
+    let constraint = grammar.map(|g| Constraint::new(g.clone(), model.space().clone()));
+    generate_with(model, constraint.as_ref(), prompt, options, on_delta)
+}
+
+/// Generation with a prepared [`Constraint`] (reuse one across calls: it holds the mask
+/// caches).
+pub fn generate_with(
+    model: &mut Model,
+    constraint: Option<&Arc<Constraint>>,
+    prompt: impl Into<Prompt>,
+    options: &GenerateOptions,
+    on_delta: &mut dyn FnMut(&str),
+) -> Result<Generation, Error> {
+    let prompt = prompt.into();
+    let text = model.prompt_text(prompt.system.as_deref(), &prompt.user, prompt.raw)?;
+    let ids = model.encode(&text)?;
+    let space = model.space().clone();
+    Ok(corral_engine::generate(
+        model.lm(),
+        &space,
+        constraint,
+        &ids,
+        options,
+        on_delta,
+    )?)
+}

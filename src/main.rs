@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Check whether an input is in a grammar's language (exit 0 yes, 1 no, 2 error).
     Match(MatchArgs),
+    /// Generate text with a model, constrained by a grammar or regex, streamed to stdout.
+    Generate(generate::GenerateArgs),
     /// Replay tokenizations of a text through the constraint (exit 0 all accepted, 1 a
     /// token was refused, 2 bad arguments or grammar).
     Replay(replay::ReplayArgs),
@@ -48,6 +50,7 @@ struct MatchArgs {
     quiet: bool,
 }
 
+mod generate;
 mod replay;
 
 /// An error that decides the exit code.
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Match(args) => run_match(&args),
         Command::Replay(args) => replay::run(&args),
+        Command::Generate(args) => generate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,8 @@
 //!   state token caches ([`lexcache`]) that all its adapters share.
 //! - [`RobustConstrainedAdapter`]: per decoding step, `compute_mask` then `step_with_token`;
 //!   also `rollback`, `fork`, `forced_bytes` for jump-forward, and `state_info`.
+//! - [`generate`]: the generation loop over any [`CausalLm`] (implemented in corral-models),
+//!   with [`Sampler`] and streaming text deltas.
 //!
 //! ```
 //! use corral_engine::{Constraint, RobustConstrainedAdapter};
@@ -32,9 +34,17 @@
 //! ```
 
 pub mod adapter;
+pub mod generate;
 pub mod lexcache;
+pub mod model;
 pub mod replay;
+pub mod sampling;
 
 pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
+pub use generate::{
+    FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Utf8Stream, generate,
+};
+pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
+pub use sampling::{Sampler, SamplingOptions};

@@ -53,6 +53,7 @@ pub mod lexeme;
 pub mod limits;
 pub mod lower;
 pub mod matcher;
+pub mod regex;
 
 use std::sync::Arc;
 
@@ -62,6 +63,7 @@ pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
 pub use lexeme::{DEAD, LexemeDfa};
 pub use limits::Limits;
 pub use matcher::{MatchOutcome, match_bytes};
+pub use regex::compile_regex;
 
 /// Options for compiling a grammar.
 #[derive(Clone, Debug)]

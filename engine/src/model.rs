@@ -1,0 +1,87 @@
+//! The model as the generation loop sees it: one trait, implemented once per architecture
+//! family in corral-models (the only crate that links candle). The loop never matches on
+//! the model kind.
+
+use corral_trie::FixedBitSet;
+use std::any::Any;
+
+/// Why a model call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// The backend (candle) failed.
+    #[error("model: {0}")]
+    Backend(String),
+    /// More positions than the model supports.
+    #[error("{what}: {needed} positions needed, the model supports {max}")]
+    Context {
+        what: &'static str,
+        needed: usize,
+        max: usize,
+    },
+    /// A snapshot from another model.
+    #[error("snapshot does not belong to this model")]
+    BadSnapshot,
+}
+
+/// A causal language model with a KV cache.
+pub trait CausalLm: Send {
+    /// Runs `tokens` at positions `pos..pos + tokens.len()` and returns the logits of the
+    /// last one. `pos == 0` starts over (clears the cache); otherwise `pos` must be the
+    /// number of positions already in the cache.
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Box<dyn Logits>, ModelError>;
+    /// Number of logits per position (may exceed the tokenizer's vocabulary).
+    fn logit_width(&self) -> usize;
+    /// Most positions (prompt plus output) the model supports.
+    fn max_positions(&self) -> usize;
+    /// Clears the KV cache.
+    fn reset(&mut self);
+    /// A snapshot of the KV cache, to [`CausalLm::restore`] later (cheap: tensors are
+    /// shared, not copied).
+    fn snapshot(&self) -> Box<dyn Any + Send>;
+    fn restore(&mut self, snapshot: &(dyn Any + Send)) -> Result<(), ModelError>;
+}
+
+/// The logits of one position, where the model computed them (CPU or GPU).
+pub trait Logits: Send {
+    /// Sets every token outside `mask` to minus infinity, where the logits live (on a GPU,
+    /// the bit-packed mask is what crosses the bus), and returns the logits on the CPU.
+    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError>;
+}
+
+/// Sets the logits of tokens outside `mask` to minus infinity, in place (the CPU path).
+pub fn apply_mask_in_place(logits: &mut [f32], mask: &FixedBitSet) {
+    let blocks = mask.as_slice();
+    for (b, chunk) in logits.chunks_mut(usize::BITS as usize).enumerate() {
+        let bits = blocks.get(b).copied().unwrap_or(0);
+        if bits == usize::MAX {
+            continue;
+        }
+        for (i, l) in chunk.iter_mut().enumerate() {
+            if bits >> i & 1 == 0 {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_place_mask() {
+        let mut logits: Vec<f32> = (0..70).map(|i| i as f32).collect();
+        let mut mask = FixedBitSet::with_capacity(70);
+        mask.insert(3);
+        mask.insert(40);
+        mask.insert(69);
+        apply_mask_in_place(&mut logits, &mask);
+        let kept: Vec<usize> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(kept, vec![3, 40, 69]);
+    }
+}

@@ -1,0 +1,295 @@
+//! Sampling a token from (masked) logits: greedy, temperature, top-k, top-p, min-p,
+//! repetition penalty, seeded. The grammar's mask is applied before, so masked tokens are
+//! minus infinity and never drawn.
+//!
+//! The random generator is a small xoshiro256++ seeded through SplitMix64, kept here on
+//! purpose: "same seed, same output" must hold across dependency upgrades, which a
+//! general-purpose RNG crate does not promise for its default generators.
+
+/// Sampling settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingOptions {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens.
+    pub top_k: Option<usize>,
+    /// Keep the most likely tokens whose probabilities sum to at least `p`.
+    pub top_p: Option<f32>,
+    /// Drop tokens less likely than `min_p` times the most likely one.
+    pub min_p: Option<f32>,
+    /// Divide positive (multiply negative) logits of recently generated tokens; 1 is off.
+    pub repetition_penalty: f32,
+    /// How many recent tokens the penalty looks at.
+    pub repetition_window: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplingOptions {
+    fn default() -> SamplingOptions {
+        SamplingOptions {
+            temperature: 0.7,
+            top_k: None,
+            top_p: Some(0.95),
+            min_p: None,
+            repetition_penalty: 1.0,
+            repetition_window: 64,
+            seed: 42,
+        }
+    }
+}
+
+impl SamplingOptions {
+    /// Greedy decoding.
+    pub fn greedy() -> SamplingOptions {
+        SamplingOptions {
+            temperature: 0.0,
+            top_p: None,
+            ..SamplingOptions::default()
+        }
+    }
+}
+
+/// xoshiro256++, seeded with SplitMix64.
+#[derive(Clone, Debug)]
+pub struct Rng([u64; 4]);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Rng([next(), next(), next(), next()])
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.0;
+        let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// A sampler: options and its random state.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    opts: SamplingOptions,
+    rng: Rng,
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(opts: SamplingOptions) -> Sampler {
+        let rng = Rng::new(opts.seed);
+        Sampler {
+            opts,
+            rng,
+            candidates: Vec::new(),
+        }
+    }
+
+    pub fn options(&self) -> &SamplingOptions {
+        &self.opts
+    }
+
+    /// Picks a token. `logits` may be changed (penalties); minus infinity is never picked.
+    /// `None` if every logit is minus infinity.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Option<u32> {
+        let o = &self.opts;
+        if o.repetition_penalty != 1.0 && o.repetition_penalty > 0.0 {
+            let start = history.len().saturating_sub(o.repetition_window);
+            let mut seen: Vec<u32> = history[start..].to_vec();
+            seen.sort_unstable();
+            seen.dedup();
+            for t in seen {
+                if let Some(l) = logits.get_mut(t as usize)
+                    && l.is_finite()
+                {
+                    *l = if *l > 0.0 {
+                        *l / o.repetition_penalty
+                    } else {
+                        *l * o.repetition_penalty
+                    };
+                }
+            }
+        }
+        if o.temperature <= 0.0 {
+            return argmax(logits);
+        }
+        let c = &mut self.candidates;
+        c.clear();
+        c.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_finite())
+                .map(|(i, &l)| (i as u32, l / o.temperature)),
+        );
+        if c.is_empty() {
+            return None;
+        }
+        let desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if let Some(k) = o.top_k.filter(|&k| k > 0 && k < c.len()) {
+            c.select_nth_unstable_by(k - 1, desc);
+            c.truncate(k);
+        }
+        c.sort_unstable_by(desc);
+        // Softmax over what is left.
+        let max = c[0].1;
+        let mut total = 0.0f64;
+        for x in c.iter_mut() {
+            x.1 = ((x.1 - max) as f64).exp() as f32;
+            total += x.1 as f64;
+        }
+        if let Some(m) = o.min_p.filter(|&m| m > 0.0) {
+            let cut = c[0].1 * m;
+            let keep = c.iter().take_while(|x| x.1 >= cut).count().max(1);
+            c.truncate(keep);
+            total = c.iter().map(|x| x.1 as f64).sum();
+        }
+        if let Some(p) = o.top_p.filter(|&p| p > 0.0 && p < 1.0) {
+            let mut acc = 0.0f64;
+            let mut keep = c.len();
+            for (i, x) in c.iter().enumerate() {
+                acc += x.1 as f64 / total;
+                if acc >= p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            c.truncate(keep);
+            total = c.iter().map(|x| x.1 as f64).sum();
+        }
+        let mut r = self.rng.next_f64() * total;
+        for x in c.iter() {
+            r -= x.1 as f64;
+            if r < 0.0 {
+                return Some(x.0);
+            }
+        }
+        Some(c[c.len() - 1].0)
+    }
+}
+
+/// Index of the largest finite logit (lowest index on ties).
+pub fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_finite() && best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_the_largest_allowed() {
+        let mut l = vec![1.0, 5.0, f32::NEG_INFINITY, 3.0];
+        assert_eq!(
+            Sampler::new(SamplingOptions::greedy()).sample(&mut l, &[]),
+            Some(1)
+        );
+        let mut l = vec![f32::NEG_INFINITY; 3];
+        assert_eq!(
+            Sampler::new(SamplingOptions::greedy()).sample(&mut l, &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn same_seed_same_draws_and_masked_never_drawn() {
+        let logits: Vec<f32> = (0..50)
+            .map(|i| {
+                if i % 7 == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    (i % 5) as f32
+                }
+            })
+            .collect();
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingOptions {
+                seed,
+                top_p: None,
+                ..SamplingOptions::default()
+            });
+            (0..200)
+                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let a = draw(1);
+        assert_eq!(a, draw(1));
+        assert_ne!(a, draw(2));
+        assert!(a.iter().all(|t| t % 7 != 0));
+    }
+
+    #[test]
+    fn top_k_top_p_min_p_restrict_the_choice() {
+        let logits = vec![0.0, 10.0, 9.0, 1.0, 8.0];
+        let run = |opts: SamplingOptions| {
+            let mut s = Sampler::new(opts);
+            let mut seen: Vec<u32> = (0..300)
+                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap())
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen
+        };
+        let base = SamplingOptions {
+            temperature: 1.0,
+            top_p: None,
+            ..SamplingOptions::default()
+        };
+        assert_eq!(
+            run(SamplingOptions {
+                top_k: Some(2),
+                ..base.clone()
+            }),
+            vec![1, 2]
+        );
+        assert_eq!(
+            run(SamplingOptions {
+                min_p: Some(0.1),
+                ..base.clone()
+            }),
+            vec![1, 2, 4]
+        );
+        assert_eq!(
+            run(SamplingOptions {
+                top_p: Some(0.5),
+                ..base
+            }),
+            vec![1]
+        );
+    }
+
+    #[test]
+    fn repetition_penalty_lowers_repeated_tokens() {
+        let mut l = vec![2.0, 1.9, -1.0];
+        let opts = SamplingOptions {
+            repetition_penalty: 2.0,
+            ..SamplingOptions::greedy()
+        };
+        assert_eq!(Sampler::new(opts).sample(&mut l, &[0, 2]), Some(1));
+        assert_eq!(l, vec![1.0, 1.9, -2.0]);
+    }
+}

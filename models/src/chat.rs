@@ -1,0 +1,90 @@
+//! Chat templates (Jinja, as Hugging Face ships them in `tokenizer_config.json` and GGUF in
+//! `tokenizer.chat_template`), rendered with minijinja.
+
+use crate::LoadError;
+use minijinja::{Environment, context};
+
+/// A chat message.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template with the special tokens it may refer to.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, LoadError> {
+        let mut env = Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| LoadError::Format(format!("chat template: {e}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// Renders `messages`, ending with the assistant's turn opened.
+    pub fn render(&self, messages: &[Message]) -> Result<String, LoadError> {
+        let t = self.env.get_template("chat").expect("added in new");
+        t.render(context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(|e| LoadError::Format(format!("chat template: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_template() {
+        let src = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nDefault<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        assert_eq!(
+            t.render(&[Message::new("user", "Hi")]).unwrap(),
+            "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let s = t
+            .render(&[
+                Message::new("system", "Be brief."),
+                Message::new("user", "Hi"),
+            ])
+            .unwrap();
+        assert!(s.starts_with("<|im_start|>system\nBe brief.<|im_end|>"));
+        // Python string methods work (pycompat).
+        let t = ChatTemplate::new("{{ messages[0].content.strip() | upper }}", "", "").unwrap();
+        assert_eq!(t.render(&[Message::new("user", "  x ")]).unwrap(), "X");
+    }
+}

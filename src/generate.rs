@@ -1,0 +1,171 @@
+//! `corral generate`: a model decoding under a grammar, streamed to standard output.
+
+use crate::{Failure, load_grammar};
+use anyhow::{Context, anyhow};
+use corral::engine::SamplingOptions;
+use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The default model (DESIGN.md section 9), fetched by scripts/fetch-assets.
+const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// A GGUF file, a safetensors folder, a Hub repo id (`owner/name`, or
+    /// `owner/name:file.gguf`). Default: SmolLM2-135M-Instruct Q4_1, fetched if missing.
+    #[arg(long, short = 'm')]
+    model: Option<String>,
+    /// GBNF grammar the output must follow.
+    #[arg(long, short = 'g', conflicts_with = "regex")]
+    grammar: Option<PathBuf>,
+    /// Regular expression the whole output must match.
+    #[arg(long)]
+    regex: Option<String>,
+    /// Start rule of the grammar.
+    #[arg(long, default_value = "root")]
+    start: String,
+    #[arg(long, short = 'p')]
+    prompt: String,
+    #[arg(long)]
+    system: Option<String>,
+    /// Do not apply the model's chat template.
+    #[arg(long)]
+    raw: bool,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 for greedy decoding.
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Print a JSON line of statistics on standard error at the end.
+    #[arg(long)]
+    stats: bool,
+    /// Sample every token, even where the grammar forces the continuation.
+    #[arg(long)]
+    no_jump_forward: bool,
+    /// Compute the next mask on another thread while the forward pass runs.
+    #[arg(long)]
+    overlap_mask: bool,
+}
+
+/// The assets folder: `$CORRAL_ASSETS`, else `assets/` in the source tree.
+fn assets_dir() -> PathBuf {
+    std::env::var_os("CORRAL_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("assets"))
+}
+
+/// The default model's path, fetching it with the project's script if it is missing.
+fn default_model() -> anyhow::Result<String> {
+    let path = assets_dir().join(DEFAULT_MODEL);
+    if !path.exists() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-assets");
+        eprintln!(
+            "corral: fetching the default model (SmolLM2-135M-Instruct Q4_1, ~100 MB) with {}",
+            script.display()
+        );
+        let status = std::process::Command::new(&script)
+            .arg("model")
+            .env("CORRAL_ASSETS", assets_dir())
+            .status()
+            .with_context(|| format!("cannot run {}", script.display()))?;
+        if !status.success() || !path.exists() {
+            return Err(anyhow!(
+                "could not fetch the default model into {}; run scripts/fetch-assets model, or pass --model",
+                path.display()
+            ));
+        }
+    }
+    Ok(path.display().to_string())
+}
+
+pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
+    let device: DeviceSpec = args
+        .device
+        .parse()
+        .map_err(|e: corral::models::LoadError| anyhow!(e))?;
+    let grammar = match (&args.grammar, &args.regex) {
+        (Some(path), _) => Some(load_grammar(path, &args.start)?),
+        (None, Some(re)) => Some(
+            corral::compile_regex(re, &CompileOptions::default().origin("--regex"))
+                .map_err(|e| anyhow!("{e}"))?,
+        ),
+        (None, None) => None,
+    };
+    let source = match &args.model {
+        Some(m) => m.clone(),
+        None => default_model()?,
+    };
+    let mut model = Model::load(&source, device).map_err(|e| anyhow!("{e}"))?;
+    let options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingOptions {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: (args.top_p < 1.0).then_some(args.top_p),
+            min_p: args.min_p,
+            repetition_penalty: args.repeat_penalty,
+            seed: args.seed,
+            ..SamplingOptions::default()
+        },
+        jump_forward: !args.no_jump_forward,
+        overlap_mask: args.overlap_mask,
+        ignore_eos: false,
+    };
+    let prompt = Prompt {
+        user: args.prompt.clone(),
+        system: args.system.clone(),
+        raw: args.raw,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut on_delta = |d: &str| {
+        let _ = stdout.write_all(d.as_bytes());
+        let _ = stdout.flush();
+    };
+    let out = corral::generate_streaming(
+        &mut model,
+        grammar.as_ref(),
+        prompt,
+        &options,
+        &mut on_delta,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let _ = writeln!(stdout);
+    if args.stats {
+        let s = &out.stats;
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "prompt_tokens": s.prompt_tokens,
+                "generated_tokens": s.generated_tokens,
+                "forward_passes": s.forward_passes,
+                "forced_tokens": s.forced_tokens,
+                "prompt_tok_s": round2(s.prompt_tok_s),
+                "decode_tok_s": round2(s.decode_tok_s),
+                "mask_us_mean": round2(s.mask_us_mean),
+                "mask_us_p99": round2(s.mask_us_p99),
+                "finish_reason": out.finish_reason.as_str(),
+                "model": model.name(),
+                "constrained": grammar.is_some(),
+            })
+        );
+    }
+    Ok(())
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}

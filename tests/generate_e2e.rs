@@ -1,0 +1,367 @@
+//! End to end on the real SmolLM2-135M-Instruct Q4_1 model (scripts/fetch-assets model):
+//! generated outputs are in the grammar's language; the same seed gives the same output;
+//! jump-forward saves forward passes on a grammar that forces most of the output; the
+//! GGUF tokenizer round-trips; the CLI's errors are clear. Skipped, with a note, when the
+//! model has not been fetched.
+
+mod common;
+
+use common::{conformance_dir, run_corral};
+use corral::engine::SamplingOptions;
+use corral::{
+    DeviceSpec, FinishReason, GenerateOptions, MatchOutcome, Model, compile_gbnf,
+    generate_constrained, match_bytes,
+};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+fn model_path() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "{} missing (scripts/fetch-assets model): skipping",
+            p.display()
+        );
+        None
+    }
+}
+
+/// One model for the whole test binary (tests take turns).
+fn model() -> Option<&'static Mutex<Model>> {
+    static MODEL: OnceLock<Option<Mutex<Model>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            model_path()
+                .map(|p| Mutex::new(Model::load(p.to_str().unwrap(), DeviceSpec::Cpu).unwrap()))
+        })
+        .as_ref()
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        sampling: SamplingOptions::greedy(),
+        ..GenerateOptions::default()
+    }
+}
+
+/// Generated text is in the language when generation ended on its own, and a valid prefix
+/// when it ran out of tokens.
+fn check_in_language(g: &std::sync::Arc<corral::Grammar>, out: &corral::Generation, what: &str) {
+    let verdict = match_bytes(g, out.text.as_bytes()).unwrap();
+    match out.finish_reason {
+        FinishReason::Length => assert!(
+            !matches!(verdict, MatchOutcome::Rejected { .. }),
+            "{what}: {:?} {verdict:?}",
+            out.text
+        ),
+        _ => assert_eq!(verdict, MatchOutcome::Accepted, "{what}: {:?}", out.text),
+    }
+    eprintln!(
+        "{what}: {:?} ({}, {} tokens, {} forward passes)",
+        out.text,
+        out.finish_reason.as_str(),
+        out.stats.generated_tokens,
+        out.stats.forward_passes
+    );
+}
+
+#[test]
+fn json_gbnf_output_is_valid_json() {
+    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
+        return;
+    };
+    let mut m = m.lock().unwrap();
+    let g = compile_gbnf(
+        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &Default::default(),
+    )
+    .unwrap();
+    for (i, prompt) in [
+        "Describe a cat as a JSON object with name, age and color.",
+        "Give me a JSON object listing three fruits and their prices.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let opts = GenerateOptions {
+            max_tokens: 120,
+            sampling: SamplingOptions {
+                seed: i as u64,
+                ..SamplingOptions::default()
+            },
+            ..GenerateOptions::default()
+        };
+        let out = generate_constrained(&mut m, &g, *prompt, &opts).unwrap();
+        check_in_language(&g, &out, "json.gbnf");
+        if out.finish_reason != FinishReason::Length {
+            let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();
+            assert!(v.is_object());
+        }
+    }
+}
+
+#[test]
+fn small_closed_grammar() {
+    let Some(m) = model() else { return };
+    let mut m = m.lock().unwrap();
+    let g = compile_gbnf(
+        r#"root ::= "The answer is " ("yes" | "no") "." "#,
+        &Default::default(),
+    )
+    .unwrap();
+    let out = generate_constrained(
+        &mut m,
+        &g,
+        "Is the sky blue? Answer with yes or no.",
+        &greedy(20),
+    )
+    .unwrap();
+    assert!(
+        out.text == "The answer is yes." || out.text == "The answer is no.",
+        "{:?}",
+        out.text
+    );
+    assert_eq!(out.finish_reason, FinishReason::GrammarComplete);
+    // "The answer is " and the final "." are forced: fewer forward passes than tokens.
+    assert!(
+        out.stats.forward_passes < out.stats.generated_tokens + 1,
+        "{:?}",
+        out.stats
+    );
+}
+
+#[test]
+fn shipped_grammars() {
+    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
+        return;
+    };
+    let mut m = m.lock().unwrap();
+    let cases = [
+        (
+            "arithmetic.gbnf",
+            "Write one simple equation, like 1+2=3, on one line.",
+        ),
+        (
+            "chess.gbnf",
+            "Write the first two moves of a chess game in algebraic notation.",
+        ),
+        ("list.gbnf", "List three colors as a dashed list."),
+        ("json_arr.gbnf", "Give a JSON array of two numbers."),
+    ];
+    for (file, prompt) in cases {
+        let g = compile_gbnf(
+            &std::fs::read_to_string(dir.join("llama_cpp/grammars").join(file)).unwrap(),
+            &Default::default(),
+        )
+        .unwrap();
+        let out = generate_constrained(&mut m, &g, prompt, &greedy(60)).unwrap();
+        check_in_language(&g, &out, file);
+    }
+}
+
+#[test]
+fn same_seed_same_output() {
+    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
+        return;
+    };
+    let mut m = m.lock().unwrap();
+    let g = compile_gbnf(
+        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &Default::default(),
+    )
+    .unwrap();
+    let run = |m: &mut Model, seed| {
+        let opts = GenerateOptions {
+            max_tokens: 40,
+            sampling: SamplingOptions {
+                temperature: 1.0,
+                top_p: None,
+                seed,
+                ..SamplingOptions::default()
+            },
+            ..GenerateOptions::default()
+        };
+        generate_constrained(m, &g, "Describe a dog as JSON.", &opts).unwrap()
+    };
+    let a = run(&mut m, 7);
+    let b = run(&mut m, 7);
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.text, b.text);
+    let c = run(&mut m, 8);
+    assert_ne!(
+        a.tokens, c.tokens,
+        "another seed should (almost surely) differ"
+    );
+}
+
+#[test]
+fn forced_output_uses_fewer_forward_passes_than_tokens() {
+    let Some(m) = model() else { return };
+    let mut m = m.lock().unwrap();
+    let g = compile_gbnf(
+        r#"root ::= "{\"name\": \"" [A-Za-z ]{1,16} "\", \"species\": \"" ("cat" | "dog" | "bird") "\", \"age_in_years\": " [0-9]{1,2} ", \"vaccinated\": " ("true" | "false") "}""#,
+        &Default::default(),
+    )
+    .unwrap();
+    let out = generate_constrained(&mut m, &g, "Describe a pet.", &greedy(80)).unwrap();
+    check_in_language(&g, &out, "fixed keys");
+    assert_eq!(out.finish_reason, FinishReason::GrammarComplete);
+    let s = &out.stats;
+    // Forward passes after the prompt < generated tokens: the keys came without one.
+    assert!(s.forward_passes - 1 < s.generated_tokens, "{s:?}");
+    assert!(s.forced_tokens > 10, "{s:?}");
+    // Without jump-forward every token costs a forward pass.
+    let no_jump = GenerateOptions {
+        jump_forward: false,
+        ..greedy(80)
+    };
+    let out2 = generate_constrained(&mut m, &g, "Describe a pet.", &no_jump).unwrap();
+    assert_eq!(out2.stats.forced_tokens, 0);
+    assert!(
+        out2.stats.forward_passes > s.forward_passes,
+        "{:?} vs {s:?}",
+        out2.stats
+    );
+}
+
+#[test]
+fn gguf_tokenizer_round_trips_without_a_prefix_space() {
+    let Some(m) = model() else { return };
+    let m = m.lock().unwrap();
+    let tok = m.tokenizer();
+    for text in [
+        "Hello world",
+        "x = 12345;",
+        "  leading spaces",
+        "Zoë naïve café 日本 😀",
+        "<|im_start|>user\nHi<|im_end|>",
+    ] {
+        let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+        assert_eq!(tok.decode(&ids, false).unwrap(), text, "{ids:?}");
+    }
+    // Digits are split one by one (SmolLM2's "smollm" pre-tokenizer).
+    let ids = tok.encode("2024", false).unwrap().get_ids().to_vec();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    // Special tokens are single ids; no space is invented after them.
+    let ids = tok
+        .encode("<|im_start|>assistant", false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert_eq!(ids[0], 1);
+    assert_eq!(tok.decode(&ids[1..], false).unwrap(), "assistant");
+    // The first word has no leading-space token (the trap of candle's fallback).
+    let ids = tok.encode("Hello", false).unwrap().get_ids().to_vec();
+    assert!(
+        !tok.id_to_token(ids[0]).unwrap().starts_with('Ġ'),
+        "{:?}",
+        tok.id_to_token(ids[0])
+    );
+}
+
+#[test]
+fn cli_generate_streams_and_reports_stats() {
+    let (Some(_), Some(dir)) = (model_path(), conformance_dir()) else {
+        return;
+    };
+    let g = dir.join("llama_cpp/grammars/json.gbnf");
+    let (code, out, err) = run_corral(
+        &[
+            "generate",
+            "--grammar",
+            g.to_str().unwrap(),
+            "--prompt",
+            "A JSON object about Paris.",
+            "--max-tokens",
+            "48",
+            "--temperature",
+            "0",
+            "--stats",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    for k in [
+        "prompt_tokens",
+        "generated_tokens",
+        "forward_passes",
+        "decode_tok_s",
+        "mask_us_mean",
+        "finish_reason",
+    ] {
+        assert!(stats.get(k).is_some(), "missing {k}: {stats}");
+    }
+    let text = out.trim_end_matches('\n');
+    let grammar = compile_gbnf(&std::fs::read_to_string(&g).unwrap(), &Default::default()).unwrap();
+    let verdict = match_bytes(&grammar, text.as_bytes()).unwrap();
+    if stats["finish_reason"] == "length" {
+        assert!(!matches!(verdict, MatchOutcome::Rejected { .. }));
+    } else {
+        assert_eq!(verdict, MatchOutcome::Accepted, "{text:?}");
+    }
+    // --regex
+    let (code, out, err) = run_corral(
+        &[
+            "generate",
+            "--regex",
+            "(yes|no)",
+            "--prompt",
+            "Is fire hot?",
+            "--temperature",
+            "0",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim() == "yes" || out.trim() == "no", "{out:?}");
+}
+
+#[test]
+fn cli_generate_errors_are_clear() {
+    let Some(_) = model_path() else { return };
+    let (code, _, err) = run_corral(
+        &[
+            "generate",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "x",
+        ],
+        b"",
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("model not found: /nonexistent/model.gguf"),
+        "{err}"
+    );
+    let bad = std::env::temp_dir().join(format!("corral-corrupt-{}.gguf", std::process::id()));
+    std::fs::write(&bad, b"this is not a gguf file at all").unwrap();
+    let (code, _, err) = run_corral(
+        &[
+            "generate",
+            "--model",
+            bad.to_str().unwrap(),
+            "--prompt",
+            "x",
+        ],
+        b"",
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("not a readable GGUF file"), "{err}");
+    std::fs::remove_file(&bad).ok();
+    let (code, _, err) = run_corral(&["generate", "--device", "tpu:0", "--prompt", "x"], b"");
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown device \"tpu:0\""), "{err}");
+    let long = "word ".repeat(5000);
+    let (code, _, err) = run_corral(&["generate", "--prompt", &long, "--raw"], b"");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("the prompt") && err.contains("the model supports 4096"),
+        "{err}"
+    );
+}
