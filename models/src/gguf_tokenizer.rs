@@ -44,7 +44,8 @@ fn strings(c: &Content, key: &str) -> Result<Vec<String>, LoadError> {
         .map_err(|e| LoadError::Format(format!("{key}: {e}")))?;
     arr.iter()
         .map(|x| {
-            x.to_string().cloned()
+            x.to_string()
+                .cloned()
                 .map_err(|e| LoadError::Format(format!("{key}: {e}")))
         })
         .collect()
