@@ -29,6 +29,8 @@ enum Command {
     Match(MatchArgs),
     /// Generate text with a model, constrained by a grammar or regex, streamed to stdout.
     Generate(generate::GenerateArgs),
+    /// Split a model's raw output into content, reasoning and tool calls (JSON lines).
+    Split(split::SplitArgs),
     /// Replay tokenizations of a text through the constraint (exit 0 all accepted, 1 a
     /// token was refused, 2 bad arguments or grammar).
     Replay(replay::ReplayArgs),
@@ -52,6 +54,7 @@ struct MatchArgs {
 
 mod generate;
 mod replay;
+mod split;
 
 /// An error that decides the exit code.
 pub(crate) enum Failure {
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Match(args) => run_match(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Generate(args) => generate::run(&args),
+        Command::Split(args) => split::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

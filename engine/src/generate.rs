@@ -120,14 +120,26 @@ pub struct Utf8Stream {
 impl Utf8Stream {
     /// The text completed by `bytes`.
     pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
+        self.push_into(bytes, &mut out);
+        out
+    }
+
+    /// [`Utf8Stream::push`] into a reused buffer (appended to).
+    pub fn push_into(&mut self, bytes: &[u8], out: &mut String) {
+        if self.pending.is_empty()
+            && let Ok(s) = std::str::from_utf8(bytes)
+        {
+            out.push_str(s);
+            return;
+        }
+        self.pending.extend_from_slice(bytes);
         loop {
             match std::str::from_utf8(&self.pending) {
                 Ok(s) => {
                     out.push_str(s);
                     self.pending.clear();
-                    return out;
+                    return;
                 }
                 Err(e) => {
                     let good = e.valid_up_to();
@@ -136,7 +148,7 @@ impl Utf8Stream {
                         // Incomplete character at the end: wait for more bytes.
                         None => {
                             self.pending.drain(..good);
-                            return out;
+                            return;
                         }
                         // Invalid bytes (an unconstrained model can emit them).
                         Some(n) => {

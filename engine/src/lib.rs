@@ -39,6 +39,8 @@ pub mod lexcache;
 pub mod model;
 pub mod replay;
 pub mod sampling;
+pub mod split;
+pub mod toolcall;
 
 pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
@@ -48,3 +50,6 @@ pub use generate::{
 };
 pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingOptions};
+pub use split::{
+    Format, GenericParser, HarmonyParser, Splitter, Stop, Summary, ToolCallEvent, split_all,
+};

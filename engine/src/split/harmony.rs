@@ -1,0 +1,433 @@
+//! The harmony format (gpt-oss):
+//!
+//! ```text
+//! <|start|>assistant<|channel|>analysis<|message|>thinking...<|end|>
+//! <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>
+//! <|start|>assistant<|channel|>final<|message|>The answer.<|return|>
+//! ```
+//!
+//! A small state machine ([`State`]), one short function per state. Channels: `analysis` is
+//! reasoning, `final` is content, a message with a recipient (`to=functions.NAME`, in the
+//! channel part or the role part of the header) is a tool call whose arguments are the
+//! message body, `commentary` without a recipient is content. `<|return|>` and `<|call|>`
+//! stop the stream. The stream may start with `<|start|>` or directly inside the header (a
+//! prompt ends with `<|start|>assistant`). `<` and `<|` that do not make a marker are text.
+//!
+//! Markers arrive as text, or, on the token-id path ([`HarmonyParser::process_token`]), as
+//! the special tokens they are.
+
+use super::scanner::{Flow, MarkerScanner, Scan};
+use super::{Outputs, Splitter, Stop, ToolCallEvent};
+
+const MARKERS: [&str; 7] = [
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|constrain|>",
+];
+const START: usize = 0;
+const CHANNEL: usize = 1;
+const MESSAGE: usize = 2;
+const END: usize = 3;
+const RETURN: usize = 4;
+const CALL: usize = 5;
+const CONSTRAIN: usize = 6;
+
+/// How malformed streams are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HarmonyMode {
+    /// A stop marker inside an unfinished header discards the header.
+    Strict,
+    /// A stop marker inside an unfinished header turns the header into content (and so do
+    /// stray text between messages and an overlong header).
+    #[default]
+    Lenient,
+}
+
+/// Token ids of the harmony markers, for the token-id path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HarmonyMarkers {
+    pub start: u32,
+    pub channel: u32,
+    pub message: u32,
+    pub end: u32,
+    pub return_: u32,
+    pub call: u32,
+    pub constrain: u32,
+}
+
+impl HarmonyMarkers {
+    /// The gpt-oss (o200k_harmony) ids.
+    pub const GPT_OSS: HarmonyMarkers = HarmonyMarkers {
+        start: 200006,
+        channel: 200005,
+        message: 200008,
+        end: 200007,
+        return_: 200002,
+        call: 200012,
+        constrain: 200003,
+    };
+
+    fn marker(&self, id: u32) -> Option<usize> {
+        [
+            self.start,
+            self.channel,
+            self.message,
+            self.end,
+            self.return_,
+            self.call,
+            self.constrain,
+        ]
+        .iter()
+        .position(|&m| m == id)
+    }
+}
+
+/// Where a message body goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Route {
+    Content,
+    Reasoning,
+    Tool {
+        index: usize,
+        name: String,
+        args: String,
+    },
+}
+
+/// Which part of a header is being read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Role,
+    Channel,
+    Constrain,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// Between messages, waiting for `<|start|>`.
+    Between,
+    /// Reading a header until `<|message|>`.
+    Header { part: Part },
+    /// In a message body.
+    Body(Route),
+    /// Stopped by `<|return|>` or `<|call|>`.
+    Done,
+}
+
+/// Most bytes a header may have; beyond, it is not a header.
+const MAX_HEADER: usize = 1024;
+
+/// The harmony stream parser. See the module docs.
+#[derive(Clone, Debug)]
+pub struct HarmonyParser {
+    scanner: MarkerScanner,
+    core: Core,
+}
+
+/// Everything but the scanner (so the scanner can drive it without being moved out).
+#[derive(Clone, Debug)]
+struct Core {
+    mode: HarmonyMode,
+    state: State,
+    role: String,
+    channel: String,
+    /// The header as written, markers included (lenient mode turns it into content).
+    raw_header: String,
+    out: Outputs,
+    stop: Option<Stop>,
+}
+
+impl Default for HarmonyParser {
+    fn default() -> HarmonyParser {
+        HarmonyParser::new(HarmonyMode::Lenient)
+    }
+}
+
+impl HarmonyParser {
+    pub fn new(mode: HarmonyMode) -> HarmonyParser {
+        HarmonyParser {
+            scanner: MarkerScanner::new(&MARKERS),
+            core: Core {
+                mode,
+                state: State::Header { part: Part::Role },
+                role: String::new(),
+                channel: String::new(),
+                raw_header: String::new(),
+                out: Outputs::default(),
+                stop: None,
+            },
+        }
+    }
+
+    /// Feeds one token: a marker token by id, any other by its text.
+    pub fn process_token(&mut self, markers: &HarmonyMarkers, id: u32, text: &str) -> Option<Stop> {
+        if self.core.stop.is_some() {
+            return self.core.stop;
+        }
+        match markers.marker(id) {
+            Some(m) => {
+                // A partial marker held back as text is text after all.
+                let core = &mut self.core;
+                self.scanner.flush(&mut |e| {
+                    if let Scan::Text(t) = e {
+                        core.on_text(t);
+                    }
+                    Flow::Continue
+                });
+                self.core.on_marker(m);
+                self.core.stop
+            }
+            None => self.process(text),
+        }
+    }
+
+    /// Appends the content and reasoning produced since the last call to the given strings
+    /// (no allocation; the token-by-token counterpart of `take_content`/`take_reasoning`).
+    pub fn drain_into(&mut self, content: &mut String, reasoning: &mut String) {
+        content.push_str(&self.core.out.content);
+        self.core.out.content.clear();
+        reasoning.push_str(&self.core.out.reasoning);
+        self.core.out.reasoning.clear();
+    }
+}
+
+impl Core {
+    fn emit(&mut self, text: &str) {
+        match &mut self.state {
+            State::Body(Route::Content) | State::Between => self.out.content.push_str(text),
+            State::Body(Route::Reasoning) => self.out.reasoning.push_str(text),
+            State::Body(Route::Tool { index, args, .. }) => {
+                args.push_str(text);
+                let index = *index;
+                self.out.call_arguments(index, text);
+            }
+            State::Header { .. } | State::Done => {}
+        }
+    }
+
+    fn on_text(&mut self, text: &str) {
+        match self.state {
+            State::Between => {
+                if self.mode == HarmonyMode::Lenient {
+                    self.emit(text);
+                }
+            }
+            State::Header { part } => {
+                self.raw_header.push_str(text);
+                match part {
+                    Part::Role => self.role.push_str(text),
+                    Part::Channel => self.channel.push_str(text),
+                    Part::Constrain => {}
+                }
+                if self.raw_header.len() > MAX_HEADER {
+                    self.abandon_header();
+                }
+            }
+            State::Body(_) => self.emit(text),
+            State::Done => {}
+        }
+    }
+
+    /// Not a header after all: lenient mode keeps it as content (and what follows), strict
+    /// mode drops it.
+    fn abandon_header(&mut self) {
+        let raw = std::mem::take(&mut self.raw_header);
+        self.role.clear();
+        self.channel.clear();
+        self.state = State::Body(Route::Content);
+        if self.mode == HarmonyMode::Lenient {
+            self.out.content.push_str(&raw);
+        }
+    }
+
+    fn on_marker(&mut self, m: usize) {
+        match self.state.clone() {
+            State::Done => {}
+            State::Between => self.marker_between(m),
+            State::Header { .. } => self.marker_in_header(m),
+            State::Body(route) => self.marker_in_body(m, route),
+        }
+    }
+
+    fn start_header(&mut self) {
+        self.role.clear();
+        self.channel.clear();
+        self.raw_header.clear();
+        self.state = State::Header { part: Part::Role };
+    }
+
+    fn marker_between(&mut self, m: usize) {
+        match m {
+            START => self.start_header(),
+            RETURN => self.halt(Stop::Return),
+            CALL => self.halt(Stop::Call),
+            _ => {
+                if self.mode == HarmonyMode::Lenient {
+                    self.out.content.push_str(MARKERS[m]);
+                }
+            }
+        }
+    }
+
+    fn marker_in_header(&mut self, m: usize) {
+        match m {
+            START => self.start_header(),
+            CHANNEL => {
+                self.raw_header.push_str(MARKERS[m]);
+                self.state = State::Header {
+                    part: Part::Channel,
+                };
+            }
+            CONSTRAIN => {
+                self.raw_header.push_str(MARKERS[m]);
+                self.state = State::Header {
+                    part: Part::Constrain,
+                };
+            }
+            MESSAGE => self.open_body(),
+            // A stop marker inside an unfinished header.
+            _ => {
+                let raw = std::mem::take(&mut self.raw_header);
+                if self.mode == HarmonyMode::Lenient {
+                    self.out.content.push_str(&raw);
+                }
+                self.state = State::Between;
+                match m {
+                    RETURN => self.halt(Stop::Return),
+                    CALL => self.halt(Stop::Call),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Reads the header: channel and recipient decide where the body goes.
+    fn open_body(&mut self) {
+        let channel = self
+            .channel
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let recipient = self
+            .channel
+            .split_whitespace()
+            .chain(self.role.split_whitespace())
+            .find_map(|w| w.strip_prefix("to="))
+            .map(|r| r.strip_prefix("functions.").unwrap_or(r).to_string());
+        let route = match (channel.as_str(), recipient) {
+            (_, Some(name)) => {
+                let index = self.out.begin_call(&name);
+                Route::Tool {
+                    index,
+                    name,
+                    args: String::new(),
+                }
+            }
+            ("analysis", None) => Route::Reasoning,
+            _ => Route::Content,
+        };
+        self.raw_header.clear();
+        self.state = State::Body(route);
+    }
+
+    fn close_body(&mut self, route: Route) {
+        if let Route::Tool { index, name, args } = route {
+            self.out.end_call(index, &name, args);
+        }
+    }
+
+    fn marker_in_body(&mut self, m: usize, route: Route) {
+        match m {
+            END => {
+                self.close_body(route);
+                self.state = State::Between;
+            }
+            START => {
+                self.close_body(route);
+                self.start_header();
+            }
+            RETURN | CALL => {
+                self.close_body(route);
+                self.halt(if m == RETURN {
+                    Stop::Return
+                } else {
+                    Stop::Call
+                });
+            }
+            // <|channel|>, <|message|>, <|constrain|> inside a body are text.
+            _ => self.emit(MARKERS[m]),
+        }
+    }
+
+    fn halt(&mut self, stop: Stop) {
+        self.state = State::Done;
+        self.stop = Some(stop);
+    }
+}
+
+impl Splitter for HarmonyParser {
+    fn process(&mut self, text: &str) -> Option<Stop> {
+        if self.core.stop.is_none() {
+            let core = &mut self.core;
+            let _ = self.scanner.feed(text, &mut |e| {
+                match e {
+                    Scan::Text(t) => core.on_text(t),
+                    Scan::Marker(m) => core.on_marker(m),
+                }
+                if core.stop.is_some() {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
+                }
+            });
+        }
+        self.core.stop
+    }
+
+    fn take_content(&mut self) -> String {
+        std::mem::take(&mut self.core.out.content)
+    }
+
+    fn take_reasoning(&mut self) -> String {
+        std::mem::take(&mut self.core.out.reasoning)
+    }
+
+    fn take_tool_calls(&mut self) -> Vec<ToolCallEvent> {
+        std::mem::take(&mut self.core.out.tools)
+    }
+
+    fn finish(&mut self) {
+        if self.core.stop.is_some() {
+            return;
+        }
+        let core = &mut self.core;
+        self.scanner.flush(&mut |e| {
+            if let Scan::Text(t) = e {
+                core.on_text(t);
+            }
+            Flow::Continue
+        });
+        let core = &mut self.core;
+        match core.state.clone() {
+            State::Body(route) => core.close_body(route),
+            State::Header { .. } if !core.raw_header.is_empty() => {
+                // The stream ended inside a header.
+                let raw = std::mem::take(&mut core.raw_header);
+                if core.mode == HarmonyMode::Lenient {
+                    core.out.content.push_str(&raw);
+                }
+            }
+            _ => {}
+        }
+        core.state = State::Done;
+    }
+
+    fn reset(&mut self) {
+        *self = HarmonyParser::new(self.core.mode);
+    }
+}

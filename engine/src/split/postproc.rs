@@ -1,0 +1,569 @@
+//! Post-processing of a split stream (the reasoning-split decision record): events for the
+//! answer (`delta`), the reasoning, tool calls, and one `final` event with statistics.
+//!
+//! Each option is a streaming stage with its own small state, fed characters in order, so
+//! the result does not depend on how the stream was chunked:
+//! - a reasoning budget: after `reasoning_max_tokens` reasoning words, the rest of the
+//!   reasoning is treated as answer (the forced transition);
+//! - a service-token filter: stray `<|...|>` markers are removed from the answer;
+//! - n-gram suppression: an n-gram that immediately repeats the previous one (within a
+//!   window of words) is dropped;
+//! - whitespace collapse: a run of the same whitespace character becomes one; different
+//!   characters are kept, so words are never glued;
+//! - leak detection: the start of the (dropped) reasoning appearing in the answer.
+//!
+//! Token counts are words (whitespace-separated), unless the caller counts model tokens
+//! ([`PostProcessor::push_tokens`]).
+
+use super::{Splitter, Stop, ToolCallEvent};
+
+/// Options, with the decision record's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostprocOptions {
+    /// Reasoning words (or tokens) before the forced transition to the answer. Default 256.
+    pub reasoning_max_tokens: Option<usize>,
+    /// Leave the reasoning text out of the final event. Default true.
+    pub drop_from_history: bool,
+    /// `(n, window)`: drop an n-gram that repeats the one just before it. Default (3, 128).
+    pub ngram: Option<(usize, usize)>,
+    /// Collapse runs of the same whitespace character. Default true.
+    pub collapse_whitespace: bool,
+    /// Remove `<|...|>` service tokens from the answer. Default true.
+    pub filter_service_tokens: bool,
+    /// How many leading characters of the reasoning count as a leak if found in the answer.
+    /// Default 24.
+    pub leak_prefix: usize,
+}
+
+impl Default for PostprocOptions {
+    fn default() -> PostprocOptions {
+        PostprocOptions {
+            reasoning_max_tokens: Some(256),
+            drop_from_history: true,
+            ngram: Some((3, 128)),
+            collapse_whitespace: true,
+            filter_service_tokens: true,
+            leak_prefix: 24,
+        }
+    }
+}
+
+impl PostprocOptions {
+    /// Every stage off: the splitter's output as is.
+    pub fn passthrough() -> PostprocOptions {
+        PostprocOptions {
+            reasoning_max_tokens: None,
+            drop_from_history: false,
+            ngram: None,
+            collapse_whitespace: false,
+            filter_service_tokens: false,
+            leak_prefix: 24,
+        }
+    }
+}
+
+/// The statistics of the final event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinalStats {
+    pub reasoning_tokens: usize,
+    pub final_tokens: usize,
+    /// reasoning / (reasoning + final); 0 when both are 0.
+    pub reasoning_ratio: f64,
+    pub leak_detected: bool,
+    /// `None` when `drop_from_history` is on.
+    pub reasoning_text: Option<String>,
+    pub stop: Option<Stop>,
+}
+
+/// A post-processed event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PostEvent {
+    Delta(String),
+    Reasoning(String),
+    ToolCall(ToolCallEvent),
+    Final(FinalStats),
+}
+
+/// Removes `<|name|>` tokens (name: ASCII letters, digits, `_`), holding back a possible
+/// one.
+#[derive(Clone, Debug, Default)]
+struct ServiceFilter {
+    held: String,
+}
+
+impl ServiceFilter {
+    fn push(&mut self, text: &str, out: &mut String) {
+        for c in text.chars() {
+            self.push_char(c, out);
+        }
+    }
+
+    fn push_char(&mut self, c: char, out: &mut String) {
+        if self.held.is_empty() {
+            if c == '<' {
+                self.held.push(c);
+            } else {
+                out.push(c);
+            }
+            return;
+        }
+        let h = self.held.as_str();
+        let name_chars = h.len() > 2;
+        let ok = if h == "<" {
+            c == '|'
+        } else if name_chars && h.ends_with('|') {
+            c == '>'
+        } else {
+            c.is_ascii_alphanumeric() || c == '_' || (c == '|' && name_chars)
+        };
+        if ok && self.held.len() < 64 {
+            self.held.push(c);
+            if self.held.ends_with("|>") {
+                self.held.clear(); // `<|name|>`: a service token, dropped
+            }
+        } else {
+            // Not a service token: release the '<' and read the rest again.
+            let rest = self.held.split_off(1);
+            self.held.clear();
+            out.push('<');
+            for r in rest.chars().chain([c]) {
+                self.push_char(r, out);
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut String) {
+        out.push_str(&std::mem::take(&mut self.held));
+    }
+}
+
+/// Drops an n-gram of words that immediately repeats the previous n-gram.
+#[derive(Clone, Debug)]
+struct NgramFilter {
+    n: usize,
+    window: usize,
+    /// Emitted words, most recent last (at most `window`).
+    history: Vec<String>,
+    /// Complete words (with their trailing whitespace) not yet emitted.
+    pending: Vec<(String, String)>,
+    /// The word being read, and whitespace after it.
+    word: String,
+    space: String,
+    /// Whitespace before the first word.
+    lead: String,
+}
+
+impl NgramFilter {
+    fn new(n: usize, window: usize) -> NgramFilter {
+        NgramFilter {
+            n: n.max(1),
+            window: window.max(2 * n.max(1)),
+            history: Vec::new(),
+            pending: Vec::new(),
+            word: String::new(),
+            space: String::new(),
+            lead: String::new(),
+        }
+    }
+
+    fn push(&mut self, text: &str, out: &mut String) {
+        for c in text.chars() {
+            if c.is_whitespace() {
+                if self.word.is_empty() {
+                    if self.pending.is_empty() && self.history.is_empty() {
+                        self.lead.push(c);
+                    } else if let Some(last) = self.pending.last_mut() {
+                        last.1.push(c);
+                    } else {
+                        out.push(c);
+                    }
+                } else {
+                    self.space.push(c);
+                }
+            } else {
+                if !self.space.is_empty() {
+                    self.complete_word(out);
+                }
+                self.word.push(c);
+            }
+        }
+    }
+
+    fn complete_word(&mut self, out: &mut String) {
+        out.push_str(&std::mem::take(&mut self.lead));
+        let w = std::mem::take(&mut self.word);
+        let s = std::mem::take(&mut self.space);
+        self.pending.push((w, s));
+        let n = self.n;
+        // Compare the last n words with the n before them (pending words after history).
+        let words: Vec<&str> = self
+            .history
+            .iter()
+            .map(String::as_str)
+            .chain(self.pending.iter().map(|p| p.0.as_str()))
+            .collect();
+        if words.len() >= 2 * n
+            && self.pending.len() >= n
+            && words[words.len() - n..] == words[words.len() - 2 * n..words.len() - n]
+        {
+            self.pending.truncate(self.pending.len() - n);
+        }
+        // Words that can no longer start a repeat are emitted.
+        while self.pending.len() >= n {
+            let (w, s) = self.pending.remove(0);
+            out.push_str(&w);
+            out.push_str(&s);
+            self.history.push(w);
+            if self.history.len() > self.window {
+                self.history.remove(0);
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut String) {
+        if !self.word.is_empty() {
+            self.complete_word(out);
+        }
+        out.push_str(&std::mem::take(&mut self.lead));
+        for (w, s) in self.pending.drain(..) {
+            out.push_str(&w);
+            out.push_str(&s);
+        }
+    }
+}
+
+/// Collapses a run of the same whitespace character into one.
+#[derive(Clone, Debug, Default)]
+struct Collapse {
+    last: Option<char>,
+}
+
+impl Collapse {
+    fn push(&mut self, text: &str, out: &mut String) {
+        for c in text.chars() {
+            if c.is_whitespace() && self.last == Some(c) {
+                continue;
+            }
+            self.last = Some(c);
+            out.push(c);
+        }
+    }
+}
+
+/// One channel's pipeline: service filter, n-gram filter, collapse.
+#[derive(Clone, Debug)]
+struct Pipeline {
+    service: Option<ServiceFilter>,
+    ngram: Option<NgramFilter>,
+    collapse: Option<Collapse>,
+}
+
+impl Pipeline {
+    fn new(o: &PostprocOptions, service: bool) -> Pipeline {
+        Pipeline {
+            service: (service && o.filter_service_tokens).then(ServiceFilter::default),
+            ngram: o.ngram.map(|(n, w)| NgramFilter::new(n, w)),
+            collapse: o.collapse_whitespace.then(Collapse::default),
+        }
+    }
+
+    fn run(&mut self, text: &str, finish: bool) -> String {
+        let mut a = String::new();
+        match &mut self.service {
+            Some(s) => {
+                s.push(text, &mut a);
+                if finish {
+                    s.finish(&mut a);
+                }
+            }
+            None => a.push_str(text),
+        }
+        let mut b = String::new();
+        match &mut self.ngram {
+            Some(g) => {
+                g.push(&a, &mut b);
+                if finish {
+                    g.finish(&mut b);
+                }
+            }
+            None => b = a,
+        }
+        match &mut self.collapse {
+            Some(c) => {
+                let mut out = String::new();
+                c.push(&b, &mut out);
+                out
+            }
+            None => b,
+        }
+    }
+}
+
+fn words(s: &str) -> usize {
+    s.split_whitespace().count()
+}
+
+/// A splitter with post-processing. See the module docs.
+pub struct PostProcessor<S: Splitter> {
+    splitter: S,
+    opts: PostprocOptions,
+    content: Pipeline,
+    reasoning: Pipeline,
+    /// Reasoning words seen (for the budget), and whether the last char was in a word.
+    reasoning_words: usize,
+    in_word: bool,
+    over_budget: bool,
+    /// Model tokens counted by `push_tokens` (None: count words).
+    token_counts: Option<(usize, usize)>,
+    all_content: String,
+    all_reasoning: String,
+    stop: Option<Stop>,
+    finished: bool,
+}
+
+impl<S: Splitter> PostProcessor<S> {
+    pub fn new(splitter: S, opts: PostprocOptions) -> PostProcessor<S> {
+        PostProcessor {
+            splitter,
+            content: Pipeline::new(&opts, true),
+            reasoning: Pipeline::new(&opts, false),
+            opts,
+            reasoning_words: 0,
+            in_word: false,
+            over_budget: false,
+            token_counts: None,
+            all_content: String::new(),
+            all_reasoning: String::new(),
+            stop: None,
+            finished: false,
+        }
+    }
+
+    pub fn splitter(&self) -> &S {
+        &self.splitter
+    }
+
+    /// Whether the reasoning budget was used up (the caller may force the end of
+    /// reasoning in the model, e.g. by appending `</think>`).
+    pub fn reasoning_budget_exhausted(&self) -> bool {
+        self.over_budget
+    }
+
+    /// Feeds text; returns the events it produced.
+    pub fn push(&mut self, text: &str) -> Vec<PostEvent> {
+        let mut events = Vec::new();
+        if self.finished || self.stop.is_some() {
+            return events;
+        }
+        self.stop = self.splitter.process(text);
+        self.drain(&mut events, false);
+        events
+    }
+
+    /// Feeds one model token's text, counting model tokens instead of words.
+    pub fn push_tokens(&mut self, text: &str) -> Vec<PostEvent> {
+        let before = (self.all_reasoning.len(), self.all_content.len());
+        let events = self.push(text);
+        let counts = self.token_counts.get_or_insert((0, 0));
+        counts.0 += usize::from(self.all_reasoning.len() > before.0);
+        counts.1 += usize::from(self.all_content.len() > before.1);
+        events
+    }
+
+    /// The end of the stream: remaining events and the final one.
+    pub fn finish(&mut self) -> Vec<PostEvent> {
+        let mut events = Vec::new();
+        if self.finished {
+            return events;
+        }
+        if self.stop.is_none() {
+            self.splitter.finish();
+        }
+        self.drain(&mut events, true);
+        self.finished = true;
+        let (rt, ft) = self
+            .token_counts
+            .unwrap_or((words(&self.all_reasoning), words(&self.all_content)));
+        let prefix: String = self
+            .all_reasoning
+            .trim()
+            .chars()
+            .take(self.opts.leak_prefix)
+            .collect();
+        let leak = prefix.chars().count() >= self.opts.leak_prefix.min(12)
+            && !prefix.is_empty()
+            && self.all_content.contains(&prefix);
+        if leak {
+            tracing::warn!("reasoning leaked into the answer");
+        }
+        events.push(PostEvent::Final(FinalStats {
+            reasoning_tokens: rt,
+            final_tokens: ft,
+            reasoning_ratio: if rt + ft == 0 {
+                0.0
+            } else {
+                rt as f64 / (rt + ft) as f64
+            },
+            leak_detected: leak,
+            reasoning_text: (!self.opts.drop_from_history).then(|| self.all_reasoning.clone()),
+            stop: self.stop,
+        }));
+        events
+    }
+
+    fn drain(&mut self, events: &mut Vec<PostEvent>, finish: bool) {
+        let reasoning = self.splitter.take_reasoning();
+        let mut content = String::new();
+        // The reasoning budget: after the last allowed word, reasoning becomes answer.
+        let mut kept = String::new();
+        for c in reasoning.chars() {
+            if self.over_budget {
+                content.push(c);
+                continue;
+            }
+            if c.is_whitespace() {
+                if self.in_word {
+                    self.in_word = false;
+                    self.reasoning_words += 1;
+                    if self
+                        .opts
+                        .reasoning_max_tokens
+                        .is_some_and(|m| self.reasoning_words >= m)
+                    {
+                        self.over_budget = true;
+                        content.push(c);
+                        continue;
+                    }
+                }
+            } else {
+                self.in_word = true;
+            }
+            kept.push(c);
+        }
+        content.push_str(&self.splitter.take_content());
+        let r = self.reasoning.run(&kept, finish);
+        if !r.is_empty() {
+            self.all_reasoning.push_str(&r);
+            events.push(PostEvent::Reasoning(r));
+        }
+        let d = self.content.run(&content, finish);
+        if !d.is_empty() {
+            self.all_content.push_str(&d);
+            events.push(PostEvent::Delta(d));
+        }
+        events.extend(
+            self.splitter
+                .take_tool_calls()
+                .into_iter()
+                .map(PostEvent::ToolCall),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::split::{Format, GenericParser};
+
+    fn run(opts: PostprocOptions, chunks: &[&str]) -> (String, String, FinalStats) {
+        let mut p = PostProcessor::new(GenericParser::new(Format::hermes()), opts);
+        let mut events = Vec::new();
+        for c in chunks {
+            events.extend(p.push(c));
+        }
+        events.extend(p.finish());
+        let mut content = String::new();
+        let mut reasoning = String::new();
+        let mut fin = None;
+        for e in events {
+            match e {
+                PostEvent::Delta(d) => content.push_str(&d),
+                PostEvent::Reasoning(r) => reasoning.push_str(&r),
+                PostEvent::Final(f) => fin = Some(f),
+                PostEvent::ToolCall(_) => {}
+            }
+        }
+        (content, reasoning, fin.unwrap())
+    }
+
+    #[test]
+    fn stats_and_drop_from_history() {
+        let (c, r, f) = run(
+            PostprocOptions::default(),
+            &["<think>two words</think>The answer is four."],
+        );
+        assert_eq!(
+            (c.as_str(), r.as_str()),
+            ("The answer is four.", "two words")
+        );
+        assert_eq!((f.reasoning_tokens, f.final_tokens), (2, 4));
+        assert!((f.reasoning_ratio - 2.0 / 6.0).abs() < 1e-9);
+        assert_eq!(f.reasoning_text, None);
+        let keep = PostprocOptions {
+            drop_from_history: false,
+            ..PostprocOptions::default()
+        };
+        assert_eq!(
+            run(keep, &["<think>x</think>y"])
+                .2
+                .reasoning_text
+                .as_deref(),
+            Some("x")
+        );
+        let (_, _, f) = run(PostprocOptions::default(), &[""]);
+        assert_eq!(f.reasoning_ratio, 0.0);
+    }
+
+    #[test]
+    fn reasoning_budget_forces_the_answer() {
+        let opts = PostprocOptions {
+            reasoning_max_tokens: Some(3),
+            ..PostprocOptions::passthrough()
+        };
+        let (c, r, f) = run(opts, &["<think>one two three four five"]);
+        assert_eq!(r, "one two three");
+        assert_eq!(c, " four five");
+        assert_eq!(f.reasoning_tokens, 3);
+    }
+
+    #[test]
+    fn ngram_whitespace_and_service_tokens() {
+        let opts = PostprocOptions {
+            ngram: Some((2, 64)),
+            ..PostprocOptions::passthrough()
+        };
+        assert_eq!(
+            run(opts, &["the cat the cat sat down"]).0,
+            "the cat sat down"
+        );
+        let opts = PostprocOptions {
+            collapse_whitespace: true,
+            ..PostprocOptions::passthrough()
+        };
+        assert_eq!(run(opts, &["a  b\n\n\nc \nd"]).0, "a b\nc \nd");
+        let opts = PostprocOptions {
+            filter_service_tokens: true,
+            ..PostprocOptions::passthrough()
+        };
+        assert_eq!(
+            run(opts, &["Hi<|im_end|> there <| x |> a<b"]).0,
+            "Hi there <| x |> a<b"
+        );
+    }
+
+    #[test]
+    fn leak_detection() {
+        let (_, _, f) = run(
+            PostprocOptions::default(),
+            &[
+                "<think>The user wants a poem about cats.</think>The user wants a poem about cats. Here it is.",
+            ],
+        );
+        assert!(f.leak_detected);
+        let (_, _, f) = run(
+            PostprocOptions::default(),
+            &["<think>The user wants a poem about cats.</think>Here is a poem."],
+        );
+        assert!(!f.leak_detected);
+    }
+}

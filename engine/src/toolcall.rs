@@ -1,0 +1,575 @@
+//! The tool-call codec: the one place where tool calls are decoded.
+//!
+//! 1. **One ordered gate.** Native tool calls (already structured by the runtime) first;
+//!    else `<tool_call>...</tool_call>` envelopes in the text; else the whole text as bare
+//!    JSON, only if it parses strictly *and* validates against a tool's schema. When a
+//!    response holds several of these, exactly one path wins, and a `tracing` event says
+//!    which and what was ignored.
+//! 2. **Payload-only normalisation.** Bidirectional control characters are stripped (and
+//!    counted) and the payload is NFKC-normalised; the user's text is never touched.
+//! 3. **Strict parse first, repair only on failure.** The repair is deterministic:
+//!    single quotes to double, barewords quoted (any script: Hebrew keys and values too),
+//!    trailing commas dropped, unclosed strings, brackets and braces closed.
+//! 4. **Validation** of the arguments against the tool's JSON Schema (`jsonschema`).
+//! 5. **A time budget** for the whole decode. A payload that cannot be decoded in time, or
+//!    at all, comes back as raw text with the reason: the caller's stream never waits on it.
+
+use std::time::{Duration, Instant};
+use unicode_normalization::UnicodeNormalization;
+
+/// A tool the model may call.
+#[derive(Clone, Debug)]
+pub struct ToolSpec {
+    pub name: String,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// A call the runtime already produced in structured form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NativeCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Which decoding path produced the calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallPath {
+    Native,
+    Envelope,
+    BareJson,
+}
+
+impl CallPath {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CallPath::Native => "native",
+            CallPath::Envelope => "envelope",
+            CallPath::BareJson => "bare_json",
+        }
+    }
+}
+
+/// A decoded call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodedCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
+    /// The payload needed the repair step.
+    pub repaired: bool,
+    /// Bidirectional control characters removed from the payload.
+    pub bidi_removed: usize,
+}
+
+/// What the codec made of a response.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CodecOutcome {
+    /// No tool call in the response.
+    None,
+    Calls {
+        path: CallPath,
+        calls: Vec<DecodedCall>,
+    },
+    /// A tool call that could not be decoded: its raw text and why.
+    Raw { text: String, reason: String },
+}
+
+/// The codec. See the module docs.
+pub struct ToolCallCodec {
+    tools: Vec<(ToolSpec, jsonschema::Validator)>,
+    budget: Duration,
+}
+
+impl std::fmt::Debug for ToolCallCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolCallCodec")
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| &t.0.name).collect::<Vec<_>>(),
+            )
+            .field("budget", &self.budget)
+            .finish()
+    }
+}
+
+/// Bidirectional control characters (marks, embeddings, overrides, isolates).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Strips bidi controls (returning how many) and NFKC-normalises.
+pub fn normalize_payload(s: &str) -> (String, usize) {
+    let mut removed = 0;
+    let stripped: String = s
+        .chars()
+        .filter(|&c| {
+            let bidi = is_bidi_control(c);
+            removed += usize::from(bidi);
+            !bidi
+        })
+        .collect();
+    (stripped.nfkc().collect(), removed)
+}
+
+impl ToolCallCodec {
+    /// A codec for `tools`; a tool whose schema does not compile is an error naming it.
+    pub fn new(tools: Vec<ToolSpec>, budget: Duration) -> Result<ToolCallCodec, String> {
+        let tools = tools
+            .into_iter()
+            .map(|t| {
+                let v = jsonschema::validator_for(&t.parameters)
+                    .map_err(|e| format!("tool {}: bad schema: {e}", t.name))?;
+                Ok((t, v))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(ToolCallCodec { tools, budget })
+    }
+
+    /// Tools from an OpenAI-style list: `[{"type": "function", "function": {"name",
+    /// "parameters"}}]` or `[{"name", "parameters"}]`.
+    pub fn from_json(tools: &serde_json::Value, budget: Duration) -> Result<ToolCallCodec, String> {
+        let list = tools.as_array().ok_or("tools: expected a JSON array")?;
+        let specs = list
+            .iter()
+            .map(|t| {
+                let f = t.get("function").unwrap_or(t);
+                let name = f
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .ok_or("tools: a tool without a name")?;
+                let parameters = f
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or(serde_json::json!({"type": "object"}));
+                Ok(ToolSpec {
+                    name: name.to_string(),
+                    parameters,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        ToolCallCodec::new(specs, budget)
+    }
+
+    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.iter().map(|t| &t.0)
+    }
+
+    /// Decodes a response through the ordered gate.
+    pub fn decode(&self, native: &[NativeCall], text: &str) -> CodecOutcome {
+        let start = Instant::now();
+        let envelopes = envelopes(text);
+        let bare = text.trim();
+        let bare_candidate = bare.starts_with('{') && bare.ends_with('}');
+        if !native.is_empty() {
+            if !envelopes.is_empty() || bare_candidate {
+                tracing::info!(
+                    path = "native",
+                    ignored = if envelopes.is_empty() {
+                        "bare_json"
+                    } else {
+                        "envelope"
+                    },
+                    "tool calls in several formats; native wins"
+                );
+            }
+            return self.finish(
+                start,
+                CallPath::Native,
+                native
+                    .iter()
+                    .map(|c| (Some(c.name.clone()), c.arguments.clone()))
+                    .collect(),
+                text,
+            );
+        }
+        if !envelopes.is_empty() {
+            if bare_candidate && envelopes.len() == 1 && envelopes[0].len() + 24 < bare.len() {
+                tracing::info!(
+                    path = "envelope",
+                    ignored = "bare_json",
+                    "tool calls in several formats; the envelope wins"
+                );
+            }
+            return self.finish(
+                start,
+                CallPath::Envelope,
+                envelopes
+                    .into_iter()
+                    .map(|p| (None, p.to_string()))
+                    .collect(),
+                text,
+            );
+        }
+        if bare_candidate {
+            // Bare JSON only if it parses strictly and validates: no repair here, or any
+            // answer that happens to be JSON would become a call.
+            let (norm, bidi) = normalize_payload(bare);
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&norm)
+                && let Some((name, args)) = call_parts(&v)
+                && self.validate(&name, &args).is_ok()
+            {
+                return CodecOutcome::Calls {
+                    path: CallPath::BareJson,
+                    calls: vec![DecodedCall {
+                        name,
+                        arguments: args,
+                        repaired: false,
+                        bidi_removed: bidi,
+                    }],
+                };
+            }
+        }
+        CodecOutcome::None
+    }
+
+    /// Decodes payloads (`(known name, payload)`): normalise, parse or repair, validate.
+    fn finish(
+        &self,
+        start: Instant,
+        path: CallPath,
+        payloads: Vec<(Option<String>, String)>,
+        text: &str,
+    ) -> CodecOutcome {
+        let mut calls = Vec::new();
+        for (name, payload) in payloads {
+            if start.elapsed() > self.budget {
+                return CodecOutcome::Raw {
+                    text: text.to_string(),
+                    reason: format!("time budget of {:?} exceeded", self.budget),
+                };
+            }
+            match self.decode_payload(name, &payload) {
+                Ok(c) => calls.push(c),
+                Err(reason) => {
+                    return CodecOutcome::Raw {
+                        text: payload,
+                        reason,
+                    };
+                }
+            }
+        }
+        CodecOutcome::Calls { path, calls }
+    }
+
+    /// One payload: with a known name (native) it is the arguments; otherwise an object
+    /// `{"name", "arguments"}`.
+    pub fn decode_payload(
+        &self,
+        name: Option<String>,
+        payload: &str,
+    ) -> Result<DecodedCall, String> {
+        let (norm, bidi) = normalize_payload(payload);
+        let (value, repaired) = match serde_json::from_str::<serde_json::Value>(&norm) {
+            Ok(v) => (v, false),
+            Err(strict) => match repair_json(&norm) {
+                Ok(v) => (v, true),
+                Err(e) => return Err(format!("not JSON ({strict}), and repair failed: {e}")),
+            },
+        };
+        let (name, args) = match name {
+            Some(n) => (n, value),
+            None => call_parts(&value)
+                .ok_or_else(|| "no \"name\" and \"arguments\" in the payload".to_string())?,
+        };
+        self.validate(&name, &args)?;
+        Ok(DecodedCall {
+            name,
+            arguments: args,
+            repaired,
+            bidi_removed: bidi,
+        })
+    }
+
+    /// Validates arguments against the named tool's schema (any name passes when no tools
+    /// were given).
+    pub fn validate(&self, name: &str, args: &serde_json::Value) -> Result<(), String> {
+        if self.tools.is_empty() {
+            return Ok(());
+        }
+        let (_, v) = self
+            .tools
+            .iter()
+            .find(|t| t.0.name == name)
+            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+        let errors: Vec<String> = v
+            .iter_errors(args)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "arguments of {name} do not match its schema: {}",
+                errors.join("; ")
+            ))
+        }
+    }
+}
+
+/// The payloads of `<tool_call>...</tool_call>` envelopes (an unclosed last one runs to the
+/// end of the text).
+fn envelopes(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(s) = rest.find("<tool_call>") {
+        let body = &rest[s + "<tool_call>".len()..];
+        match body.find("</tool_call>") {
+            Some(e) => {
+                out.push(body[..e].trim());
+                rest = &body[e + "</tool_call>".len()..];
+            }
+            None => {
+                out.push(body.trim());
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// `{"name": ..., "arguments"|"parameters": ...}` -> (name, arguments); arguments given as
+/// a JSON string are parsed.
+fn call_parts(v: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v
+        .get("arguments")
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or(serde_json::json!({}));
+    let args = match args {
+        serde_json::Value::String(s) => {
+            serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
+        }
+        a => a,
+    };
+    Some((name, args))
+}
+
+/// Deterministic best-effort JSON repair. See the module docs.
+pub fn repair_json(s: &str) -> Result<serde_json::Value, String> {
+    let chars: Vec<char> = s.trim().chars().collect();
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut stack: Vec<char> = Vec::new();
+    let mut i = 0;
+    let push_str = |out: &mut String, text: &str| {
+        out.push_str(&serde_json::Value::String(text.to_string()).to_string());
+    };
+    let drop_trailing_comma = |out: &mut String| {
+        let trimmed = out.trim_end().len();
+        if out[..trimmed].ends_with(',') {
+            out.truncate(trimmed - 1);
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' => {
+                // A string in either quote, re-emitted as JSON; an unclosed one runs to the end.
+                let q = c;
+                let mut text = String::new();
+                i += 1;
+                while i < chars.len() && chars[i] != q {
+                    if chars[i] == '\\' && i + 1 < chars.len() {
+                        let e = chars[i + 1];
+                        match e {
+                            'n' => text.push('\n'),
+                            't' => text.push('\t'),
+                            'r' => text.push('\r'),
+                            'b' => text.push('\u{8}'),
+                            'f' => text.push('\u{c}'),
+                            'u' if i + 5 < chars.len() => {
+                                let hex: String = chars[i + 2..i + 6].iter().collect();
+                                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                                    Some(ch) => {
+                                        text.push(ch);
+                                        i += 4;
+                                    }
+                                    None => text.push('u'),
+                                }
+                            }
+                            other => text.push(other),
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    text.push(chars[i]);
+                    i += 1;
+                }
+                i += 1; // the closing quote (or past the end)
+                push_str(&mut out, &text);
+            }
+            '{' | '[' => {
+                stack.push(if c == '{' { '}' } else { ']' });
+                out.push(c);
+                i += 1;
+            }
+            '}' | ']' => {
+                drop_trailing_comma(&mut out);
+                if let Some(want) = stack.pop() {
+                    out.push(want);
+                }
+                i += 1;
+            }
+            ',' | ':' => {
+                out.push(c);
+                i += 1;
+            }
+            c if c.is_whitespace() => {
+                out.push(c);
+                i += 1;
+            }
+            _ => {
+                // A bareword or number: up to the next delimiter.
+                let start = i;
+                while i < chars.len()
+                    && !matches!(
+                        chars[i],
+                        ',' | ':' | '}' | ']' | '{' | '[' | '"' | '\'' | '\n'
+                    )
+                {
+                    i += 1;
+                }
+                let word: String = chars[start..i]
+                    .iter()
+                    .collect::<String>()
+                    .trim()
+                    .to_string();
+                let literal = matches!(word.as_str(), "true" | "false" | "null")
+                    || serde_json::from_str::<serde_json::Number>(&word).is_ok();
+                if literal {
+                    out.push_str(&word);
+                } else {
+                    push_str(&mut out, &word);
+                }
+                // Keep the whitespace that followed the word.
+                let trailing: String = chars[start..i]
+                    .iter()
+                    .rev()
+                    .take_while(|c| c.is_whitespace())
+                    .collect();
+                out.push_str(&trailing);
+            }
+        }
+    }
+    drop_trailing_comma(&mut out);
+    while let Some(close) = stack.pop() {
+        drop_trailing_comma(&mut out);
+        out.push(close);
+    }
+    serde_json::from_str(&out).map_err(|e| format!("{e} (after repair: {out})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn codec() -> ToolCallCodec {
+        ToolCallCodec::new(
+            vec![ToolSpec {
+                name: "get_weather".into(),
+                parameters: json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}),
+            }],
+            Duration::from_millis(200),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn repairs_common_breakage() {
+        assert_eq!(
+            repair_json("{'city': 'Paris',}").unwrap(),
+            json!({"city": "Paris"})
+        );
+        assert_eq!(
+            repair_json("{city: Paris, days: 3}").unwrap(),
+            json!({"city": "Paris", "days": 3})
+        );
+        assert_eq!(
+            repair_json("{\"city\": \"Par").unwrap(),
+            json!({"city": "Par"})
+        );
+        assert_eq!(repair_json("{\"a\": [1, 2,").unwrap(), json!({"a": [1, 2]}));
+        assert_eq!(
+            repair_json("{עיר: תל אביב}").unwrap(),
+            json!({"עיר": "תל אביב"})
+        );
+        assert_eq!(
+            repair_json("{ok: true, n: -1.5e2, x: null}").unwrap(),
+            json!({"ok": true, "n": -150.0, "x": null})
+        );
+    }
+
+    #[test]
+    fn ordered_gate_native_envelope_bare() {
+        let c = codec();
+        let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
+        let native = [NativeCall {
+            name: "get_weather".into(),
+            arguments: "{\"city\": \"Rome\"}".into(),
+        }];
+        let CodecOutcome::Calls { path, calls } = c.decode(&native, text) else {
+            panic!()
+        };
+        assert_eq!(path, CallPath::Native);
+        assert_eq!(calls[0].arguments, json!({"city": "Rome"}));
+        let CodecOutcome::Calls { path, calls } = c.decode(&[], text) else {
+            panic!()
+        };
+        assert_eq!(path, CallPath::Envelope);
+        assert_eq!(calls[0].arguments, json!({"city": "Oslo"}));
+        let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}";
+        assert!(matches!(
+            c.decode(&[], bare),
+            CodecOutcome::Calls {
+                path: CallPath::BareJson,
+                ..
+            }
+        ));
+        // Bare JSON that does not validate is not a call; nor is broken bare JSON.
+        assert_eq!(
+            c.decode(
+                &[],
+                "{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}"
+            ),
+            CodecOutcome::None
+        );
+        assert_eq!(c.decode(&[], "{name: get_weather}"), CodecOutcome::None);
+        assert_eq!(c.decode(&[], "Just text."), CodecOutcome::None);
+    }
+
+    #[test]
+    fn normalisation_repair_validation_and_raw_fallback() {
+        let c = codec();
+        let text = "<tool_call>{name: get_weather, arguments: {city: \u{202B}ＰＡＲＩＳ\u{202C}}}</tool_call>";
+        let CodecOutcome::Calls { calls, .. } = c.decode(&[], text) else {
+            panic!("{:?}", c.decode(&[], text))
+        };
+        assert_eq!(calls[0].arguments, json!({"city": "PARIS"}));
+        assert!(calls[0].repaired);
+        assert_eq!(calls[0].bidi_removed, 2);
+        let bad =
+            "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"days\": \"x\"}}</tool_call>";
+        match c.decode(&[], bad) {
+            CodecOutcome::Raw { reason, .. } => {
+                assert!(reason.contains("do not match its schema"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let unknown = "<tool_call>{\"name\": \"launch\", \"arguments\": {}}</tool_call>";
+        assert!(
+            matches!(c.decode(&[], unknown), CodecOutcome::Raw { reason, .. } if reason.contains("unknown tool"))
+        );
+    }
+
+    #[test]
+    fn time_budget_returns_raw() {
+        let c = ToolCallCodec::new(vec![], Duration::ZERO).unwrap();
+        let text = "<tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>";
+        std::thread::sleep(Duration::from_millis(1));
+        match c.decode(&[], text) {
+            CodecOutcome::Raw { reason, .. } => assert!(reason.contains("time budget")),
+            other => panic!("{other:?}"),
+        }
+    }
+}
