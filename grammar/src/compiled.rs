@@ -205,7 +205,7 @@ impl GrammarBuilder {
         if let Some(&id) = self.lexeme_index.get(&key) {
             return Ok(id);
         }
-        let dfa = LexemeDfa::build(hir, self.limits.max_lexeme_bytes)?;
+        let dfa = crate::lexeme::cached_build(&key, hir, self.limits.max_lexeme_bytes)?;
         let nullable = hir.properties().minimum_len() == Some(0);
         let id = LexemeId(self.lexemes.len() as u32);
         self.lexemes.push(Lexeme {

@@ -19,6 +19,7 @@ use regex_automata::nfa::thompson::{self, State};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
+use std::sync::{Arc, Mutex};
 
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
@@ -48,14 +49,25 @@ impl LexemeDfa {
     /// few microseconds, where a general dense-DFA build (all start states, match delay,
     /// quit bytes) costs about a hundred.
     pub fn build(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
-        let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new()
-                    .nfa_size_limit(Some(size_limit))
-                    .shrink(false)
-                    .which_captures(thompson::WhichCaptures::None),
-            )
-            .build_from_hir(hir)
+        // One compiler per thread: it keeps its UTF-8 tables (tens of KiB) between builds.
+        thread_local! {
+            static COMPILER: std::cell::RefCell<(usize, thompson::Compiler)> =
+                std::cell::RefCell::new((0, thompson::Compiler::new()));
+        }
+        let nfa = COMPILER
+            .with(|c| {
+                let mut c = c.borrow_mut();
+                if c.0 != size_limit {
+                    c.1.configure(
+                        thompson::Config::new()
+                            .nfa_size_limit(Some(size_limit))
+                            .shrink(false)
+                            .which_captures(thompson::WhichCaptures::None),
+                    );
+                    c.0 = size_limit;
+                }
+                c.1.build_from_hir(hir)
+            })
             .map_err(|e| size_error(e.to_string(), size_limit))?;
         let mut classes = [0u8; 256];
         let mut reps = Vec::new(); // one representative byte per class
@@ -221,7 +233,32 @@ impl LexemeDfa {
                 kept += 1;
             }
         }
-        let kept = kept as usize;
+        // Merge equivalent states (Hopcroft): the same language from both.
+        let mut live_trans = vec![DEAD; kept as usize * stride];
+        let mut live_accept = vec![false; kept as usize];
+        for s in 1..n {
+            let ns = renum[s] as usize;
+            if ns == 0 {
+                continue;
+            }
+            live_accept[ns] = accept[s];
+            for c in 0..stride {
+                live_trans[ns * stride + c] = renum[trans[s * stride + c] as usize];
+            }
+        }
+        let blocks = minimize(kept as usize, stride, &live_trans, &live_accept);
+        for r in renum.iter_mut() {
+            *r = blocks[*r as usize];
+        }
+        let kept = blocks.iter().max().map_or(1, |&m| m as usize + 1);
+        // A representative original state per merged state, for its flags and transitions.
+        let mut rep = vec![usize::MAX; kept];
+        for (s, &ns) in renum.iter().enumerate().skip(1) {
+            let ns = ns as usize;
+            if ns != 0 && rep[ns] == usize::MAX {
+                rep[ns] = s;
+            }
+        }
         // Tag every kept state with its flags, then write the table with tagged targets.
         let mut tagged = vec![DEAD; n];
         for s in 1..n {
@@ -233,11 +270,7 @@ impl LexemeDfa {
             tagged[s] = ns | if accept[s] { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
         }
         let mut new_trans = vec![DEAD; kept * stride];
-        for s in 1..n {
-            let ns = renum[s] as usize;
-            if ns == 0 {
-                continue;
-            }
+        for (ns, &s) in rep.iter().enumerate().skip(1) {
             for c in 0..stride {
                 new_trans[ns * stride + c] = tagged[trans[s * stride + c] as usize];
             }
@@ -334,6 +367,184 @@ impl LexemeDfa {
         let s = self.run(self.start, bytes);
         s != DEAD && self.is_accepting(s)
     }
+}
+
+/// DFAs already built in this process, by regex: grammars share most of their lexemes
+/// (whitespace and separators, JSON strings, formats), so a server compiling many grammars
+/// builds each once. Bounded: cleared when it holds more than [`DFA_CACHE_STATES`] states.
+static DFA_CACHE: Mutex<Option<DfaCache>> = Mutex::new(None);
+
+/// The cached DFAs by regex, and their total number of states.
+type DfaCache = (FxHashMap<String, Arc<LexemeDfa>>, usize);
+
+/// Most DFA states the process-wide lexeme cache holds (about 16 MiB of tables).
+pub const DFA_CACHE_STATES: usize = 1 << 18;
+
+/// [`LexemeDfa::build`] through the process-wide cache; `key` names the regex (its
+/// display form).
+pub(crate) fn cached_build(
+    key: &str,
+    hir: &Hir,
+    size_limit: usize,
+) -> Result<LexemeDfa, ErrorKind> {
+    {
+        let cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((map, _)) = cache.as_ref()
+            && let Some(d) = map.get(key)
+            && d.memory_usage() <= size_limit
+        {
+            return Ok((**d).clone());
+        }
+    }
+    let dfa = LexemeDfa::build(hir, size_limit)?;
+    let mut cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let (map, states) = cache.get_or_insert_with(Default::default);
+    if *states + dfa.len() > DFA_CACHE_STATES {
+        map.clear();
+        *states = 0;
+    }
+    *states += dfa.len();
+    map.insert(key.to_string(), Arc::new(dfa.clone()));
+    Ok(dfa)
+}
+
+/// Empties the process-wide lexeme cache (for benchmarks of cold compiles).
+pub fn clear_dfa_cache() {
+    *DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Hopcroft's partition refinement over a DFA whose states `1..n` are live and state 0 is
+/// dead: the merged state of each state, numbered with 0 for dead and the rest in order of
+/// their first member (so the start state's number is stable when it is state 1).
+fn minimize(n: usize, stride: usize, trans: &[u32], accept: &[bool]) -> Vec<u32> {
+    if n <= 2 {
+        return (0..n as u32).collect();
+    }
+    // Predecessors per (class, target), in CSR form.
+    let mut count = vec![0u32; stride * n + 1];
+    for s in 0..n {
+        for c in 0..stride {
+            count[c * n + trans[s * stride + c] as usize + 1] += 1;
+        }
+    }
+    for i in 1..count.len() {
+        count[i] += count[i - 1];
+    }
+    let mut fill = count.clone();
+    let mut preds = vec![0u32; stride * n];
+    for s in 0..n {
+        for c in 0..stride {
+            let k = c * n + trans[s * stride + c] as usize;
+            preds[fill[k] as usize] = s as u32;
+            fill[k] += 1;
+        }
+    }
+    // Blocks are ranges of `elems`; `pos` finds a state in it.
+    let mut elems: Vec<u32> = Vec::with_capacity(n);
+    elems.push(0); // dead alone
+    elems.extend((1..n as u32).filter(|&s| !accept[s as usize]));
+    let non_acc_end = elems.len();
+    elems.extend((1..n as u32).filter(|&s| accept[s as usize]));
+    let mut block_of = vec![0u32; n];
+    let mut first: Vec<usize> = vec![0, 1];
+    let mut end: Vec<usize> = vec![1, non_acc_end];
+    if non_acc_end < n {
+        first.push(non_acc_end);
+        end.push(n);
+    }
+    let mut pos = vec![0usize; n];
+    for (i, &s) in elems.iter().enumerate() {
+        pos[s as usize] = i;
+    }
+    for b in 0..first.len() {
+        for i in first[b]..end[b] {
+            block_of[elems[i] as usize] = b as u32;
+        }
+    }
+    // Drop an empty non-accepting block.
+    if first[1] == end[1] {
+        first.remove(1);
+        end.remove(1);
+        for b in block_of.iter_mut() {
+            if *b > 1 {
+                *b -= 1;
+            }
+        }
+    }
+    let mut marked = vec![0usize; first.len()];
+    let mut in_work = vec![true; first.len()];
+    let mut work: Vec<usize> = (0..first.len()).collect();
+    let mut splitter: Vec<u32> = Vec::new();
+    let mut touched: Vec<usize> = Vec::new();
+    while let Some(a) = work.pop() {
+        in_work[a] = false;
+        splitter.clear();
+        splitter.extend_from_slice(&elems[first[a]..end[a]]);
+        for c in 0..stride {
+            for &t in &splitter {
+                let k = c * n + t as usize;
+                for &s in &preds[count[k] as usize..count[k + 1] as usize] {
+                    let b = block_of[s as usize] as usize;
+                    let slot = first[b] + marked[b];
+                    if pos[s as usize] < slot {
+                        continue; // already marked
+                    }
+                    if marked[b] == 0 {
+                        touched.push(b);
+                    }
+                    // Swap s to the marked front of its block.
+                    let other = elems[slot];
+                    let ps = pos[s as usize];
+                    elems.swap(slot, ps);
+                    pos[other as usize] = ps;
+                    pos[s as usize] = slot;
+                    marked[b] += 1;
+                }
+            }
+            for b in touched.drain(..) {
+                let m = marked[b];
+                marked[b] = 0;
+                if m == end[b] - first[b] {
+                    continue;
+                }
+                let nb = first.len();
+                first.push(first[b]);
+                end.push(first[b] + m);
+                marked.push(0);
+                first[b] += m;
+                for i in first[nb]..end[nb] {
+                    block_of[elems[i] as usize] = nb as u32;
+                }
+                if in_work[b] {
+                    in_work.push(true);
+                    work.push(nb);
+                } else {
+                    let smaller = if end[nb] - first[nb] <= end[b] - first[b] {
+                        nb
+                    } else {
+                        b
+                    };
+                    in_work.push(false);
+                    in_work[smaller] = true;
+                    work.push(smaller);
+                }
+            }
+        }
+    }
+    // Number the blocks: dead first, then by their least state.
+    let mut number = vec![u32::MAX; first.len()];
+    number[block_of[0] as usize] = 0;
+    let mut next = 1u32;
+    let mut out = vec![0u32; n];
+    for s in 0..n {
+        let b = block_of[s] as usize;
+        if number[b] == u32::MAX {
+            number[b] = next;
+            next += 1;
+        }
+        out[s] = number[b];
+    }
+    out
 }
 
 fn size_error(message: String, limit: usize) -> ErrorKind {

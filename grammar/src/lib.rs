@@ -54,13 +54,14 @@ pub mod limits;
 pub mod lower;
 pub mod matcher;
 pub mod regex;
+pub mod schema;
 
 use std::sync::Arc;
 
 pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
 pub use earley::{Expected, Recognizer, Run};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
-pub use lexeme::{DEAD, LexemeDfa};
+pub use lexeme::{DEAD, DFA_CACHE_STATES, LexemeDfa, clear_dfa_cache};
 pub use limits::Limits;
 pub use matcher::{MatchOutcome, match_bytes};
 pub use regex::compile_regex;
@@ -73,6 +74,9 @@ pub struct CompileOptions {
     /// Names the source in error messages (a file name). Default `<grammar>`.
     pub origin: String,
     pub limits: Limits,
+    /// Inline only regular rules of at most this many units into their callers' lexemes
+    /// (`None`, the default: inline every regular rule). See [`lower::lower`].
+    pub inline_units: Option<usize>,
 }
 
 impl Default for CompileOptions {
@@ -81,6 +85,7 @@ impl Default for CompileOptions {
             start: "root".into(),
             origin: "<grammar>".into(),
             limits: Limits::default(),
+            inline_units: None,
         }
     }
 }
@@ -105,7 +110,14 @@ impl CompileOptions {
 /// Compiles GBNF text.
 pub fn compile_gbnf(text: &str, opts: &CompileOptions) -> Result<Arc<Grammar>, GrammarError> {
     let rules = gbnf::parse(text, &opts.origin, opts.limits.max_nesting_depth)?;
-    let g = lower::lower(&rules, &opts.start, text, &opts.origin, &opts.limits)?;
+    let g = lower::lower(
+        &rules,
+        &opts.start,
+        text,
+        &opts.origin,
+        &opts.limits,
+        opts.inline_units,
+    )?;
     Ok(Arc::new(g))
 }
 

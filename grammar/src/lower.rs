@@ -27,13 +27,43 @@ use rustc_hash::FxHashMap;
 /// instead, which bounds the recursion of the regex compiler.
 const MAX_INLINE_DEPTH: u32 = 400;
 
+/// A repetition of a regular expression whose expansion is larger than this many units
+/// (`[^"]{0,32767}`) is not one automaton: it is cut into chunks (see [`chunking`]).
+const BIG_REPEAT_UNITS: usize = 4096;
+
+/// The size of one chunk of a big repetition, in units: `x{k}` with `k` copies of `x`.
+const CHUNK_UNITS: usize = 1024;
+
+/// How a big repetition of a regular `x` (its expansion `inner_units × bound` over
+/// [`BIG_REPEAT_UNITS`]) is lowered: a lexeme of `k` copies of `x` (a *chunk*) repeated by
+/// the Earley grammar, and lexemes `x{0,t}` for the rest. `x{0,n}` with `n = k·q + r` is
+/// `chunk{0,q} x{0,r} | chunk{0,q-1} x{r+1,k-1}` (the count's remainder mod `k` picks the
+/// branch). Inside, the chunk's DFA states recur for every chunk, so their mask caches do
+/// too. `None`: not big, one automaton as usual; and never for an `x` that matches the
+/// empty string (chains of nullable chunks would make every prediction closure quadratic).
+fn chunking(inner_units: usize, inner_empty: bool, min: u32, max: Option<u32>) -> Option<u32> {
+    let bound = max.unwrap_or(min).max(min) as usize;
+    if inner_empty || inner_units.saturating_mul(bound) <= BIG_REPEAT_UNITS {
+        return None;
+    }
+    Some((CHUNK_UNITS / inner_units.max(1)).clamp(1, u32::MAX as usize) as u32)
+}
+
 /// Compiles rules into a grammar with `start` as the start rule.
+///
+/// `inline_units`: `None` inlines every regular rule into the lexemes of its callers (GBNF's
+/// default: the fewest, largest lexemes). `Some(n)` inlines only regular rules whose
+/// size as written ([`shape_units`]) is at most `n`; larger rules stay rules of the Earley grammar, so their
+/// bodies become lexemes of their own, shared (with their mask caches) by every caller.
+/// Machine-written grammars (JSON Schema) use it: their rules form DAGs that inlining would
+/// copy once per path, and their values are best cached once per shape.
 pub fn lower(
     rules: &[RuleAst],
     start: &str,
     text: &str,
     origin: &str,
     limits: &Limits,
+    inline_units: Option<usize>,
 ) -> Result<Grammar, GrammarError> {
     let err = |kind: ErrorKind, span: Span| GrammarError::at(kind, span, origin, text);
 
@@ -91,14 +121,24 @@ pub fn lower(
         });
     };
 
-    // 2. Regular rules, callees before callers (Tarjan's SCC order).
+    // 2. Regular rules, callees before callers (Tarjan's SCC order), and 3. sizes (regular
+    // rules' expansions memoized, callees first).
     let sccs = tarjan_sccs(&refs);
     let mut regular = vec![false; rules.len()];
     let mut inline_depth = vec![0u32; rules.len()];
+    let mut rule_units = vec![1usize; rules.len()];
+    let mut rule_shape = vec![1usize; rules.len()];
+    // Regular rules that match "" (others count as if they might).
+    let mut rule_empty = vec![true; rules.len()];
     for scc in &sccs {
         let recursive = scc.len() > 1 || refs[scc[0]].contains(&scc[0]);
         for &r in scc {
-            if recursive || has_token[r] || refs[r].iter().any(|&j| !regular[j]) {
+            let empty = |j: usize| rule_empty[j];
+            if recursive
+                || has_token[r]
+                || refs[r].iter().any(|&j| !regular[j])
+                || has_big_repeat(&rules[r].body, &index, &regular, &rule_units, &empty)
+            {
                 continue;
             }
             let depth =
@@ -108,22 +148,26 @@ pub fn lower(
                 inline_depth[r] = depth;
             }
         }
-    }
-
-    // 3. Sizes (regular rules' expansions memoized, callees first).
-    let mut rule_units = vec![1usize; rules.len()];
-    for scc in &sccs {
         for &r in scc {
+            let empty = |j: usize| rule_empty[j];
             let u = units(
                 &rules[r].body,
                 &index,
                 &regular,
                 &rule_units,
+                &empty,
                 limits.max_grammar_size,
             )
             .map_err(|(value, span)| err(size_limit(value, limits), span))?;
             if regular[r] {
-                rule_units[r] = u;
+                rule_empty[r] = matches_empty(&rules[r].body, &index, &empty);
+                let shape = shape_units(&rules[r].body, &index, &regular, &rule_shape);
+                if inline_units.is_some_and(|n| shape > n) {
+                    regular[r] = false;
+                } else {
+                    rule_units[r] = u;
+                    rule_shape[r] = shape;
+                }
             }
         }
     }
@@ -157,6 +201,8 @@ pub fn lower(
         text,
         index: &index,
         regular: &regular,
+        rule_units: &rule_units,
+        rule_empty: &rule_empty,
         rule_hir: &rule_hir,
         b: GrammarBuilder::new(limits.clone()),
         rule_ids: vec![None; rules.len()],
@@ -209,8 +255,10 @@ fn units(
     index: &FxHashMap<&str, usize>,
     regular: &[bool],
     rule_units: &[usize],
+    rule_empty: &dyn Fn(usize) -> bool,
     limit: usize,
 ) -> Result<usize, (usize, Span)> {
+    let sub = |x: &Expr| units(x, index, regular, rule_units, rule_empty, limit);
     let u = match &e.kind {
         ExprKind::Literal(cs) => cs.len().max(1),
         ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => 1,
@@ -221,20 +269,97 @@ fn units(
         ExprKind::Seq(xs) | ExprKind::Alt(xs) => {
             let mut sum = 1usize;
             for x in xs {
-                sum = sum.saturating_add(units(x, index, regular, rule_units, limit)?);
+                sum = sum.saturating_add(sub(x)?);
             }
             sum
         }
-        ExprKind::Group(inner) => units(inner, index, regular, rule_units, limit)?,
+        ExprKind::Group(inner) => sub(inner)?,
         ExprKind::Repeat { inner, min, max } => {
             let factor = match max {
                 Some(n) => (*n).max(1) as usize,
                 None => *min as usize + 1,
             };
-            units(inner, index, regular, rule_units, limit)?.saturating_mul(factor)
+            let iu = sub(inner)?;
+            let empty = matches_empty(inner, index, rule_empty);
+            match chunking(iu, empty, *min, *max) {
+                // A chunk and two tails, and a rule per chunk of the bound.
+                Some(k) => iu
+                    .saturating_mul(k as usize)
+                    .saturating_mul(3)
+                    .saturating_add(factor / k as usize + 1),
+                None => iu.saturating_mul(factor),
+            }
         }
     };
     if u > limit { Err((u, e.span)) } else { Ok(u) }
+}
+
+/// Whether `e` holds a repetition that [`chunking`] cuts into chunks (such an expression
+/// is not one lexeme).
+fn has_big_repeat(
+    e: &Expr,
+    index: &FxHashMap<&str, usize>,
+    regular: &[bool],
+    rule_units: &[usize],
+    rule_empty: &dyn Fn(usize) -> bool,
+) -> bool {
+    let big = |x: &Expr| has_big_repeat(x, index, regular, rule_units, rule_empty);
+    match &e.kind {
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().any(big),
+        ExprKind::Group(inner) => big(inner),
+        ExprKind::Repeat { inner, min, max } => {
+            big(inner)
+                || units(inner, index, regular, rule_units, rule_empty, usize::MAX).is_ok_and(
+                    |iu| {
+                        let empty = matches_empty(inner, index, rule_empty);
+                        chunking(iu, empty, *min, *max).is_some()
+                    },
+                )
+        }
+        _ => false,
+    }
+}
+
+/// Whether `e` matches the empty string (a rule: as `rule_empty` says).
+fn matches_empty(
+    e: &Expr,
+    index: &FxHashMap<&str, usize>,
+    rule_empty: &dyn Fn(usize) -> bool,
+) -> bool {
+    match &e.kind {
+        ExprKind::Literal(cs) => cs.is_empty(),
+        ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => false,
+        ExprKind::RuleRef(name) => rule_empty(index[name.as_str()]),
+        ExprKind::Seq(xs) => xs.iter().all(|x| matches_empty(x, index, rule_empty)),
+        ExprKind::Alt(xs) => xs.iter().any(|x| matches_empty(x, index, rule_empty)),
+        ExprKind::Group(inner) => matches_empty(inner, index, rule_empty),
+        ExprKind::Repeat { inner, min, .. } => *min == 0 || matches_empty(inner, index, rule_empty),
+    }
+}
+
+/// Size of an expression as written, a repetition's body counted once (regular rules it
+/// references counted at their own shape): what inlining copies, where [`units`] counts what
+/// the automaton must hold.
+fn shape_units(
+    e: &Expr,
+    index: &FxHashMap<&str, usize>,
+    regular: &[bool],
+    rule_shape: &[usize],
+) -> usize {
+    match &e.kind {
+        ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => 1,
+        ExprKind::RuleRef(name) => {
+            let j = index[name.as_str()];
+            if regular[j] { rule_shape[j] } else { 1 }
+        }
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().fold(1usize, |sum, x| {
+            sum.saturating_add(shape_units(x, index, regular, rule_shape))
+        }),
+        ExprKind::Group(inner) => shape_units(inner, index, regular, rule_shape),
+        ExprKind::Repeat { inner, .. } => {
+            shape_units(inner, index, regular, rule_shape).saturating_add(1)
+        }
+    }
 }
 
 fn class_hir(c: &ClassAst) -> Hir {
@@ -278,6 +403,8 @@ struct Lowerer<'a> {
     text: &'a str,
     index: &'a FxHashMap<&'a str, usize>,
     regular: &'a [bool],
+    rule_units: &'a [usize],
+    rule_empty: &'a [bool],
     rule_hir: &'a [Option<Hir>],
     b: GrammarBuilder,
     /// AST rule index -> compiled rule, for the rules that got one.
@@ -292,8 +419,102 @@ impl Lowerer<'_> {
             ExprKind::Token(_) => false,
             ExprKind::RuleRef(name) => self.regular[self.index[name.as_str()]],
             ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().all(|x| self.is_regular(x)),
-            ExprKind::Group(inner) | ExprKind::Repeat { inner, .. } => self.is_regular(inner),
+            ExprKind::Group(inner) => self.is_regular(inner),
+            ExprKind::Repeat { inner, min, max } => {
+                self.is_regular(inner) && self.chunk_size(inner, *min, *max).is_none()
+            }
         }
+    }
+
+    /// The chunk size if `inner{min,max}` is a big repetition of a regular `inner`.
+    fn chunk_size(&self, inner: &Expr, min: u32, max: Option<u32>) -> Option<u32> {
+        let empty = |j: usize| self.rule_empty[j];
+        let iu = units(
+            inner,
+            self.index,
+            self.regular,
+            self.rule_units,
+            &empty,
+            usize::MAX,
+        )
+        .ok()?;
+        chunking(iu, matches_empty(inner, self.index, &empty), min, max)
+    }
+
+    /// A big repetition of a regular `inner`, in chunks (see [`chunking`]).
+    fn lower_chunked(
+        &mut self,
+        lhs: RuleId,
+        e: &Expr,
+        inner: &Expr,
+        (min, max, k): (u32, Option<u32>, u32),
+        out: &mut Vec<Sym>,
+    ) -> LowerResult<()> {
+        let x = hir_of(inner, self.index, self.rule_hir);
+        let display = display_source(&self.text[inner.span.start..inner.span.end]);
+        let lexeme = |lw: &mut Self, lo: u32, hi: Option<u32>| -> LowerResult<Sym> {
+            let h = Hir::repetition(Repetition {
+                min: lo,
+                max: hi,
+                greedy: true,
+                sub: Box::new(x.clone()),
+            });
+            let shown = match hi {
+                Some(h) if h == lo => format!("({display}){{{lo}}}"),
+                Some(h) => format!("({display}){{{lo},{h}}}"),
+                None => format!("({display}){{{lo},}}"),
+            };
+            lw.b.lexeme(&h, &shown)
+                .map(Sym::Lexeme)
+                .map_err(|kind| (kind, e.span))
+        };
+        let chunk = lexeme(self, k, Some(k))?;
+        for _ in 0..min / k {
+            out.push(chunk);
+        }
+        if min % k > 0 {
+            out.push(lexeme(self, min % k, Some(min % k))?);
+        }
+        let Some(n) = max else {
+            out.push(lexeme(self, 0, None)?);
+            return Ok(());
+        };
+        let rest = n - min;
+        if rest == 0 {
+            return Ok(());
+        }
+        let (q, r) = (rest / k, rest % k);
+        // Chains of up to j optional chunks, shared by both branches.
+        let mut chains: Vec<Option<RuleId>> = vec![None];
+        for j in 1..=q {
+            let c = self.anon_rule(lhs);
+            let mut body = vec![chunk];
+            if let Some(prev) = chains[j as usize - 1] {
+                body.push(Sym::Rule(prev));
+            }
+            self.b
+                .add_production(c, body)
+                .and_then(|()| self.b.add_production(c, vec![]))
+                .map_err(|kind| (kind, e.span))?;
+            chains.push(Some(c));
+        }
+        let alt_rule = self.anon_rule(lhs);
+        let mut first: Vec<Sym> = chains[q as usize].map(Sym::Rule).into_iter().collect();
+        if r > 0 {
+            first.push(lexeme(self, 0, Some(r))?);
+        }
+        self.b
+            .add_production(alt_rule, first)
+            .map_err(|kind| (kind, e.span))?;
+        if q > 0 && r + 1 < k {
+            let mut second: Vec<Sym> = chains[q as usize - 1].map(Sym::Rule).into_iter().collect();
+            second.push(lexeme(self, r + 1, Some(k - 1))?);
+            self.b
+                .add_production(alt_rule, second)
+                .map_err(|kind| (kind, e.span))?;
+        }
+        out.push(Sym::Rule(alt_rule));
+        Ok(())
     }
 
     fn anon_rule(&mut self, parent: RuleId) -> RuleId {
@@ -366,6 +587,12 @@ impl Lowerer<'_> {
     /// A non-regular item of a sequence.
     fn lower_item(&mut self, lhs: RuleId, e: &Expr, out: &mut Vec<Sym>) -> LowerResult<()> {
         match &e.kind {
+            ExprKind::Repeat { inner, min, max }
+                if self.is_regular(inner)
+                    && let Some(k) = self.chunk_size(inner, *min, *max) =>
+            {
+                self.lower_chunked(lhs, e, inner, (*min, *max, k), out)
+            }
             ExprKind::Repeat { inner, min, max } => {
                 let x = self.symbol_for(lhs, inner)?;
                 for _ in 0..*min {

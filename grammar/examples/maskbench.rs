@@ -1,0 +1,362 @@
+//! MaskBench conformance report: every schema of the JSONSchemaBench subset in
+//! `../shared/conformance/jsonschemabench` compiled (strict mode), every instance matched,
+//! beside llguidance's published per-schema results.
+//!
+//! ```text
+//! cargo run --release -p corral-grammar --example maskbench -- [DIR] [--filter S] [--verbose]
+//! ```
+//!
+//! Instances are written compactly (`serde_json`, keys in their order in the data). An
+//! instance the default (schema) property order refuses but `PropertyOrder::Any` accepts
+//! counts as "out of order", apart from false rejections.
+
+use corral_grammar::schema::{
+    CompiledSchema, JsonSchemaOptions, PropertyOrder, compile_json_schema,
+};
+use corral_grammar::{GrammarError, MatchOutcome, clear_dfa_cache, match_bytes};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+#[derive(Default)]
+struct Tally {
+    schemas: usize,
+    compiled: usize,
+    valid_ok: usize,
+    invalid_ok: usize,
+    false_rejects: usize,
+    out_of_order: usize,
+    false_accepts: usize,
+    schemas_with_failures: usize,
+}
+
+fn main() {
+    let mut dir = "../shared/conformance/jsonschemabench".to_string();
+    let mut filter = String::new();
+    let mut verbose = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--filter" => filter = args.next().unwrap_or_default(),
+            "--verbose" => verbose = true,
+            _ => dir = a,
+        }
+    }
+    let llg: BTreeMap<String, Value> = std::fs::read_to_string(format!(
+        "{dir}/../llguidance/json_stats/expected_maskbench.json"
+    ))
+    .ok()
+    .and_then(|t| serde_json::from_str(&t).ok())
+    .unwrap_or_default();
+
+    let mut t = Tally::default();
+    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut warm, mut cold) = (Vec::new(), Vec::new());
+    let (mut llg_ok, mut llg_failing, mut both, mut only_corral, mut only_llg) = (0, 0, 0, 0, 0);
+    let mut files: Vec<_> = std::fs::read_dir(format!("{dir}/_instances"))
+        .expect("instances folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    for path in files {
+        let coll = path.file_stem().unwrap().to_string_lossy().to_string();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let rec: Value = serde_json::from_str(line).unwrap();
+            let file = rec["file"].as_str().unwrap();
+            if !format!("{coll}/{file}").contains(&filter) {
+                continue;
+            }
+            let text = std::fs::read_to_string(format!("{dir}/{coll}/{file}")).unwrap();
+            t.schemas += 1;
+            let source = rec["source"].as_str().unwrap_or_default();
+            let key = source.rsplit('/').next().unwrap_or_default();
+            let llg_result = llg.get(key);
+            let llg_compiled = llg_result.is_some_and(|v| v.get("json_error").is_none());
+            llg_ok += llg_compiled as usize;
+            llg_failing += llg_result.is_some_and(|v| v.get("validation_error").is_some()) as usize;
+
+            let opts = JsonSchemaOptions::default().with_origin(file);
+            clear_dfa_cache();
+            let t0 = Instant::now();
+            let first = compile_json_schema(&text, &opts);
+            cold.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            let again = compile_json_schema(&text, &opts);
+            warm.push(t0.elapsed().as_secs_f64() * 1e3);
+            drop(first);
+            let c = match again {
+                Err(e) => {
+                    if verbose {
+                        println!(
+                            "refused {coll}/{file} (llguidance: {}): {}",
+                            if llg_compiled { "compiles" } else { "refuses" },
+                            refusal(&e)
+                        );
+                    }
+                    *refused.entry(refusal(&e)).or_default() += 1;
+                    only_llg += llg_compiled as usize;
+                    continue;
+                }
+                Ok(c) => c,
+            };
+            t.compiled += 1;
+            if llg_compiled {
+                both += 1;
+            } else {
+                only_corral += 1;
+            }
+            let mut any_order: Option<Option<CompiledSchema>> = None;
+            let mut failed = false;
+            for test in rec["tests"].as_array().unwrap() {
+                let valid = test["valid"].as_bool().unwrap();
+                let data = serde_json::to_string(&test["data"]).unwrap();
+                let outcome = match_bytes(&c.grammar, data.as_bytes());
+                let accepted = matches!(outcome, Ok(MatchOutcome::Accepted));
+                match (valid, accepted) {
+                    (true, true) => t.valid_ok += 1,
+                    (false, false) => t.invalid_ok += 1,
+                    (true, false) => {
+                        let unordered = any_order.get_or_insert_with(|| {
+                            compile_json_schema(
+                                &text,
+                                &opts.clone().with_property_order(PropertyOrder::Any),
+                            )
+                            .ok()
+                        });
+                        let accepts = |s: &str| {
+                            matches!(
+                                match_bytes(&c.grammar, s.as_bytes()),
+                                Ok(MatchOutcome::Accepted)
+                            )
+                        };
+                        let schema: Value = serde_json::from_str(&text).unwrap();
+                        let in_order =
+                            reorder(&test["data"], &expand(&schema, &schema, 0), &schema);
+                        let reordered = accepts(&serde_json::to_string(&in_order).unwrap())
+                            || unordered.as_ref().is_some_and(|u| {
+                                matches!(
+                                    match_bytes(&u.grammar, data.as_bytes()),
+                                    Ok(MatchOutcome::Accepted)
+                                )
+                            });
+                        if reordered {
+                            t.out_of_order += 1;
+                        } else {
+                            t.false_rejects += 1;
+                            failed = true;
+                            if verbose {
+                                println!(
+                                    "false reject {coll}/{file}: {outcome:?}\n  {}",
+                                    clip(&data)
+                                );
+                            }
+                        }
+                    }
+                    (false, true) => {
+                        t.false_accepts += 1;
+                        failed = true;
+                        println!("FALSE ACCEPT {coll}/{file}: {}", clip(&data));
+                    }
+                }
+            }
+            t.schemas_with_failures += failed as usize;
+        }
+    }
+    let mut r: Vec<_> = refused.into_iter().collect();
+    r.sort_by_key(|x| std::cmp::Reverse(x.1));
+    println!("refused, by reason:");
+    for (k, n) in &r {
+        println!("  {n:5}  {k}");
+    }
+    println!();
+    println!("schemas                      {}", t.schemas);
+    println!(
+        "compiled by corral           {} ({:.1}%)",
+        t.compiled,
+        100.0 * t.compiled as f64 / t.schemas.max(1) as f64
+    );
+    println!("compiled by llguidance       {llg_ok} (expected_maskbench.json: no json_error)");
+    println!("  both {both}, only corral {only_corral}, only llguidance {only_llg}");
+    println!("valid instances accepted     {}", t.valid_ok);
+    println!("invalid instances refused    {}", t.invalid_ok);
+    println!("false rejections             {}", t.false_rejects);
+    println!(
+        "out of schema order          {} (valid, refused only for property order)",
+        t.out_of_order
+    );
+    println!("false accepts                {}", t.false_accepts);
+    println!(
+        "schemas with a failing test  corral {}, llguidance {llg_failing} (validation_error)",
+        t.schemas_with_failures
+    );
+    println!(
+        "compile ms, cold (lexeme cache cleared): {}",
+        pct(&mut cold)
+    );
+    println!(
+        "compile ms, warm (process cache):        {}",
+        pct(&mut warm)
+    );
+}
+
+/// The schema nodes that apply at a place: the node, and what its references and
+/// combinators lead to.
+/// In the order the compiler merges them: the node, its `$ref` target and `allOf` parts
+/// first, then the branches of `anyOf`/`oneOf`.
+fn expand<'a>(s: &'a Value, root: &'a Value, depth: u32) -> Vec<&'a Value> {
+    let mut base = Vec::new();
+    let mut branches = Vec::new();
+    collect(s, root, depth, &mut base, &mut branches);
+    base.extend(branches);
+    base
+}
+
+fn collect<'a>(
+    s: &'a Value,
+    root: &'a Value,
+    depth: u32,
+    base: &mut Vec<&'a Value>,
+    branches: &mut Vec<&'a Value>,
+) {
+    base.push(s);
+    if depth > 12 {
+        return;
+    }
+    if let Some(r) = s.get("$ref").and_then(Value::as_str)
+        && let Some(t) = r.strip_prefix('#').and_then(|p| root.pointer(p))
+    {
+        collect(t, root, depth + 1, base, branches);
+    }
+    for b in s
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        collect(b, root, depth + 1, base, branches);
+    }
+    for k in ["anyOf", "oneOf"] {
+        for b in s.get(k).and_then(Value::as_array).into_iter().flatten() {
+            branches.extend(expand(b, root, depth + 1));
+        }
+    }
+}
+
+/// The instance with every object's keys in the order the schema lists them (for telling
+/// out-of-order instances apart).
+fn reorder(v: &Value, schemas: &[&Value], root: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut order: Vec<&str> = Vec::new();
+            for s in schemas {
+                for k in s
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flat_map(|p| p.keys())
+                {
+                    if !order.contains(&k.as_str()) {
+                        order.push(k);
+                    }
+                }
+                for k in s
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(k) = k.as_str()
+                        && !order.contains(&k)
+                    {
+                        order.push(k);
+                    }
+                }
+            }
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_by_key(|k| order.iter().position(|o| o == k).unwrap_or(usize::MAX));
+            let mut out = serde_json::Map::new();
+            for k in keys {
+                let mut kids = Vec::new();
+                for s in schemas {
+                    let sub = s.get("properties").and_then(|p| p.get(k.as_str()));
+                    for x in sub.into_iter().chain(s.get("additionalProperties")) {
+                        kids.extend(expand(x, root, 0));
+                    }
+                    for (_, x) in s
+                        .get("patternProperties")
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flatten()
+                    {
+                        kids.extend(expand(x, root, 0));
+                    }
+                }
+                out.insert(k.clone(), reorder(&m[k], &kids, root));
+            }
+            Value::Object(out)
+        }
+        Value::Array(xs) => Value::Array(
+            xs.iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let mut kids = Vec::new();
+                    for s in schemas {
+                        for key in ["prefixItems", "items"] {
+                            match s.get(key) {
+                                Some(Value::Array(p)) => {
+                                    if let Some(x) = p.get(i) {
+                                        kids.extend(expand(x, root, 0));
+                                    }
+                                }
+                                Some(x) => kids.extend(expand(x, root, 0)),
+                                None => {}
+                            }
+                        }
+                        if let Some(x) = s.get("additionalItems") {
+                            kids.extend(expand(x, root, 0));
+                        }
+                    }
+                    reorder(x, &kids, root)
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn refusal(e: &GrammarError) -> String {
+    use corral_grammar::ErrorKind;
+    match &e.kind {
+        ErrorKind::SchemaUnsupported {
+            keyword, reason, ..
+        } => format!("{keyword}: {reason}"),
+        ErrorKind::Limit { limit_name, .. } => format!("limit {limit_name}"),
+        ErrorKind::Schema { message, .. } => {
+            format!(
+                "invalid schema: {}",
+                message.chars().take(60).collect::<String>()
+            )
+        }
+        other => other.to_string().chars().take(80).collect(),
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(240).collect()
+}
+
+fn pct(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        v.get(((v.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    format!(
+        "median {:.2}, p90 {:.2}, p99 {:.2}, max {:.2}",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    )
+}

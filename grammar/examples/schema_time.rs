@@ -1,0 +1,22 @@
+use corral_grammar::schema::{JsonSchemaOptions, compile_json_schema};
+use std::time::Instant;
+fn main() {
+    let path = std::env::args().nth(1).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let c = compile_json_schema(&text, &JsonSchemaOptions::default()).unwrap();
+        println!(
+            "{:.2} ms  {}",
+            t.elapsed().as_secs_f64() * 1e3,
+            c.grammar.summary()
+        );
+    }
+    let c = compile_json_schema(&text, &JsonSchemaOptions::default()).unwrap();
+    if std::env::args().nth(2).is_some() {
+        println!("{}", c.gbnf);
+    }
+    for (i, l) in c.grammar.lexemes().iter().enumerate() {
+        println!("lexeme {i}: {} states: {}", l.dfa.len(), l.display);
+    }
+}

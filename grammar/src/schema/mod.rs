@@ -1,0 +1,215 @@
+//! JSON Schema front end: a schema (draft 2020-12; draft-07 `definitions`, array-form
+//! `items` and draft-04 boolean `exclusiveMinimum` accepted) -> GBNF text -> the same
+//! compiled [`Grammar`] the GBNF front end produces.
+//!
+//! The GBNF is the single source of truth: `corral schema` prints exactly what is
+//! compiled. How a schema becomes GBNF:
+//!
+//! 1. `$ref` (local: JSON pointers, `$anchor`s, the root's own `$id`) becomes a rule, so
+//!    recursion is plain rule recursion; `allOf` is merged into one schema; `anyOf` becomes
+//!    alternatives, and `oneOf` too where its branches are provably disjoint.
+//! 2. Objects list their properties in the schema's order (the order of `properties`;
+//!    `PropertyOrder::Any` accepts any order), each optional one skippable, then any
+//!    additional properties. `minProperties`/`maxProperties` count through the chain.
+//! 3. Strings are a regular expression over the value (`pattern`, `format`, lengths in code
+//!    points), re-written over the JSON text so every escape JSON allows is accepted in
+//!    values. Object keys, `enum` and `const` strings are matched as serializers write
+//!    them (raw, escaping only `"`, `\` and control characters): keys stay forced
+//!    continuations, and the automata of key sets stay small.
+//!    Numbers are JSON's grammar, bounded digit by digit (see `numbers`).
+//! 4. What the grammar cannot express (`uniqueItems`, `not`, `if`/`then`/`else`,
+//!    `dependentRequired`, `contains`, a float `multipleOf`, a remote `$ref`, ...) is a typed
+//!    error naming the keyword and its JSON pointer. With `lenient`, it is recorded in
+//!    [`CompiledSchema::deferred`] instead, to be checked by a validator after generation.
+//!    No keyword is silently ignored; annotations (`title`, `description`, `default`, ...)
+//!    and unknown keywords are not assertions.
+//!
+//! ```
+//! use corral_grammar::schema::{compile_json_schema, JsonSchemaOptions};
+//! use corral_grammar::{match_bytes, MatchOutcome};
+//!
+//! let s = compile_json_schema(
+//!     r#"{"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}},
+//!         "required": ["age"], "additionalProperties": false}"#,
+//!     &JsonSchemaOptions::default(),
+//! )?;
+//! assert_eq!(match_bytes(&s.grammar, br#"{"age": 42}"#)?, MatchOutcome::Accepted);
+//! assert_ne!(match_bytes(&s.grammar, br#"{"age": -1}"#)?, MatchOutcome::Accepted);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod compile;
+mod formats;
+mod gbnf;
+mod locate;
+mod numbers;
+mod pattern;
+
+use crate::Limits;
+use crate::compiled::Grammar;
+use crate::error::{ErrorKind, GrammarError, Span};
+use serde_json::Value;
+use std::sync::Arc;
+
+pub use formats::KNOWN as KNOWN_FORMATS;
+
+/// Whitespace between JSON tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whitespace {
+    /// None at all: `{"a":1}`.
+    Compact,
+    /// Up to `max` spaces, tabs and line breaks between tokens. Bounded, so a model cannot
+    /// loop on it.
+    Flexible { max: u32 },
+}
+
+/// Where object properties may appear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PropertyOrder {
+    /// In the order of `properties` (then `required` names not listed there, then any
+    /// additional properties). The default: models follow it, and it keeps jump-forward
+    /// over keys.
+    Schema,
+    /// Any order, each property at most once (exact, by tracking which properties have
+    /// appeared: the grammar grows as 2^n in the number of properties, bounded by
+    /// `max_any_order_properties`).
+    Any,
+}
+
+/// Options for [`compile_json_schema`].
+#[derive(Clone, Debug)]
+pub struct JsonSchemaOptions {
+    /// Default `Flexible { max: 32 }`.
+    pub whitespace: Whitespace,
+    /// Default `Schema`.
+    pub property_order: PropertyOrder,
+    /// Keywords the grammar cannot express are recorded in [`CompiledSchema::deferred`]
+    /// (for validation after generation) instead of refused. Default false.
+    pub lenient: bool,
+    /// Names the schema in error messages. Default `<schema>`.
+    pub origin: String,
+    pub limits: Limits,
+    /// `multipleOf` with `minimum`/`maximum` lists the multiples when there are at most
+    /// this many. Default 1,000.
+    pub max_listed_multiples: usize,
+    /// Most properties of one object in `PropertyOrder::Any`. Default 10.
+    pub max_any_order_properties: usize,
+    /// Most rules one object's property chain may take (properties x the counts that
+    /// `minProperties`/`maxProperties` track). Default 10,000.
+    pub max_object_states: usize,
+}
+
+impl Default for JsonSchemaOptions {
+    fn default() -> JsonSchemaOptions {
+        JsonSchemaOptions {
+            whitespace: Whitespace::Flexible { max: 32 },
+            property_order: PropertyOrder::Schema,
+            lenient: false,
+            origin: "<schema>".into(),
+            limits: Limits::default(),
+            max_listed_multiples: 1000,
+            max_any_order_properties: 10,
+            max_object_states: 10_000,
+        }
+    }
+}
+
+impl JsonSchemaOptions {
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
+    }
+
+    pub fn with_lenient(mut self, lenient: bool) -> Self {
+        self.lenient = lenient;
+        self
+    }
+
+    pub fn with_whitespace(mut self, whitespace: Whitespace) -> Self {
+        self.whitespace = whitespace;
+        self
+    }
+
+    pub fn with_property_order(mut self, order: PropertyOrder) -> Self {
+        self.property_order = order;
+        self
+    }
+}
+
+/// A keyword left to validation after generation (lenient mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferred {
+    pub keyword: String,
+    /// JSON pointer of the schema that holds it.
+    pub pointer: String,
+    /// Why the grammar does not express it.
+    pub reason: String,
+}
+
+/// A compiled schema: the grammar, its GBNF text, and what was left to validation.
+#[derive(Clone, Debug)]
+pub struct CompiledSchema {
+    pub grammar: Arc<Grammar>,
+    pub gbnf: String,
+    pub deferred: Vec<Deferred>,
+}
+
+/// Compiles a JSON Schema given as text (errors are positioned in it).
+pub fn compile_json_schema(
+    text: &str,
+    opts: &JsonSchemaOptions,
+) -> Result<CompiledSchema, GrammarError> {
+    let schema: Value = serde_json::from_str(text).map_err(|e| {
+        let offset = line_col_offset(text, e.line(), e.column());
+        GrammarError::at(
+            ErrorKind::Schema {
+                pointer: String::new(),
+                message: format!("not valid JSON: {e}"),
+            },
+            Span::new(offset, offset + 1),
+            &opts.origin,
+            text,
+        )
+    })?;
+    compile_inner(&schema, opts).map_err(|(kind, pointer)| {
+        let span = locate::locate(text, &pointer);
+        GrammarError::at(kind, span, &opts.origin, text)
+    })
+}
+
+/// Compiles a JSON Schema value (errors name the JSON pointer, with no source position).
+pub fn compile_json_schema_value(
+    schema: &Value,
+    opts: &JsonSchemaOptions,
+) -> Result<CompiledSchema, GrammarError> {
+    compile_inner(schema, opts).map_err(|(kind, _)| GrammarError::unplaced(kind, &opts.origin))
+}
+
+fn compile_inner(
+    schema: &Value,
+    opts: &JsonSchemaOptions,
+) -> Result<CompiledSchema, (ErrorKind, String)> {
+    let (gbnf, deferred) = compile::to_gbnf(schema, opts)?;
+    let copts = crate::CompileOptions {
+        start: "root".into(),
+        origin: opts.origin.clone(),
+        limits: opts.limits.clone(),
+        inline_units: Some(compile::INLINE_UNITS),
+    };
+    let grammar = crate::compile_gbnf(&gbnf, &copts).map_err(|e| (e.kind, String::new()))?;
+    Ok(CompiledSchema {
+        grammar,
+        gbnf,
+        deferred,
+    })
+}
+
+/// Byte offset of a 1-based line and column (serde_json's error position).
+fn line_col_offset(text: &str, line: usize, col: usize) -> usize {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    (start + col.saturating_sub(1)).min(text.len())
+}

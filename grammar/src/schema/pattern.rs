@@ -1,0 +1,842 @@
+//! Strings: JSON Schema `pattern` (ECMA-262 regular expressions) and formats as regular
+//! expressions over code points, and their JSON spelling.
+//!
+//! 1. [`ecma_to_hir`] translates an ECMA-262 pattern into Rust regex syntax and parses it with
+//!    regex-syntax. ECMA's `\d \w \s .` are ASCII / ECMA sets (not Unicode's), `{` that is not a
+//!    quantifier is a literal, classes are re-written item by item. Refused, with the reason:
+//!    look-ahead and look-behind (`(?=` `(?!` `(?<=` `(?<!`), backreferences (`\1`, `\k<n>`),
+//!    word boundaries (`\b` `\B`), and anchors anywhere but at the ends of the pattern or of
+//!    its top-level alternatives.
+//! 2. A pattern matches anywhere in the string unless anchored: `abc` means `.*abc.*`.
+//! 3. [`json_encode`] turns a regex over the string's *value* into a regex over its JSON
+//!    *text*: every character may be written raw (except `"`, `\` and control characters,
+//!    which JSON requires escaped), with its short escape (`\n`, `\/`...), or as `\uXXXX`
+//!    (astral characters as a surrogate pair), upper- or lower-case hex.
+
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
+
+/// Any code point.
+pub(crate) fn any_char() -> Hir {
+    Hir::class(Class::Unicode(ClassUnicode::new([ClassUnicodeRange::new(
+        '\0',
+        char::MAX,
+    )])))
+}
+
+fn any_string() -> Hir {
+    Hir::repetition(Repetition {
+        min: 0,
+        max: None,
+        greedy: true,
+        sub: Box::new(any_char()),
+    })
+}
+
+const ECMA_SPACE: &str = r"\x{9}-\x{D}\x{20}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}";
+
+/// Translates an ECMA-262 pattern into Rust regex syntax. `Err` names what is not supported.
+pub(crate) fn ecma_to_rust(p: &str) -> Result<String, String> {
+    let cs: Vec<char> = p.chars().collect();
+    let mut out = String::with_capacity(p.len() + 8);
+    let mut i = 0;
+    while i < cs.len() {
+        let c = cs[i];
+        match c {
+            '\\' => {
+                let (piece, used) = escape(&cs, i, false)?;
+                out.push_str(&piece);
+                i += used;
+                continue;
+            }
+            '[' => {
+                let (piece, used) = class(&cs, i)?;
+                out.push_str(&piece);
+                i += used;
+                continue;
+            }
+            '.' => out.push_str(r"[^\n\r\x{2028}\x{2029}]"),
+            '(' => {
+                let rest: String = cs[i..cs.len().min(i + 4)].iter().collect();
+                if rest.starts_with("(?=") || rest.starts_with("(?!") {
+                    return Err("look-ahead (?= (?! is not supported".into());
+                }
+                if rest.starts_with("(?<=") || rest.starts_with("(?<!") {
+                    return Err("look-behind (?<= (?<! is not supported".into());
+                }
+                if rest.starts_with("(?<") {
+                    out.push_str("(?P<");
+                    i += 3;
+                    continue;
+                }
+                if rest.starts_with("(?") && !rest.starts_with("(?:") {
+                    return Err("inline flags (?i) are not ECMA-262".into());
+                }
+                out.push('(');
+            }
+            '{' => {
+                // A quantifier {n}, {n,}, {n,m}; anything else is a literal brace.
+                let mut j = i + 1;
+                while j < cs.len() && cs[j].is_ascii_digit() {
+                    j += 1;
+                }
+                let mut ok = j > i + 1;
+                if ok && j < cs.len() && cs[j] == ',' {
+                    j += 1;
+                    while j < cs.len() && cs[j].is_ascii_digit() {
+                        j += 1;
+                    }
+                }
+                ok = ok && j < cs.len() && cs[j] == '}';
+                if ok {
+                    out.extend(&cs[i..=j]);
+                    i = j + 1;
+                    continue;
+                }
+                out.push_str(r"\{");
+            }
+            '}' => out.push_str(r"\}"),
+            ']' => out.push_str(r"\]"),
+            '#' | '&' | '~' | ' ' => push_char(&mut out, c),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+fn push_char(out: &mut String, c: char) {
+    use std::fmt::Write;
+    let _ = write!(out, r"\x{{{:X}}}", c as u32);
+}
+
+fn hex_at(cs: &[char], at: usize, n: usize) -> Option<u32> {
+    if at + n > cs.len() {
+        return None;
+    }
+    let s: String = cs[at..at + n].iter().collect();
+    if s.chars().all(|c| c.is_ascii_hexdigit()) {
+        u32::from_str_radix(&s, 16).ok()
+    } else {
+        None
+    }
+}
+
+/// An escape at `cs[i] == '\\'`: the Rust syntax for it and the characters used. Inside a
+/// class, class escapes become nested classes and `\b` is backspace.
+fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), String> {
+    let Some(&e) = cs.get(i + 1) else {
+        return Err("the pattern ends with a lone backslash".into());
+    };
+    let one = |c: char| {
+        let mut s = String::new();
+        push_char(&mut s, c);
+        s
+    };
+    let piece = match e {
+        'd' => "[0-9]".to_string(),
+        'D' => "[^0-9]".to_string(),
+        'w' => "[A-Za-z0-9_]".to_string(),
+        'W' => "[^A-Za-z0-9_]".to_string(),
+        's' => format!("[{ECMA_SPACE}]"),
+        'S' => format!("[^{ECMA_SPACE}]"),
+        'b' if in_class => one('\u{8}'),
+        'b' | 'B' => return Err("word boundaries \\b \\B are not supported".into()),
+        'n' => one('\n'),
+        'r' => one('\r'),
+        't' => one('\t'),
+        'f' => one('\u{c}'),
+        'v' => one('\u{b}'),
+        '0' if !cs.get(i + 2).is_some_and(char::is_ascii_digit) => one('\0'),
+        '1'..='9' => return Err("backreferences (\\1) are not supported".into()),
+        'k' if cs.get(i + 2) == Some(&'<') => {
+            return Err("named backreferences (\\k<name>) are not supported".into());
+        }
+        'c' if cs.get(i + 2).is_some_and(char::is_ascii_alphabetic) => {
+            let v = (cs[i + 2] as u32) % 32;
+            return Ok((one(char::from_u32(v).expect("ASCII")), 3));
+        }
+        'x' => match hex_at(cs, i + 2, 2) {
+            Some(v) => return Ok((one(char::from_u32(v).expect("byte")), 4)),
+            None => one('x'),
+        },
+        'u' => {
+            if cs.get(i + 2) == Some(&'{') {
+                let close = cs[i + 3..]
+                    .iter()
+                    .position(|&c| c == '}')
+                    .ok_or("unterminated \\u{...}")?;
+                let v = hex_at(cs, i + 3, close).ok_or("bad \\u{...} escape")?;
+                let c = char::from_u32(v).ok_or("\\u{...} is not a code point")?;
+                return Ok((one(c), close + 4));
+            }
+            let Some(v) = hex_at(cs, i + 2, 4) else {
+                return Ok((one('u'), 2));
+            };
+            if (0xD800..0xDC00).contains(&v)
+                && cs.get(i + 6) == Some(&'\\')
+                && cs.get(i + 7) == Some(&'u')
+                && let Some(lo) = hex_at(cs, i + 8, 4)
+                && (0xDC00..0xE000).contains(&lo)
+            {
+                let c = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+                return Ok((one(char::from_u32(c).expect("astral")), 12));
+            }
+            match char::from_u32(v) {
+                Some(c) => return Ok((one(c), 6)),
+                None => return Err("a lone surrogate \\uD8xx cannot match a JSON string".into()),
+            }
+        }
+        'p' | 'P' if cs.get(i + 2) == Some(&'{') => {
+            let close = cs[i + 3..]
+                .iter()
+                .position(|&c| c == '}')
+                .ok_or("unterminated \\p{...}")?;
+            let s: String = cs[i..i + close + 4].iter().collect();
+            return Ok((s, close + 4));
+        }
+        c => one(c),
+    };
+    Ok((piece, 2))
+}
+
+/// A class at `cs[i] == '['`, rewritten item by item.
+fn class(cs: &[char], i: usize) -> Result<(String, usize), String> {
+    let mut j = i + 1;
+    let negated = cs.get(j) == Some(&'^');
+    if negated {
+        j += 1;
+    }
+    let mut items: Vec<String> = Vec::new();
+    // Single characters of the class, to form ranges.
+    let mut last_char: Option<char> = None;
+    loop {
+        let Some(&c) = cs.get(j) else {
+            return Err("unterminated character class".into());
+        };
+        if c == ']' {
+            j += 1;
+            break;
+        }
+        // A range a-b (the '-' is literal at the ends).
+        if c == '-'
+            && let Some(a) = last_char
+            && cs.get(j + 1).is_some_and(|&n| n != ']')
+        {
+            let (b, used) = class_atom(cs, j + 1)?;
+            let Some(b) = b else {
+                return Err("a range ends in a class escape such as \\d".into());
+            };
+            if b < a {
+                return Err(format!(
+                    "character range out of order: U+{:04X} > U+{:04X}",
+                    a as u32, b as u32
+                ));
+            }
+            items.pop();
+            let mut s = String::new();
+            push_char(&mut s, a);
+            s.push('-');
+            push_char(&mut s, b);
+            items.push(s);
+            last_char = None;
+            j += 1 + used;
+            continue;
+        }
+        let (ch, used) = class_atom(cs, j)?;
+        match ch {
+            Some(ch) => {
+                let mut s = String::new();
+                push_char(&mut s, ch);
+                items.push(s);
+                last_char = Some(ch);
+            }
+            None => {
+                let (piece, _) = escape(cs, j, true)?;
+                items.push(piece);
+                last_char = None;
+            }
+        }
+        j += used;
+    }
+    let body = items.concat();
+    let out = match (negated, body.is_empty()) {
+        // [] matches nothing, [^] anything.
+        (false, true) => r"[^\x{0}-\x{10FFFF}]".to_string(),
+        (true, true) => r"[\x{0}-\x{10FFFF}]".to_string(),
+        (false, false) => format!("[{body}]"),
+        (true, false) => format!("[^{body}]"),
+    };
+    Ok((out, j - i))
+}
+
+/// One class item at `cs[j]`: `Some(char)` for a single character, `None` for a class
+/// escape (`\d`...), with the characters used.
+fn class_atom(cs: &[char], j: usize) -> Result<(Option<char>, usize), String> {
+    let c = cs[j];
+    if c != '\\' {
+        return Ok((Some(c), 1));
+    }
+    match cs.get(j + 1) {
+        Some('d' | 'D' | 'w' | 'W' | 's' | 'S') => Ok((None, 2)),
+        Some('p' | 'P') if cs.get(j + 2) == Some(&'{') => {
+            let (_, used) = escape(cs, j, true)?;
+            Ok((None, used))
+        }
+        _ => {
+            let (piece, used) = escape(cs, j, true)?;
+            // Single characters come back as \x{HEX}.
+            let hex = piece
+                .strip_prefix(r"\x{")
+                .and_then(|s| s.strip_suffix('}'))
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32);
+            match hex {
+                Some(ch) => Ok((Some(ch), used)),
+                None => Ok((None, used)),
+            }
+        }
+    }
+}
+
+/// Parses an ECMA-262 pattern into a regex over the whole string value (anchored: an
+/// unanchored pattern may be preceded and followed by anything).
+pub(crate) fn ecma_to_hir(p: &str, nest_limit: u32) -> Result<Hir, String> {
+    let rust = ecma_to_rust(p)?;
+    let hir = regex_syntax::ParserBuilder::new()
+        .nest_limit(nest_limit)
+        .build()
+        .parse(&rust)
+        .map_err(|e| match &e {
+            regex_syntax::Error::Parse(p) => p.kind().to_string(),
+            regex_syntax::Error::Translate(t) => t.kind().to_string(),
+            _ => e.to_string(),
+        })?;
+    anchor(hir)
+}
+
+fn is_look(h: &Hir, look: Look) -> bool {
+    matches!(h.kind(), HirKind::Look(l) if *l == look)
+}
+
+fn has_look(h: &Hir) -> bool {
+    !h.properties().look_set().is_empty()
+}
+
+/// Makes a search pattern a whole-string pattern: `^`/`$` at the ends of the pattern (or of
+/// each top-level alternative) anchor it, elsewhere it may be surrounded by anything.
+fn anchor(h: Hir) -> Result<Hir, String> {
+    let inner_look = || "anchors (^ $) are supported only at the ends of the pattern".to_string();
+    match h.kind() {
+        HirKind::Alternation(xs) => {
+            let xs: Result<Vec<Hir>, String> = xs.iter().cloned().map(anchor).collect();
+            Ok(Hir::alternation(xs?))
+        }
+        HirKind::Capture(c) if has_look(&c.sub) => anchor((*c.sub).clone()),
+        HirKind::Look(Look::Start | Look::End) => Ok(any_string()),
+        HirKind::Concat(xs) => {
+            let mut xs: Vec<Hir> = xs.clone();
+            let start = xs.first().is_some_and(|x| is_look(x, Look::Start));
+            if start {
+                xs.remove(0);
+            }
+            let end = xs.last().is_some_and(|x| is_look(x, Look::End));
+            if end {
+                xs.pop();
+            }
+            if xs.iter().any(has_look) {
+                // `^(a|b)$`-like: anchors inside a single group.
+                if xs.len() == 1 && !start && !end {
+                    return anchor(xs.pop().expect("one"));
+                }
+                return Err(inner_look());
+            }
+            let mut parts = Vec::with_capacity(xs.len() + 2);
+            if !start {
+                parts.push(any_string());
+            }
+            parts.extend(xs);
+            if !end {
+                parts.push(any_string());
+            }
+            Ok(Hir::concat(parts))
+        }
+        _ if has_look(&h) => Err(inner_look()),
+        _ => Ok(Hir::concat(vec![any_string(), h, any_string()])),
+    }
+}
+
+/// The number of characters a regex matches: least and greatest (`None`: unbounded).
+pub(crate) fn char_len(h: &Hir) -> (u64, Option<u64>) {
+    match h.kind() {
+        HirKind::Empty | HirKind::Look(_) => (0, Some(0)),
+        HirKind::Literal(l) => {
+            let n = String::from_utf8_lossy(&l.0).chars().count() as u64;
+            (n, Some(n))
+        }
+        HirKind::Class(_) => (1, Some(1)),
+        HirKind::Capture(c) => char_len(&c.sub),
+        HirKind::Repetition(r) => {
+            let (a, b) = char_len(&r.sub);
+            let max = match (b, r.max) {
+                (Some(0), _) => Some(0),
+                (Some(b), Some(m)) => b.checked_mul(m as u64),
+                _ => None,
+            };
+            (a.saturating_mul(r.min as u64), max)
+        }
+        HirKind::Concat(xs) => xs.iter().fold((0, Some(0)), |(a, b), x| {
+            let (c, d) = char_len(x);
+            (
+                a.saturating_add(c),
+                b.zip(d).and_then(|(b, d)| b.checked_add(d)),
+            )
+        }),
+        HirKind::Alternation(xs) => {
+            let lens: Vec<_> = xs.iter().map(char_len).collect();
+            let min = lens.iter().map(|l| l.0).min().unwrap_or(0);
+            let max = lens.iter().try_fold(0u64, |m, l| l.1.map(|x| m.max(x)));
+            (min, max)
+        }
+    }
+}
+
+/// Restricts a whole-string regex to `min..=max` characters when that can be done exactly
+/// by adjusting one repetition: the pattern is a sequence of fixed-length pieces and one
+/// repetition of a fixed-length piece (`[a-z][a-z0-9_]+`, `[A-Z]{2,}`). `Ok(None)`: no
+/// string fits. `Err(())`: not of that shape.
+pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Option<Hir>, ()> {
+    let (lo, hi) = char_len(h);
+    let within_max = match (hi, max) {
+        (_, None) => true,
+        (Some(hi), Some(m)) => hi <= m,
+        (None, Some(_)) => false,
+    };
+    if lo >= min && within_max {
+        return Ok(Some(h.clone()));
+    }
+    if max.is_some_and(|m| lo > m || m < min) || hi.is_some_and(|hi| hi < min) {
+        return Ok(None);
+    }
+    let mut items = Vec::new();
+    flatten_concat(h, &mut items);
+    let variable: Vec<usize> = (0..items.len())
+        .filter(|&i| {
+            let (a, b) = char_len(&items[i]);
+            b != Some(a)
+        })
+        .collect();
+    let [v] = variable.as_slice() else {
+        return Err(());
+    };
+    let HirKind::Repetition(r) = items[*v].kind() else {
+        return Err(());
+    };
+    let (k, kmax) = char_len(&r.sub);
+    if kmax != Some(k) || k == 0 {
+        return Err(());
+    }
+    let fixed: u64 = items
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i != v)
+        .map(|(_, x)| char_len(x).0)
+        .sum();
+    let need_min = min.saturating_sub(fixed).div_ceil(k);
+    let cmin = need_min.max(r.min as u64);
+    let cmax = match (max, r.max) {
+        (Some(m), rmax) => {
+            let Some(room) = m.checked_sub(fixed) else {
+                return Ok(None);
+            };
+            let c = room / k;
+            Some(rmax.map_or(c, |x| c.min(x as u64)))
+        }
+        (None, rmax) => rmax.map(u64::from),
+    };
+    if cmax.is_some_and(|c| c < cmin) {
+        return Ok(None);
+    }
+    let to_u32 = |x: u64| u32::try_from(x).map_err(|_| ());
+    items[*v] = Hir::repetition(Repetition {
+        min: to_u32(cmin)?,
+        max: cmax.map(to_u32).transpose()?,
+        greedy: true,
+        sub: r.sub.clone(),
+    });
+    Ok(Some(Hir::concat(items)))
+}
+
+fn flatten_concat(h: &Hir, out: &mut Vec<Hir>) {
+    match h.kind() {
+        HirKind::Concat(xs) => xs.iter().for_each(|x| flatten_concat(x, out)),
+        HirKind::Capture(c) => flatten_concat(&c.sub, out),
+        _ => out.push(h.clone()),
+    }
+}
+
+/// How a string's characters may be written in JSON text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// Every way JSON allows: raw, short escapes, `\uXXXX` in either case.
+    Any,
+    /// The one way serializers write it: raw, except `"` `\` and control characters, which
+    /// take their short escape or lower-case `\u00xx`. Object keys are matched this way.
+    Plain,
+}
+
+/// The JSON text of any string value the regex matches (without the quotes).
+pub(crate) fn json_encode(h: &Hir, spelling: Spelling) -> Hir {
+    let enc = |x: &Hir| json_encode(x, spelling);
+    match h.kind() {
+        HirKind::Empty | HirKind::Look(_) => Hir::empty(),
+        HirKind::Literal(l) => Hir::concat(
+            String::from_utf8_lossy(&l.0)
+                .chars()
+                .map(|c| encode_class(&[(c, c)], spelling))
+                .collect(),
+        ),
+        HirKind::Class(Class::Unicode(c)) => {
+            let ranges: Vec<(char, char)> = c.iter().map(|r| (r.start(), r.end())).collect();
+            encode_class(&ranges, spelling)
+        }
+        HirKind::Class(Class::Bytes(c)) => {
+            let ranges: Vec<(char, char)> = c
+                .iter()
+                .map(|r| (r.start() as char, r.end() as char))
+                .collect();
+            encode_class(&ranges, spelling)
+        }
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            min: r.min,
+            max: r.max,
+            greedy: true,
+            sub: Box::new(enc(&r.sub)),
+        }),
+        HirKind::Capture(c) => enc(&c.sub),
+        HirKind::Concat(xs) => Hir::concat(xs.iter().map(enc).collect()),
+        HirKind::Alternation(xs) => Hir::alternation(xs.iter().map(enc).collect()),
+    }
+}
+
+fn uclass(ranges: impl IntoIterator<Item = (u32, u32)>) -> Hir {
+    let rs: Vec<ClassUnicodeRange> = ranges
+        .into_iter()
+        .filter_map(|(a, b)| {
+            Some(ClassUnicodeRange::new(
+                char::from_u32(a)?,
+                char::from_u32(b)?,
+            ))
+        })
+        .collect();
+    Hir::class(Class::Unicode(ClassUnicode::new(rs)))
+}
+
+fn text(s: &str) -> Hir {
+    Hir::literal(s.as_bytes())
+}
+
+/// Intersection of sorted ranges with `[lo, hi]`.
+fn clip(ranges: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(u32, u32)> {
+    ranges
+        .iter()
+        .filter_map(|&(a, b)| {
+            let (a, b) = (a.max(lo), b.min(hi));
+            (a <= b).then_some((a, b))
+        })
+        .collect()
+}
+
+/// The JSON spellings of one character of the class.
+fn encode_class(ranges: &[(char, char)], spelling: Spelling) -> Hir {
+    let r: Vec<(u32, u32)> = ranges.iter().map(|&(a, b)| (a as u32, b as u32)).collect();
+    let contains = |c: u32| r.iter().any(|&(a, b)| a <= c && c <= b);
+    let mut alts = Vec::new();
+    // Raw: all but controls, '"' and '\'.
+    let mut raw = Vec::new();
+    for &(a, b) in &r {
+        let mut lo = a.max(0x20);
+        while lo <= b {
+            let cut = [0x22u32, 0x5c].into_iter().find(|&x| x >= lo && x <= b);
+            match cut {
+                Some(x) => {
+                    if x > lo {
+                        raw.push((lo, x - 1));
+                    }
+                    lo = x + 1;
+                }
+                None => {
+                    raw.push((lo, b));
+                    break;
+                }
+            }
+        }
+    }
+    if !raw.is_empty() {
+        alts.push(uclass(raw));
+    }
+    if spelling == Spelling::Plain {
+        // The escapes JSON requires, as serializers write them.
+        for (c, esc) in [
+            ('"', "\\\""),
+            ('\\', "\\\\"),
+            ('\u{8}', "\\b"),
+            ('\u{c}', "\\f"),
+            ('\n', "\\n"),
+            ('\r', "\\r"),
+            ('\t', "\\t"),
+        ] {
+            if contains(c as u32) {
+                alts.push(text(esc));
+            }
+        }
+        // Other controls: \u00xx, lower-case hex, grouped by the third digit.
+        for hi in 0..2u32 {
+            let lows: Vec<(u32, u32)> = (0..16)
+                .filter(|lo| {
+                    let c = hi * 16 + lo;
+                    contains(c) && ![8, 9, 10, 12, 13].contains(&c)
+                })
+                .map(|lo| {
+                    let d = if lo < 10 { 0x30 + lo } else { 0x61 + lo - 10 };
+                    (d, d)
+                })
+                .collect();
+            if !lows.is_empty() {
+                alts.push(Hir::concat(vec![text(&format!("\\u00{hi}")), uclass(lows)]));
+            }
+        }
+        return match alts.len() {
+            0 => Hir::fail(),
+            1 => alts.pop().expect("one"),
+            _ => Hir::alternation(alts),
+        };
+    }
+    // Short escapes.
+    let short: Vec<(u32, u32)> = [
+        ('"', '"'),
+        ('\\', '\\'),
+        ('/', '/'),
+        ('\u{8}', 'b'),
+        ('\u{c}', 'f'),
+        ('\n', 'n'),
+        ('\r', 'r'),
+        ('\t', 't'),
+    ]
+    .into_iter()
+    .filter(|&(c, _)| contains(c as u32))
+    .map(|(_, e)| (e as u32, e as u32))
+    .collect();
+    if !short.is_empty() {
+        alts.push(Hir::concat(vec![text("\\"), uclass(short)]));
+    }
+    // \uXXXX for the Basic Multilingual Plane (surrogates are not characters).
+    let bmp: Vec<(u32, u32)> = clip(&r, 0, 0xD7FF)
+        .into_iter()
+        .chain(clip(&r, 0xE000, 0xFFFF))
+        .collect();
+    if !bmp.is_empty() {
+        alts.push(Hir::concat(vec![text("\\u"), hex4(&bmp)]));
+    }
+    // Astral characters as surrogate pairs.
+    for (a, b) in clip(&r, 0x10000, 0x10FFFF) {
+        let (a, b) = (a - 0x10000, b - 0x10000);
+        let (ha, la) = (0xD800 + (a >> 10), 0xDC00 + (a & 0x3FF));
+        let (hb, lb) = (0xD800 + (b >> 10), 0xDC00 + (b & 0x3FF));
+        let mut pair = |h: (u32, u32), l: (u32, u32)| {
+            alts.push(Hir::concat(vec![
+                text("\\u"),
+                hex4(&[h]),
+                text("\\u"),
+                hex4(&[l]),
+            ]));
+        };
+        if ha == hb {
+            pair((ha, ha), (la, lb));
+        } else {
+            pair((ha, ha), (la, 0xDFFF));
+            if ha + 1 < hb {
+                pair((ha + 1, hb - 1), (0xDC00, 0xDFFF));
+            }
+            pair((hb, hb), (0xDC00, lb));
+        }
+    }
+    match alts.len() {
+        0 => Hir::fail(),
+        1 => alts.pop().expect("one"),
+        _ => Hir::alternation(alts),
+    }
+}
+
+/// One hex digit in `a..=b` (0-15), either case.
+fn hex_digit_class(a: u32, b: u32) -> Hir {
+    let mut rs = Vec::new();
+    let digits = (a.min(9), b.min(9));
+    if a <= 9 {
+        rs.push((0x30 + digits.0, 0x30 + digits.1));
+    }
+    if b >= 10 {
+        let (x, y) = (a.max(10) - 10, b - 10);
+        rs.push((0x61 + x, 0x61 + y));
+        rs.push((0x41 + x, 0x41 + y));
+    }
+    uclass(rs)
+}
+
+/// Four hex digits whose value is in one of the ranges (sorted, within 0..=0xFFFF).
+fn hex4(ranges: &[(u32, u32)]) -> Hir {
+    let mut alts = Vec::new();
+    for &(a, b) in ranges {
+        hex_range(a, b, 4, &mut Vec::new(), &mut alts);
+    }
+    match alts.len() {
+        1 => alts.pop().expect("one"),
+        _ => Hir::alternation(alts),
+    }
+}
+
+/// Fixed-width hex strings of `width` digits with value in `[a, b]`, appended to `out`
+/// after the digits in `prefix`.
+fn hex_range(a: u32, b: u32, width: u32, prefix: &mut Vec<Hir>, out: &mut Vec<Hir>) {
+    if width == 0 {
+        out.push(Hir::concat(prefix.clone()));
+        return;
+    }
+    let base = 16u32.pow(width - 1);
+    let full = base - 1;
+    let any = |n: u32| -> Hir {
+        Hir::repetition(Repetition {
+            min: n,
+            max: Some(n),
+            greedy: true,
+            sub: Box::new(hex_digit_class(0, 15)),
+        })
+    };
+    let (ah, al) = (a / base, a % base);
+    let (bh, bl) = (b / base, b % base);
+    if ah == bh {
+        prefix.push(hex_digit_class(ah, ah));
+        hex_range(al, bl, width - 1, prefix, out);
+        prefix.pop();
+        return;
+    }
+    // First leading digit (partial unless al == 0).
+    let mut lo_full = ah;
+    if al != 0 {
+        prefix.push(hex_digit_class(ah, ah));
+        hex_range(al, full, width - 1, prefix, out);
+        prefix.pop();
+        lo_full = ah + 1;
+    }
+    let mut hi_full = bh;
+    let last_partial = bl != full;
+    if last_partial {
+        hi_full = bh.wrapping_sub(1);
+    }
+    if lo_full <= hi_full && hi_full != u32::MAX {
+        let mut parts = prefix.clone();
+        parts.push(hex_digit_class(lo_full, hi_full));
+        parts.push(any(width - 1));
+        out.push(Hir::concat(parts));
+    }
+    if last_partial {
+        prefix.push(hex_digit_class(bh, bh));
+        hex_range(0, bl, width - 1, prefix, out);
+        prefix.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LexemeDfa;
+
+    fn dfa(h: &Hir) -> LexemeDfa {
+        LexemeDfa::build(h, 1 << 26).unwrap()
+    }
+
+    fn pattern_dfa(p: &str) -> LexemeDfa {
+        dfa(&ecma_to_hir(p, 200).unwrap_or_else(|e| panic!("{p}: {e}")))
+    }
+
+    #[test]
+    fn ecma_patterns() {
+        let d = pattern_dfa(r"^\d{3}-[a-z]+$");
+        assert!(d.matches(b"123-abc"));
+        assert!(!d.matches("١٢٣-abc".as_bytes()), "\\d is ASCII in ECMA");
+        assert!(!d.matches(b"x123-abc"));
+        let d = pattern_dfa("abc");
+        assert!(d.matches(b"xxabcyy"));
+        assert!(!d.matches(b"ab"));
+        let d = pattern_dfa(r"^a{|^b}$|c]");
+        assert!(d.matches(b"a{zz"));
+        assert!(d.matches(b"b}"));
+        assert!(d.matches(b"xc]x"));
+        let d = pattern_dfa(r"^[\w.-]+@[^\s@]+$");
+        assert!(d.matches(b"a.b-c@x.y"));
+        assert!(!d.matches(b"a b@x"));
+        let d = pattern_dfa(r"^[+--]$");
+        assert!(d.matches(b",") && d.matches(b"+") && !d.matches(b"a"));
+        let d = pattern_dfa(r"^\u00e9\uD83D\uDE00\/$");
+        assert!(d.matches("é😀/".as_bytes()));
+        let d = pattern_dfa(r"^(?<year>\d{4})$");
+        assert!(d.matches(b"2024"));
+        let d = pattern_dfa(r"^.$");
+        assert!(!d.matches(b"\n") && d.matches(b"x"));
+        for bad in [
+            r"(?=a)", r"a(?!b)", r"(a)\1", r"\bword", "^a|(b$)c", r"(?<=x)y",
+        ] {
+            assert!(ecma_to_hir(bad, 200).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lengths() {
+        let h = ecma_to_hir(r"^[a-z][a-z0-9_]+$", 200).unwrap();
+        assert_eq!(char_len(&h), (2, None));
+        let r = restrict_length(&h, 3, Some(5)).unwrap().unwrap();
+        let d = dfa(&r);
+        assert!(!d.matches(b"ab") && d.matches(b"abc") && d.matches(b"abcde"));
+        assert!(!d.matches(b"abcdef"));
+        let h = ecma_to_hir(r"^[A-Z]{2}$", 200).unwrap();
+        assert_eq!(restrict_length(&h, 3, None), Ok(None));
+        let h = ecma_to_hir(r"x\d+y\d+", 200).unwrap();
+        assert_eq!(restrict_length(&h, 0, Some(10)), Err(()));
+    }
+
+    #[test]
+    fn json_spellings() {
+        let h = json_encode(
+            &ecma_to_hir(r#"^[a"\\é😀\n/]+$"#, 200).unwrap(),
+            Spelling::Any,
+        );
+        let d = dfa(&h);
+        for ok in [
+            r#"a"#,
+            r#"\u0061"#,
+            r#"\u00E9\u00e9é"#,
+            r#"\""#,
+            r#"\\"#,
+            r#"\n\u000A"#,
+            r#"\/\u002f/"#,
+            r#"\ud83d\ude00😀"#,
+        ] {
+            assert!(d.matches(ok.as_bytes()), "{ok}");
+        }
+        for bad in [r#"""#, r#"\"#, "\n", r#"\u0062"#, r#"\ud83d"#, r#"\t"#] {
+            assert!(!d.matches(bad.as_bytes()), "{bad}");
+        }
+        // Every BMP character by its escape, exactly.
+        let h = json_encode(
+            &Hir::class(Class::Unicode(ClassUnicode::new([
+                ClassUnicodeRange::new('\u{100}', '\u{2FF}'),
+                ClassUnicodeRange::new('\u{E123}', '\u{FFFF}'),
+            ]))),
+            Spelling::Any,
+        );
+        let d = dfa(&h);
+        for v in (0u32..0x10000).step_by(7) {
+            let inside = (0x100..=0x2FF).contains(&v) || v >= 0xE123;
+            assert_eq!(d.matches(format!("\\u{v:04x}").as_bytes()), inside, "{v:x}");
+        }
+    }
+}
