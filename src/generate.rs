@@ -1,6 +1,7 @@
 //! `corral generate`: a model decoding under a grammar, streamed to standard output.
 
-use crate::{Failure, load_grammar};
+use crate::Failure;
+use crate::source::ConstraintArgs;
 use anyhow::{Context, anyhow};
 use corral::engine::SamplingOptions;
 use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
@@ -16,15 +17,11 @@ pub struct GenerateArgs {
     /// `owner/name:file.gguf`). Default: SmolLM2-135M-Instruct Q4_1, fetched if missing.
     #[arg(long, short = 'm')]
     model: Option<String>,
-    /// GBNF grammar the output must follow.
-    #[arg(long, short = 'g', conflicts_with = "regex")]
-    grammar: Option<PathBuf>,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
     /// Regular expression the whole output must match.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["grammar", "json_schema"])]
     regex: Option<String>,
-    /// Start rule of the grammar.
-    #[arg(long, default_value = "root")]
-    start: String,
     #[arg(long, short = 'p')]
     prompt: String,
     #[arg(long)]
@@ -97,8 +94,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         .device
         .parse()
         .map_err(|e: corral::models::LoadError| anyhow!(e))?;
-    let grammar = match (&args.grammar, &args.regex) {
-        (Some(path), _) => Some(load_grammar(path, &args.start)?),
+    let loaded = args.constraint.load()?;
+    let schema = loaded.as_ref().and_then(|l| l.schema.clone());
+    let grammar = match (loaded, &args.regex) {
+        (Some(l), _) => Some(l.grammar),
         (None, Some(re)) => Some(
             corral::compile_regex(re, &CompileOptions::default().origin("--regex"))
                 .map_err(|e| anyhow!("{e}"))?,
@@ -124,6 +123,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         jump_forward: !args.no_jump_forward,
         overlap_mask: args.overlap_mask,
         ignore_eos: false,
+        complete_within_budget: true,
     };
     let prompt = Prompt {
         user: args.prompt.clone(),
@@ -144,11 +144,29 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     )
     .map_err(|e| anyhow!("{e}"))?;
     let _ = writeln!(stdout);
+    // A schema's keywords beyond the grammar (lenient compiles) are checked on the value.
+    let schema_valid = match &schema {
+        Some((value, _)) => {
+            let validator =
+                corral::engine::structured::Validator::new(value).map_err(|e| anyhow!("{e}"))?;
+            match corral::engine::structured::check(&validator, &out.text) {
+                Ok(_) => Some(true),
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("corral: the output is not valid for the schema: {e}");
+                    }
+                    Some(false)
+                }
+            }
+        }
+        None => None,
+    };
     if args.stats {
         let s = &out.stats;
         eprintln!(
             "{}",
             serde_json::json!({
+                "schema_valid": schema_valid,
                 "prompt_tokens": s.prompt_tokens,
                 "generated_tokens": s.generated_tokens,
                 "forward_passes": s.forward_passes,

@@ -3,7 +3,8 @@
 //! A grammar-constrained decoding engine. This crate re-exports the public API of the layer
 //! crates, adds the one-call entry points, and holds the `corral` command-line tool.
 //!
-//! - [`grammar`]: GBNF and regex front ends, lexemes, the Earley recognizer (`corral match`).
+//! - [`grammar`]: GBNF, JSON Schema and regex front ends, lexemes, the Earley recognizer
+//!   (`corral match`, `corral schema`).
 //! - [`trie`]: token byte strings, the token trie, masks.
 //! - [`engine`]: the `RobustConstrainedAdapter`, sampling, the generation loop.
 //! - [`models`]: candle models (GGUF and safetensors), chat templates.
@@ -23,14 +24,25 @@ pub use corral_grammar as grammar;
 pub use corral_models as models;
 pub use corral_trie as trie;
 
+pub use corral_engine::structured::{Attempt, StructuredOptions};
 pub use corral_engine::{
     Constraint, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions,
+};
+pub use corral_grammar::schema::{
+    CompiledSchema, JsonSchemaOptions, PropertyOrder, Whitespace, compile_json_schema,
+    compile_json_schema_value,
 };
 pub use corral_grammar::{
     CompileOptions, Grammar, GrammarError, Limits, MatchOutcome, Recognizer, compile_gbnf,
     compile_regex, match_bytes,
 };
 pub use corral_models::{DeviceSpec, Model};
+pub use structured::{
+    StructuredError, StructuredOutput, extract, generate_json, generate_structured,
+    schema_constraint,
+};
+
+mod structured;
 
 use std::sync::Arc;
 
@@ -43,6 +55,8 @@ pub enum Error {
     Load(#[from] corral_models::LoadError),
     #[error(transparent)]
     Generate(#[from] corral_engine::GenerateError),
+    #[error(transparent)]
+    Structured(#[from] structured::StructuredError),
 }
 
 impl From<GrammarError> for Error {

@@ -1,16 +1,16 @@
 //! The `corral` command-line tool: thin glue over the library crates.
 //!
 //! Exit codes of `corral match` (relied on by tooling; keep them stable):
-//! 0 the input is in the language, 1 it is not, 2 the grammar is invalid or the check could
-//! not run (bad arguments, unreadable files, a resource limit).
+//! 0 the input is in the language, 1 it is not, 2 the grammar or schema is invalid or the
+//! check could not run (bad arguments, unreadable files, a resource limit).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use corral::grammar::{CompileOptions, Grammar, GrammarError, Limits, MatchOutcome};
+use corral::grammar::MatchOutcome;
+use source::{ConstraintArgs, SchemaArgs};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(
@@ -25,8 +25,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check whether an input is in a grammar's language (exit 0 yes, 1 no, 2 error).
+    /// Check whether an input is in a grammar's language, or valid for a JSON Schema (exit 0
+    /// yes, 1 no, 2 error).
     Match(MatchArgs),
+    /// Print the GBNF grammar a JSON Schema compiles to.
+    Schema(SchemaCmdArgs),
     /// Generate text with a model, constrained by a grammar or regex, streamed to stdout.
     Generate(generate::GenerateArgs),
     /// Split a model's raw output into content, reasoning and tool calls (JSON lines).
@@ -38,12 +41,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct MatchArgs {
-    /// GBNF grammar file.
-    #[arg(long, short = 'g')]
-    grammar: PathBuf,
-    /// Start rule.
-    #[arg(long, default_value = "root")]
-    start: String,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
     /// Input file, or `-` for standard input.
     #[arg(default_value = "-")]
     input: String,
@@ -52,8 +51,17 @@ struct MatchArgs {
     quiet: bool,
 }
 
+#[derive(clap::Args)]
+struct SchemaCmdArgs {
+    /// JSON Schema file.
+    schema: PathBuf,
+    #[command(flatten)]
+    options: SchemaArgs,
+}
+
 mod generate;
 mod replay;
+mod source;
 mod split;
 
 /// An error that decides the exit code.
@@ -74,6 +82,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Match(args) => run_match(&args),
+        Command::Schema(args) => run_schema(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Split(args) => split::run(&args),
@@ -86,17 +95,6 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-pub(crate) fn load_grammar(path: &Path, start: &str) -> Result<Arc<Grammar>> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read grammar {}", path.display()))?;
-    let opts = CompileOptions::default()
-        .start(start)
-        .origin(path.display().to_string())
-        .limits(Limits::default());
-    corral::grammar::compile_gbnf_bytes(&bytes, &opts)
-        .map_err(|e: GrammarError| anyhow::anyhow!("{e}"))
 }
 
 fn read_input(input: &str) -> Result<(String, Vec<u8>)> {
@@ -112,13 +110,50 @@ fn read_input(input: &str) -> Result<(String, Vec<u8>)> {
     }
 }
 
+fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
+    let (_, compiled) = source::load_schema(&args.schema, &args.options)?;
+    for d in &compiled.deferred {
+        println!(
+            "# left to validation after generation: '{}' at #{} ({})",
+            d.keyword, d.pointer, d.reason
+        );
+    }
+    print!("{}", compiled.gbnf);
+    Ok(())
+}
+
 fn run_match(args: &MatchArgs) -> Result<(), Failure> {
-    let grammar = load_grammar(&args.grammar, &args.start)?;
+    // A JSON text may have whitespace around its value (RFC 8259), a file a final newline.
+    let mut constraint = args.constraint.clone();
+    constraint.schema.outer_whitespace = true;
+    let loaded = constraint.require()?;
     let (name, input) = read_input(&args.input)?;
-    let outcome =
-        corral::grammar::match_bytes(&grammar, &input).map_err(|e| Failure::Error(e.into()))?;
+    let outcome = corral::grammar::match_bytes(&loaded.grammar, &input)
+        .map_err(|e| Failure::Error(e.into()))?;
     match outcome {
         MatchOutcome::Accepted => {
+            // Keywords left to validation (lenient schemas) are checked on the value.
+            if let Some((schema, compiled)) = &loaded.schema
+                && !compiled.deferred.is_empty()
+            {
+                let value: serde_json::Value = serde_json::from_slice(&input)
+                    .map_err(|e| anyhow::anyhow!("{name}: not JSON: {e}"))?;
+                let errors = corral::engine::structured::Validator::new(schema)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .errors(&value);
+                if !errors.is_empty() {
+                    for e in &errors {
+                        eprintln!("{name}: {e}");
+                    }
+                    if !args.quiet {
+                        println!(
+                            "no match: the grammar accepts it, but {} schema error(s) remain",
+                            errors.len()
+                        );
+                    }
+                    return Err(Failure::NotInLanguage);
+                }
+            }
             if !args.quiet {
                 println!("match: {} bytes accepted", input.len());
             }

@@ -2,7 +2,8 @@
 //! and replay the tokens through the constraint, timing every mask. The last line of
 //! standard output is one JSON object; tooling relies on its field names.
 
-use crate::{Failure, load_grammar};
+use crate::Failure;
+use crate::source::ConstraintArgs;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
 use corral::engine::Constraint;
@@ -26,12 +27,8 @@ pub struct ReplayArgs {
     /// Hugging Face tokenizer.json.
     #[arg(long)]
     tokenizer: PathBuf,
-    /// GBNF grammar file.
-    #[arg(long, short = 'g')]
-    grammar: PathBuf,
-    /// Start rule.
-    #[arg(long, default_value = "root")]
-    start: String,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
     /// The text to tokenize and replay.
     #[arg(long)]
     text: PathBuf,
@@ -60,7 +57,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     };
     let space = Arc::new(TokenSpace::new(vocab, None, eos));
     let t0 = Instant::now();
-    let grammar = load_grammar(&args.grammar, &args.start)?;
+    let grammar = args.constraint.require()?.grammar;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let text = std::fs::read(&args.text)
         .with_context(|| format!("cannot read text {}", args.text.display()))?;

@@ -462,39 +462,23 @@ impl RobustConstrainedAdapter {
     /// is left (each is therefore allowed). Canonical tokenization is the caller's choice.
     pub fn forced_tokens(&mut self) -> Result<Vec<u32>, AdapterError> {
         let bytes = self.forced_bytes()?;
-        let trie = self.c.space.trie();
-        let nodes = trie.nodes();
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < bytes.len() {
-            // Follow the trie along bytes[at..], remembering the deepest token.
-            let mut best: Option<(usize, u32)> = None;
-            let mut i = 1;
-            let mut depth = 0;
-            while i < nodes.len() && at + depth < bytes.len() {
-                let n = nodes[i];
-                if n.depth as usize != depth + 1 {
-                    break;
-                }
-                if n.byte == bytes[at + depth] {
-                    depth += 1;
-                    if n.token != corral_trie::NO_TOKEN {
-                        best = Some((depth, n.token));
-                    }
-                    i += 1;
-                } else {
-                    i += n.subtree as usize;
-                }
-            }
-            match best {
-                Some((len, t)) => {
-                    out.push(t);
-                    at += len;
-                }
-                None => break,
-            }
+        Ok(self.c.space.trie().greedy_tokens(&bytes).0)
+    }
+
+    /// The shortest output that completes the grammar from here, as tokens (greedily the
+    /// longest token each; every tokenization of a valid output is allowed): empty when
+    /// complete already, `None` when no text completes it (only token references could).
+    /// Generation under a token budget steers to it before the budget runs out.
+    pub fn completion_tokens(&mut self) -> Result<Option<Vec<u32>>, AdapterError> {
+        self.check()?;
+        if self.finished {
+            return Ok(Some(Vec::new()));
         }
-        Ok(out)
+        let Some(bytes) = self.rec.shortest_completion() else {
+            return Ok(None);
+        };
+        let (tokens, covered) = self.c.space.trie().greedy_tokens(&bytes);
+        Ok((covered == bytes.len()).then_some(tokens))
     }
 
     /// What the adapter is doing: position, partial lexemes, allowed terminals.

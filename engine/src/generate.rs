@@ -13,6 +13,12 @@
 //! It stops when the grammar is complete and admits nothing more (`grammar_complete`), when
 //! the model emits an end-of-sequence or stop token (`stop`, allowed by the mask only where
 //! the grammar accepts), or at `max_tokens` (`length`).
+//!
+//! Under a grammar, the output is complete whenever `max_tokens` allows: before each token
+//! is kept, the loop checks that the shortest completion of the grammar from after it still
+//! fits in what is left of the budget; if not, the token is rolled back and the shortest
+//! completion is appended instead (`budget_completed`). If no completion fits in
+//! `max_tokens` at all, generation refuses to start ([`GenerateError::BudgetTooSmall`]).
 
 use crate::adapter::{AdapterError, Constraint, RobustConstrainedAdapter};
 use crate::model::{CausalLm, ModelError};
@@ -35,6 +41,9 @@ pub struct GenerateOptions {
     pub overlap_mask: bool,
     /// Never sample end-of-sequence or stop tokens (for benchmarks of a fixed length).
     pub ignore_eos: bool,
+    /// Under a grammar, end with a complete output when `max_tokens` runs out (see the
+    /// module docs). Default on.
+    pub complete_within_budget: bool,
 }
 
 impl Default for GenerateOptions {
@@ -45,6 +54,7 @@ impl Default for GenerateOptions {
             jump_forward: true,
             overlap_mask: false,
             ignore_eos: false,
+            complete_within_budget: true,
         }
     }
 }
@@ -58,6 +68,9 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` (or the model's context) ran out.
     Length,
+    /// The budget was about to run out, so the shortest completion of the grammar was
+    /// appended: the output is complete, but shorter than the model might have made it.
+    BudgetCompleted,
 }
 
 impl FinishReason {
@@ -66,6 +79,7 @@ impl FinishReason {
             FinishReason::GrammarComplete => "grammar_complete",
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::BudgetCompleted => "budget_completed",
         }
     }
 }
@@ -108,6 +122,10 @@ pub enum GenerateError {
     EmptyPrompt,
     #[error("every token is masked: nothing to sample")]
     NothingToSample,
+    #[error(
+        "no output of the grammar fits in {max_tokens} tokens: the shortest one takes {needed}"
+    )]
+    BudgetTooSmall { needed: usize, max_tokens: usize },
 }
 
 /// Streams UTF-8 text from token bytes: holds back an incomplete character (at most 3
@@ -192,6 +210,17 @@ pub fn generate(
         .into());
     }
     let mut adapter = constraint.map(|c| RobustConstrainedAdapter::new(c.clone()));
+    let budgeted = opts.complete_within_budget && adapter.is_some();
+    if budgeted
+        && let Some(a) = adapter.as_mut()
+        && let Some(need) = a.completion_tokens()?
+        && need.len() > opts.max_tokens
+    {
+        return Err(GenerateError::BudgetTooSmall {
+            needed: need.len(),
+            max_tokens: opts.max_tokens,
+        });
+    }
     let mut sampler = Sampler::new(opts.sampling.clone());
     let mut mask = FixedBitSet::with_capacity(lm.logit_width().max(space.width()));
     let mut mask_times: Vec<f64> = Vec::new();
@@ -260,6 +289,23 @@ pub fn generate(
         }
         if let Some(a) = adapter.as_mut() {
             a.step_with_token(tok)?;
+            // Room left to complete after this token? If not, complete instead of it.
+            if budgeted {
+                let left = opts.max_tokens - tokens.len() - 1;
+                let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
+                if !fits {
+                    a.rollback(1)?;
+                    if let Some(c) = a.completion_tokens()? {
+                        for &t in &c {
+                            a.step_with_token(t)?;
+                            emit(t, &mut text, on_delta);
+                            tokens.push(t);
+                            st.forced_tokens += 1;
+                        }
+                    }
+                    break FinishReason::BudgetCompleted;
+                }
+            }
         }
         emit(tok, &mut text, on_delta);
         tokens.push(tok);
@@ -268,10 +314,23 @@ pub fn generate(
         if opts.jump_forward
             && let Some(a) = adapter.as_mut()
         {
-            for f in a.forced_tokens()? {
-                if tokens.len() >= opts.max_tokens {
-                    break;
+            let mut forced = a.forced_tokens()?;
+            forced.truncate(opts.max_tokens.saturating_sub(tokens.len()));
+            // The forced bytes start every completion, but their tokens may split them
+            // differently: keep only as many as leave room to complete.
+            if budgeted {
+                while !forced.is_empty() {
+                    a.step_with_tokens(&forced)?;
+                    let left = opts.max_tokens - tokens.len() - forced.len();
+                    let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
+                    a.rollback(forced.len())?;
+                    if fits {
+                        break;
+                    }
+                    forced.pop();
                 }
+            }
+            for f in forced {
                 a.step_with_token(f)?;
                 emit(f, &mut text, on_delta);
                 tokens.push(f);

@@ -40,6 +40,7 @@ pub mod model;
 pub mod replay;
 pub mod sampling;
 pub mod split;
+pub mod structured;
 pub mod toolcall;
 
 pub use adapter::{

@@ -85,6 +85,8 @@ pub struct Grammar {
     pub(crate) accept_dot: DotId,
     pub(crate) limits: Limits,
     productions: usize,
+    /// Shortest derivations, for completions under a budget (computed on first use).
+    shortest: std::sync::OnceLock<crate::complete::Shortest>,
 }
 
 impl Grammar {
@@ -96,6 +98,11 @@ impl Grammar {
     #[inline]
     pub(crate) fn lhs(&self, dot: DotId) -> RuleId {
         self.dot_lhs[dot.0 as usize]
+    }
+
+    pub(crate) fn shortest(&self) -> &crate::complete::Shortest {
+        self.shortest
+            .get_or_init(|| crate::complete::Shortest::new(self))
     }
 
     /// The lexemes, indexed by [`LexemeId`].
@@ -397,6 +404,7 @@ impl GrammarBuilder {
             accept_dot,
             limits: self.limits,
             productions: prods.len(),
+            shortest: std::sync::OnceLock::new(),
         })
     }
 }

@@ -50,6 +50,7 @@
 //! *frame* = the state after one push, the unit of rollback.
 
 use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
+use crate::complete;
 use crate::error::RecognizeError;
 use crate::lexeme::DEAD;
 use rustc_hash::FxHashSet;
@@ -463,6 +464,54 @@ impl Recognizer {
         Ok(true)
     }
 
+    /// The shortest byte string that completes a sentence from here: empty if the input
+    /// is complete already, `None` if no byte string does (only token references could,
+    /// or the chart is nested deeper than this search follows). See [`crate::complete`].
+    pub fn shortest_completion(&self) -> Option<Vec<u8>> {
+        if self.is_accepting() {
+            return Some(Vec::new());
+        }
+        let sh = self.g.shortest();
+        let mut search = Completion {
+            rec: self,
+            sh,
+            memo: rustc_hash::FxHashMap::default(),
+            active: FxHashSet::default(),
+        };
+        let mut best: Option<(u64, Run)> = None;
+        for run in self.runs() {
+            let lex = sh.lexeme_len(run.lexeme, run.state);
+            if lex >= complete::INF {
+                continue;
+            }
+            let (rest, _, _) = search.complete(run.set, Sym::Lexeme(run.lexeme), 0);
+            let total = lex.saturating_add(rest);
+            if total < complete::INF && best.is_none_or(|(b, _)| total < b) {
+                best = Some((total, run));
+            }
+        }
+        let (_, run) = best?;
+        let mut out = Vec::new();
+        sh.lexeme_bytes(&self.g, run.lexeme, run.state, &mut out);
+        let (mut set, mut sym) = (run.set, Sym::Lexeme(run.lexeme));
+        loop {
+            let (_, _, step) = search.complete(set, sym, 0);
+            match step? {
+                Step::Accept => return Some(out),
+                Step::Item { after, origin } => {
+                    sh.suffix_bytes(&self.g, after, &mut out);
+                    if self.g.lhs(after) == self.g.start_rule && origin == 0 {
+                        return Some(out);
+                    }
+                    (set, sym) = (origin, Sym::Rule(self.g.lhs(after)));
+                }
+                Step::Leo { done, origin } => {
+                    (set, sym) = (origin, Sym::Rule(self.g.lhs(done)));
+                }
+            }
+        }
+    }
+
     /// Pushes all of `bytes` or none of them.
     pub fn push_bytes_all_or_nothing(&mut self, bytes: &[u8]) -> Result<bool, RecognizeError> {
         for (i, &b) in bytes.iter().enumerate() {
@@ -490,6 +539,99 @@ impl Recognizer {
         let top = *self.c.frames.last().expect("at least one frame");
         self.c.drop_sets_after(top);
         n
+    }
+}
+
+/// How completing a symbol in a set goes on (the first step of its cheapest way up).
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// The sentence is complete.
+    Accept,
+    /// The item waiting for the symbol moves to `after`; its production's remaining
+    /// symbols follow, then its left-hand side completes from `origin`.
+    Item { after: DotId, origin: u32 },
+    /// A Leo item: the complete item `done` (from `origin`) directly.
+    Leo { done: DotId, origin: u32 },
+}
+
+/// The search behind [`Recognizer::shortest_completion`]: the cheapest way to complete
+/// `(set, symbol)` up to the start rule, memoized.
+struct Completion<'a> {
+    rec: &'a Recognizer,
+    sh: &'a complete::Shortest,
+    memo: rustc_hash::FxHashMap<(u32, Sym), (u64, Option<Step>)>,
+    /// Pairs being computed (a cycle back to one costs more than going around it).
+    active: FxHashSet<(u32, Sym)>,
+}
+
+/// Deepest chain of completions followed (nesting of the parse).
+const MAX_COMPLETION_DEPTH: u32 = 4096;
+
+impl Completion<'_> {
+    /// Bytes needed after `sym` completes in `set`, whether the result depends on a pair
+    /// being computed (then it is not memoized), and the first step.
+    fn complete(&mut self, set: u32, sym: Sym, depth: u32) -> (u64, bool, Option<Step>) {
+        if let Some(&(cost, step)) = self.memo.get(&(set, sym)) {
+            return (cost, false, step);
+        }
+        if depth > MAX_COMPLETION_DEPTH || !self.active.insert((set, sym)) {
+            return (complete::INF, true, None);
+        }
+        let g = &*self.rec.g;
+        let c = &self.rec.c;
+        let mut best = (complete::INF, None);
+        let mut tainted = false;
+        let leo = match sym {
+            Sym::Rule(r) => c.leo_lookup(set, r),
+            _ => None,
+        };
+        if let Some(l) = leo {
+            let origin = if l.origin == SELF { set } else { l.origin };
+            if l.dot == g.accept_dot && origin == 0 {
+                best = (0, Some(Step::Accept));
+            } else {
+                let (cost, t, _) = self.complete(origin, Sym::Rule(g.lhs(l.dot)), depth + 1);
+                tainted |= t;
+                best = (
+                    cost,
+                    Some(Step::Leo {
+                        done: l.dot,
+                        origin,
+                    }),
+                );
+            }
+        } else {
+            let (a, b) = c.sets[set as usize].items;
+            for k in a..b {
+                let it = c.items[k as usize];
+                if g.next(it.dot) != Next::Sym(sym) {
+                    continue;
+                }
+                let after = DotId(it.dot.0 + 1);
+                let origin = if it.origin == SELF { set } else { it.origin };
+                let suffix = self.sh.suffix_len(g, after);
+                if suffix >= best.0 {
+                    continue;
+                }
+                let lhs = g.lhs(after);
+                let up = if lhs == g.start_rule && origin == 0 {
+                    0
+                } else {
+                    let (cost, t, _) = self.complete(origin, Sym::Rule(lhs), depth + 1);
+                    tainted |= t;
+                    cost
+                };
+                let total = suffix.saturating_add(up).min(complete::INF);
+                if total < best.0 {
+                    best = (total, Some(Step::Item { after, origin }));
+                }
+            }
+        }
+        self.active.remove(&(set, sym));
+        if !tainted {
+            self.memo.insert((set, sym), best);
+        }
+        (best.0, tainted, best.1)
     }
 }
 

@@ -362,6 +362,80 @@ impl LexemeDfa {
         state
     }
 
+    /// For every state (by [`LexemeDfa::index`]): the fewest bytes that lead from it to an
+    /// accepting state (`u32::MAX` if none; 0 for accepting states), and the first of them.
+    /// A breadth-first search backwards from the accepting states.
+    pub fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
+        let n = self.len;
+        // Tagged id of each state index, to read its flags.
+        let mut tag = vec![DEAD; n];
+        tag[(self.start & INDEX) as usize] = self.start;
+        for &t in self.trans.iter() {
+            tag[(t & INDEX) as usize] = t;
+        }
+        // One byte per class, the most readable: a lower-case letter, then a digit, an
+        // upper-case letter, a space, other printable ASCII, anything.
+        let rank = |b: u8| match b {
+            b'a'..=b'z' => 0,
+            b'0'..=b'9' => 1,
+            b'A'..=b'Z' => 2,
+            b' ' => 3,
+            0x21..=0x7e => 4,
+            _ => 5,
+        };
+        let mut reps = vec![0u8; self.stride];
+        let mut best = vec![u8::MAX; self.stride];
+        for b in 0..=255u8 {
+            let c = self.classes[b as usize] as usize;
+            if rank(b) < best[c] {
+                best[c] = rank(b);
+                reps[c] = b;
+            }
+        }
+        let mut preds: Vec<Vec<(u32, u8)>> = vec![Vec::new(); n];
+        for s in 1..n {
+            for (c, &rep) in reps.iter().enumerate() {
+                let t = (self.trans[s * self.stride + c] & INDEX) as usize;
+                if t != 0 {
+                    preds[t].push((s as u32, rep));
+                }
+            }
+        }
+        let mut dist = vec![u32::MAX; n];
+        let mut byte = vec![0u8; n];
+        let mut queue = std::collections::VecDeque::new();
+        for s in 1..n {
+            if self.is_accepting(tag[s]) {
+                dist[s] = 0;
+                queue.push_back(s);
+            }
+        }
+        while let Some(t) = queue.pop_front() {
+            for &(p, _) in &preds[t] {
+                let p = p as usize;
+                if dist[p] == u32::MAX {
+                    dist[p] = dist[t] + 1;
+                    queue.push_back(p);
+                }
+            }
+        }
+        // Of the bytes on a shortest way, the most readable.
+        for p in 1..n {
+            if dist[p] == 0 || dist[p] == u32::MAX {
+                continue;
+            }
+            let mut chosen = (u8::MAX, 0u8);
+            for (c, &rep) in reps.iter().enumerate() {
+                let t = (self.trans[p * self.stride + c] & INDEX) as usize;
+                if t != 0 && dist[t] != u32::MAX && dist[t] + 1 == dist[p] && best[c] < chosen.0 {
+                    chosen = (best[c], rep);
+                }
+            }
+            byte[p] = chosen.1;
+        }
+        (dist, byte)
+    }
+
     /// Whether `bytes` is a complete match.
     pub fn matches(&self, bytes: &[u8]) -> bool {
         let s = self.run(self.start, bytes);

@@ -46,6 +46,7 @@
 
 pub mod ast;
 pub mod compiled;
+mod complete;
 pub mod earley;
 pub mod error;
 pub mod gbnf;

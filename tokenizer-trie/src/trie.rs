@@ -219,6 +219,24 @@ impl TokenTrie {
         out
     }
 
+    /// `text` split greedily into the longest token that starts each rest, as far as that
+    /// goes: `(tokens, bytes covered)` (short of `text.len()` only where no token starts
+    /// with the next byte).
+    pub fn greedy_tokens(&self, text: &[u8]) -> (Vec<u32>, usize) {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < text.len() {
+            match self.prefixes_of(&text[at..]).last() {
+                Some(&(t, len)) => {
+                    out.push(t);
+                    at += len;
+                }
+                None => break,
+            }
+        }
+        (out, at)
+    }
+
     /// A random segmentation of `text` into tokens of the trie (any split into tokens that
     /// exist, not only the tokenizer's own), or `None` if there is none. `next_random` gives
     /// uniform `u64`s.

@@ -145,7 +145,11 @@ pub(crate) fn to_gbnf(
         return Err(invalid("", "no JSON value satisfies this schema"));
     };
     let mut out = String::new();
-    out.push_str(&format!("root ::= {root}\n"));
+    if opts.outer_whitespace {
+        out.push_str(&format!("root ::= [ \\t\\n\\r]* {root} [ \\t\\n\\r]*\n"));
+    } else {
+        out.push_str(&format!("root ::= {root}\n"));
+    }
     if let Whitespace::Flexible { max } = opts.whitespace {
         out.push_str(&format!(
             "ws ::= {}\n",
@@ -1341,7 +1345,10 @@ impl<'a> Compiler<'a> {
                 ));
             }
         };
-        let ap = m.get("additionalProperties").cloned();
+        let ap = m
+            .get("additionalProperties")
+            .cloned()
+            .or_else(|| self.opts.closed_objects.then_some(Value::Bool(false)));
         let ap_false = ap == Some(Value::Bool(false));
         let pats: Vec<(String, Value)> = match m.get("patternProperties") {
             None => Vec::new(),

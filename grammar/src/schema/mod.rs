@@ -97,6 +97,14 @@ pub struct JsonSchemaOptions {
     /// Most rules one object's property chain may take (properties x the counts that
     /// `minProperties`/`maxProperties` track). Default 10,000.
     pub max_object_states: usize,
+    /// Objects without `additionalProperties` allow no properties beyond those the schema
+    /// names. Default false (the schema's meaning: they allow any); structured generation
+    /// turns it on, since a model left free to add keys rarely helps.
+    pub closed_objects: bool,
+    /// Whitespace before and after the value (RFC 8259 allows it around a JSON text; a
+    /// file usually ends with a line break). Default false: generation stops right after
+    /// the value.
+    pub outer_whitespace: bool,
 }
 
 impl Default for JsonSchemaOptions {
@@ -110,6 +118,8 @@ impl Default for JsonSchemaOptions {
             max_listed_multiples: 1000,
             max_any_order_properties: 10,
             max_object_states: 10_000,
+            closed_objects: false,
+            outer_whitespace: false,
         }
     }
 }
@@ -132,6 +142,11 @@ impl JsonSchemaOptions {
 
     pub fn with_property_order(mut self, order: PropertyOrder) -> Self {
         self.property_order = order;
+        self
+    }
+
+    pub fn with_outer_whitespace(mut self, outer: bool) -> Self {
+        self.outer_whitespace = outer;
         self
     }
 }

@@ -1,0 +1,214 @@
+//! Shortest completions: the fewest bytes that finish a sentence, from a recognizer's state.
+//!
+//! Generation with a token budget uses it to stop *complete*: when the budget is about to
+//! run out, the engine appends the shortest completion instead of cutting the output
+//! mid-structure. Two parts:
+//!
+//! - static, per grammar ([`Shortest`], computed on first use): for every lexeme DFA state,
+//!   the fewest bytes to an accepting state; for every rule, its shortest derivation
+//!   (a fixpoint over the productions, Knuth's generalization of Dijkstra's algorithm run
+//!   as plain relaxation);
+//! - dynamic ([`crate::Recognizer::shortest_completion`]): from each live lexer run, finish
+//!   its lexeme, then climb the Earley chart: completing a symbol in the set where it was
+//!   started moves the items waiting for it, whose remaining symbols cost their shortest
+//!   derivations, and so on up to the start rule.
+//!
+//! Token references produce no bytes, so a completion never goes through one.
+
+use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym};
+use crate::lexeme::LexemeDfa;
+
+/// No completion.
+pub(crate) const INF: u64 = u64::MAX / 4;
+
+/// Per-grammar shortest derivations. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Shortest {
+    /// Per lexeme, per DFA state index: bytes to an accepting state, and the first byte.
+    lex: Vec<(Vec<u32>, Vec<u8>)>,
+    /// Per rule: the fewest bytes it derives, and the first dot of a production that does.
+    rule: Vec<(u64, Option<DotId>)>,
+}
+
+impl Shortest {
+    pub(crate) fn new(g: &Grammar) -> Shortest {
+        let lex: Vec<(Vec<u32>, Vec<u8>)> = g
+            .lexemes
+            .iter()
+            .map(|l| l.dfa.shortest_suffixes())
+            .collect();
+        let mut s = Shortest {
+            lex,
+            rule: vec![(INF, None); g.rule_names.len()],
+        };
+        // Productions: runs of dots ending at `Next::End`.
+        let mut prods: Vec<(RuleId, DotId)> = Vec::new();
+        let mut start = 0usize;
+        for (d, next) in g.dot_next.iter().enumerate() {
+            if *next == Next::End {
+                prods.push((g.dot_lhs[d], DotId(start as u32)));
+                start = d + 1;
+            }
+        }
+        loop {
+            let mut changed = false;
+            for &(lhs, first) in &prods {
+                let len = s.suffix_len(g, first);
+                if len < s.rule[lhs.0 as usize].0 {
+                    s.rule[lhs.0 as usize] = (len, Some(first));
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        s
+    }
+
+    /// Bytes from DFA `state` of lexeme `l` to the lexeme's end.
+    pub(crate) fn lexeme_len(&self, l: LexemeId, state: u32) -> u64 {
+        match self.lex[l.0 as usize].0[LexemeDfa::index(state)] {
+            u32::MAX => INF,
+            d => u64::from(d),
+        }
+    }
+
+    /// The shortest yield of one symbol.
+    pub(crate) fn sym_len(&self, g: &Grammar, sym: Sym) -> u64 {
+        match sym {
+            Sym::Rule(r) => self.rule[r.0 as usize].0,
+            Sym::Lexeme(l) => {
+                let lx = &g.lexemes[l.0 as usize];
+                if lx.nullable {
+                    0
+                } else {
+                    self.lexeme_len(l, lx.dfa.start())
+                }
+            }
+            Sym::Token(_) => INF,
+        }
+    }
+
+    /// The shortest yield of the symbols from `dot` to the end of its production.
+    pub(crate) fn suffix_len(&self, g: &Grammar, dot: DotId) -> u64 {
+        let mut total = 0u64;
+        let mut d = dot.0 as usize;
+        while let Next::Sym(sym) = g.dot_next[d] {
+            total = total.saturating_add(self.sym_len(g, sym)).min(INF);
+            d += 1;
+        }
+        total
+    }
+
+    /// Appends the bytes that finish lexeme `l` from `state`.
+    pub(crate) fn lexeme_bytes(&self, g: &Grammar, l: LexemeId, mut state: u32, out: &mut Vec<u8>) {
+        let dfa = &g.lexemes[l.0 as usize].dfa;
+        let (dist, byte) = &self.lex[l.0 as usize];
+        while dist[LexemeDfa::index(state)] > 0 && dist[LexemeDfa::index(state)] != u32::MAX {
+            let b = byte[LexemeDfa::index(state)];
+            out.push(b);
+            state = dfa.next(state, b);
+        }
+    }
+
+    /// Appends the shortest yield of the symbols from `dot` to the end of its production.
+    pub(crate) fn suffix_bytes(&self, g: &Grammar, dot: DotId, out: &mut Vec<u8>) {
+        let mut d = dot.0 as usize;
+        while let Next::Sym(sym) = g.dot_next[d] {
+            match sym {
+                Sym::Rule(r) => {
+                    if let Some(first) = self.rule[r.0 as usize].1 {
+                        self.suffix_bytes(g, first, out);
+                    }
+                }
+                Sym::Lexeme(l) => {
+                    let lx = &g.lexemes[l.0 as usize];
+                    if !lx.nullable {
+                        self.lexeme_bytes(g, l, lx.dfa.start(), out);
+                    }
+                }
+                Sym::Token(_) => {}
+            }
+            d += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CompileOptions, Recognizer, compile_gbnf};
+
+    fn completion(grammar: &str, input: &str) -> Option<String> {
+        let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
+        let mut r = Recognizer::new(g);
+        for &b in input.as_bytes() {
+            assert!(r.push_byte(b).unwrap(), "{input}");
+        }
+        r.shortest_completion()
+            .map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn completes_json() {
+        let json = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../grammars/json.gbnf"
+        ))
+        .unwrap();
+        for (input, done) in [
+            (r#"{"a": [1, {"b": "x"#, r#"{"a": [1, {"b": "x"}]}"#),
+            (r#"{"a": tr"#, r#"{"a": true}"#),
+            (r#"[1"#, r#"[1]"#),
+            (r#"{"#, r#"{}"#),
+            (r#"{"k"#, r#"{"k":0}"#),
+            (r#"[1.5e"#, r#"[1.5e0]"#),
+            (r#"{"a":1}"#, r#"{"a":1}"#),
+        ] {
+            let c = completion(&json, input).unwrap();
+            assert_eq!(format!("{input}{c}"), done, "{input}");
+        }
+    }
+
+    #[test]
+    fn every_prefix_completes_to_a_sentence() {
+        let json = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../grammars/json.gbnf"
+        ))
+        .unwrap();
+        let g = compile_gbnf(&json, &CompileOptions::default()).unwrap();
+        let doc = r#"{"name": "caf\u00e9 \"x\"", "n": [-1.5e3, 0, {"deep": [[], {}]}], "ok": false, "z": null}"#;
+        let mut r = Recognizer::new(g.clone());
+        for (i, &b) in doc.as_bytes().iter().enumerate() {
+            assert!(r.push_byte(b).unwrap());
+            let c = r
+                .shortest_completion()
+                .expect("JSON can always be completed");
+            let mut whole = doc.as_bytes()[..=i].to_vec();
+            whole.extend(&c);
+            assert_eq!(
+                crate::match_bytes(&g, &whole).unwrap(),
+                crate::MatchOutcome::Accepted,
+                "{}",
+                String::from_utf8_lossy(&whole)
+            );
+        }
+    }
+
+    #[test]
+    fn counts_and_recursion() {
+        let g = r#"root ::= "(" root ")" | "x"{3}"#;
+        assert_eq!(completion(g, "((").unwrap(), "xxx))");
+        let g = r#"root ::= list
+list ::= item "," list | item
+item ::= [a-z]+ "!""#;
+        assert_eq!(completion(g, "ab!,cd").unwrap(), "!");
+        let g = r#"root ::= "a" <[5]> "b""#;
+        assert_eq!(
+            completion(g, "a"),
+            None,
+            "a token reference produces no bytes"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! Typed structured output with self-healing retry, extraction from free text, and
+//! compaction of prompts too long for the model. See `corral_engine::structured` for the
+//! steps of one structured generation.
+
+use crate::{Error, Model, Prompt};
+use corral_engine::structured::{Attempt, StructuredOptions, Validator, check, feedback};
+use corral_engine::{Constraint, GenerateOptions, Generation};
+use corral_grammar::schema::compile_json_schema_value;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Why a structured generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StructuredError {
+    #[error("every attempt failed validation ({} attempts): {}", .0.len(), summary(.0))]
+    Attempts(Vec<Attempt>),
+    #[error("the value does not deserialize into the type: {0}")]
+    Deserialize(String),
+    #[error("{0}")]
+    Validator(String),
+    #[error(
+        "the prompt takes {tokens} tokens and the model's context is {max} (set compaction to summarize it)"
+    )]
+    PromptTooLong { tokens: usize, max: usize },
+}
+
+fn summary(attempts: &[Attempt]) -> String {
+    attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("attempt {}: {}", i + 1, a.errors.join("; ")))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// A structured value and the attempts that came before it.
+#[derive(Clone, Debug)]
+pub struct StructuredOutput {
+    pub value: Value,
+    /// The failed attempts before the one that succeeded.
+    pub failed: Vec<Attempt>,
+    /// The generation that produced `value`.
+    pub generation: Generation,
+}
+
+/// Generates a `T` (its JSON Schema from `schemars`) after `prompt`: constrained by the
+/// schema's grammar, validated against the whole schema, retried with the errors fed back.
+pub fn generate_structured<T: DeserializeOwned + JsonSchema>(
+    model: &mut Model,
+    prompt: impl Into<Prompt>,
+    options: &StructuredOptions,
+) -> Result<T, Error> {
+    let schema = serde_json::to_value(schemars::schema_for!(T))
+        .map_err(|e| StructuredError::Deserialize(e.to_string()))?;
+    let out = generate_json(model, &schema, prompt, options)?;
+    serde_json::from_value(out.value)
+        .map_err(|e| StructuredError::Deserialize(e.to_string()).into())
+}
+
+/// Extracts a `T` from free text (the fallback of a failed parse: the model reads the text
+/// and writes the value, under the schema's grammar).
+pub fn extract<T: DeserializeOwned + JsonSchema>(
+    model: &mut Model,
+    text: &str,
+    options: &StructuredOptions,
+) -> Result<T, Error> {
+    let prompt = Prompt {
+        system: Some(
+            "You extract structured data. Answer with one JSON value and nothing else.".into(),
+        ),
+        user: format!("Extract the information from the text below as JSON.\n\nText:\n{text}"),
+        raw: false,
+    };
+    generate_structured(model, prompt, options)
+}
+
+/// [`generate_structured`] for a schema given as JSON: the valid value and the attempts.
+pub fn generate_json(
+    model: &mut Model,
+    schema: &Value,
+    prompt: impl Into<Prompt>,
+    options: &StructuredOptions,
+) -> Result<StructuredOutput, Error> {
+    let mut prompt = prompt.into();
+    let compiled = compile_json_schema_value(schema, &options.schema)?;
+    let validator = Validator::new(schema).map_err(StructuredError::Validator)?;
+    let constraint = Constraint::new(compiled.grammar.clone(), model.space().clone());
+    fit_prompt(model, &mut prompt, schema, options)?;
+    let mut failed: Vec<Attempt> = Vec::new();
+    for _ in 0..options.max_attempts.max(1) {
+        let attempt_prompt = Prompt {
+            user: feedback(&prompt.user, &failed),
+            ..prompt.clone()
+        };
+        let generation = crate::generate_with(
+            model,
+            Some(&constraint),
+            attempt_prompt,
+            &options.generate,
+            &mut |_| {},
+        )?;
+        match check(&validator, &generation.text) {
+            Ok(value) => {
+                return Ok(StructuredOutput {
+                    value,
+                    failed,
+                    generation,
+                });
+            }
+            Err(errors) => failed.push(Attempt {
+                text: generation.text,
+                errors,
+                finish_reason: generation.finish_reason,
+            }),
+        }
+    }
+    Err(StructuredError::Attempts(failed).into())
+}
+
+/// Room the answer needs in the context, beside the prompt.
+fn answer_room(options: &StructuredOptions) -> usize {
+    options.generate.max_tokens
+}
+
+/// Makes the prompt fit the model's context: unchanged if it does; else compacted (the
+/// model summarizes it in pieces, keeping what the schema asks for) if the options allow,
+/// else an error.
+fn fit_prompt(
+    model: &mut Model,
+    prompt: &mut Prompt,
+    schema: &Value,
+    options: &StructuredOptions,
+) -> Result<(), Error> {
+    let max = model.lm().max_positions();
+    let tokens = |model: &mut Model, p: &Prompt| -> Result<usize, Error> {
+        let text = model.prompt_text(p.system.as_deref(), &p.user, p.raw)?;
+        Ok(model.encode(&text)?.len())
+    };
+    // The feedback of failed attempts takes room too: keep a quarter of the answer's.
+    let room = answer_room(options) + answer_room(options) / 4;
+    let mut n = tokens(model, prompt)?;
+    if n + room <= max {
+        return Ok(());
+    }
+    if !options.compaction {
+        return Err(StructuredError::PromptTooLong { tokens: n, max }.into());
+    }
+    let fields = corral_engine::structured::wanted_fields(schema);
+    for _round in 0..4 {
+        let budget = max.saturating_sub(room).max(64);
+        prompt.user = compact(model, &prompt.user, &fields, budget, &options.generate)?;
+        n = tokens(model, prompt)?;
+        if n + room <= max {
+            return Ok(());
+        }
+    }
+    Err(StructuredError::PromptTooLong { tokens: n, max }.into())
+}
+
+/// One round of compaction: the text in pieces that fit, each summarized by the model.
+fn compact(
+    model: &mut Model,
+    text: &str,
+    fields: &str,
+    budget: usize,
+    generate: &GenerateOptions,
+) -> Result<String, Error> {
+    let ids = model.encode(text)?;
+    // Pieces of about half the budget, so that the summary prompt and its answer fit.
+    let piece = (budget / 2).max(32);
+    let mut out = String::new();
+    for chunk in ids.chunks(piece) {
+        let chunk_text = model
+            .tokenizer()
+            .decode(chunk, false)
+            .map_err(|e| crate::Error::Load(corral_models::LoadError::Tokenizer(e.to_string())))?;
+        let p = Prompt {
+            system: Some("You summarize text faithfully.".into()),
+            user: format!(
+                "Summarize this text in at most {} words. Keep every name, number and fact about: {fields}.\n\nText:\n{chunk_text}",
+                piece / 4
+            ),
+            raw: false,
+        };
+        let opts = GenerateOptions {
+            max_tokens: (piece / 3).max(16),
+            complete_within_budget: false,
+            ..generate.clone()
+        };
+        let g = crate::generate_with(model, None, p, &opts, &mut |_| {})?;
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(g.text.trim());
+    }
+    Ok(out)
+}
+
+/// A shared constraint for a schema (compile once, generate many times).
+pub fn schema_constraint(
+    model: &Model,
+    schema: &Value,
+    options: &StructuredOptions,
+) -> Result<Arc<Constraint>, Error> {
+    let compiled = compile_json_schema_value(schema, &options.schema)?;
+    Ok(Constraint::new(compiled.grammar, model.space().clone()))
+}
