@@ -89,16 +89,22 @@ pub fn generate_json(
     let constraint = Constraint::new(compiled.grammar.clone(), model.space().clone());
     fit_prompt(model, &mut prompt, schema, options)?;
     let mut failed: Vec<Attempt> = Vec::new();
-    for _ in 0..options.max_attempts.max(1) {
+    for attempt in 0..options.max_attempts.max(1) {
         let attempt_prompt = Prompt {
             user: feedback(&prompt.user, &failed),
             ..prompt.clone()
         };
+        let mut generate = options.generate.clone();
+        if attempt > 0 {
+            let s = &mut generate.sampling;
+            s.temperature = s.temperature.max(options.retry_temperature);
+            s.seed = s.seed.wrapping_add(attempt as u64);
+        }
         let generation = crate::generate_with(
             model,
             Some(&constraint),
             attempt_prompt,
-            &options.generate,
+            &generate,
             &mut |_| {},
         )?;
         match check(&validator, &generation.text) {
@@ -119,11 +125,6 @@ pub fn generate_json(
     Err(StructuredError::Attempts(failed).into())
 }
 
-/// Room the answer needs in the context, beside the prompt.
-fn answer_room(options: &StructuredOptions) -> usize {
-    options.generate.max_tokens
-}
-
 /// Makes the prompt fit the model's context: unchanged if it does; else compacted (the
 /// model summarizes it in pieces, keeping what the schema asks for) if the options allow,
 /// else an error.
@@ -138,8 +139,8 @@ fn fit_prompt(
         let text = model.prompt_text(p.system.as_deref(), &p.user, p.raw)?;
         Ok(model.encode(&text)?.len())
     };
-    // The feedback of failed attempts takes room too: keep a quarter of the answer's.
-    let room = answer_room(options) + answer_room(options) / 4;
+    // The answer, and the feedback of a failed attempt.
+    let room = options.generate.max_tokens + corral_engine::structured::FEEDBACK_TOKENS;
     let mut n = tokens(model, prompt)?;
     if n + room <= max {
         return Ok(());

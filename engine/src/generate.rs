@@ -211,14 +211,16 @@ pub fn generate(
     }
     let mut adapter = constraint.map(|c| RobustConstrainedAdapter::new(c.clone()));
     let budgeted = opts.complete_within_budget && adapter.is_some();
+    // The budget: max_tokens, or what the context leaves after the prompt.
+    let max_tokens = opts.max_tokens.min(max_pos - prompt.len() - 1);
     if budgeted
         && let Some(a) = adapter.as_mut()
         && let Some(need) = a.completion_tokens()?
-        && need.len() > opts.max_tokens
+        && need.len() > max_tokens
     {
         return Err(GenerateError::BudgetTooSmall {
             needed: need.len(),
-            max_tokens: opts.max_tokens,
+            max_tokens,
         });
     }
     let mut sampler = Sampler::new(opts.sampling.clone());
@@ -254,7 +256,7 @@ pub fn generate(
     let mut mask_ready = false;
 
     let finish = loop {
-        if tokens.len() >= opts.max_tokens {
+        if tokens.len() >= max_tokens {
             break FinishReason::Length;
         }
         let masked = match adapter.as_mut() {
@@ -291,7 +293,7 @@ pub fn generate(
             a.step_with_token(tok)?;
             // Room left to complete after this token? If not, complete instead of it.
             if budgeted {
-                let left = opts.max_tokens - tokens.len() - 1;
+                let left = max_tokens - tokens.len() - 1;
                 let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
                 if !fits {
                     a.rollback(1)?;
@@ -315,13 +317,13 @@ pub fn generate(
             && let Some(a) = adapter.as_mut()
         {
             let mut forced = a.forced_tokens()?;
-            forced.truncate(opts.max_tokens.saturating_sub(tokens.len()));
+            forced.truncate(max_tokens.saturating_sub(tokens.len()));
             // The forced bytes start every completion, but their tokens may split them
             // differently: keep only as many as leave room to complete.
             if budgeted {
                 while !forced.is_empty() {
                     a.step_with_tokens(&forced)?;
-                    let left = opts.max_tokens - tokens.len() - forced.len();
+                    let left = max_tokens - tokens.len() - forced.len();
                     let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
                     a.rollback(forced.len())?;
                     if fits {
@@ -339,7 +341,7 @@ pub fn generate(
                 st.forced_tokens += 1;
             }
         }
-        if tokens.len() >= opts.max_tokens {
+        if tokens.len() >= max_tokens {
             break FinishReason::Length;
         }
         if pos + feed.len() >= max_pos {

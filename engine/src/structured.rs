@@ -61,6 +61,9 @@ pub struct StructuredOptions {
     /// When the prompt is longer than the model's context: summarize it with the same
     /// model until it fits, keeping what the schema asks for. Default off (an error).
     pub compaction: bool,
+    /// Retries sample at this temperature at least (with a new seed each), so that a greedy
+    /// first attempt is not simply repeated. Default 0.7.
+    pub retry_temperature: f32,
 }
 
 impl Default for StructuredOptions {
@@ -76,6 +79,7 @@ impl Default for StructuredOptions {
             },
             max_attempts: 3,
             compaction: false,
+            retry_temperature: 0.7,
         }
     }
 }
@@ -90,18 +94,29 @@ pub struct Attempt {
     pub finish_reason: FinishReason,
 }
 
-/// The prompt for the next attempt: the original request, then what went wrong before.
+/// Tokens a prompt must leave free beside the answer for [`feedback`].
+pub const FEEDBACK_TOKENS: usize = 256;
+
+/// The prompt for the next attempt: the original request, then what went wrong last time
+/// (the answer and its first errors, clipped so that the prompt grows by at most about
+/// [`FEEDBACK_TOKENS`]).
 pub fn feedback(user: &str, failed: &[Attempt]) -> String {
-    if failed.is_empty() {
+    let Some(last) = failed.last() else {
         return user.to_string();
-    }
+    };
+    let clip = |s: &str, n: usize| -> String {
+        if s.chars().count() > n {
+            format!("{}...", s.chars().take(n).collect::<String>())
+        } else {
+            s.to_string()
+        }
+    };
     let mut out = user.to_string();
     out.push_str("\n\nYour previous answer was not valid:\n");
-    for (i, a) in failed.iter().enumerate() {
-        out.push_str(&format!("\nAnswer {}: {}\nErrors:\n", i + 1, a.text));
-        for e in a.errors.iter().take(10) {
-            out.push_str(&format!("- {e}\n"));
-        }
+    out.push_str(&clip(&last.text, 240));
+    out.push_str("\nErrors:\n");
+    for e in last.errors.iter().take(5) {
+        out.push_str(&format!("- {}\n", clip(e, 120)));
     }
     out.push_str("\nAnswer again with JSON that fixes these errors.");
     out
@@ -165,7 +180,7 @@ mod tests {
         };
         let p = feedback("List two numbers.", &[a]);
         assert!(p.starts_with("List two numbers."));
-        assert!(p.contains("Answer 1: [1,1]") && p.contains("- at /: has non-unique"));
+        assert!(p.contains("[1,1]\nErrors:\n- at /: has non-unique"), "{p}");
         assert_eq!(feedback("x", &[]), "x");
     }
 }

@@ -1,47 +1,62 @@
-//! MaskBench conformance report: every schema of the JSONSchemaBench subset in
+//! MaskBench conformance: every schema of the JSONSchemaBench subset in
 //! `../shared/conformance/jsonschemabench` compiled (strict mode), every instance matched,
-//! beside llguidance's published per-schema results.
-//!
-//! ```text
-//! cargo run --release -p corral-grammar --example maskbench -- [DIR] [--filter S] [--verbose]
-//! ```
+//! beside llguidance's published per-schema results. Used by the conformance test
+//! (`tests/schema_conformance.rs`) and printed in full by `examples/maskbench.rs`.
 //!
 //! Instances are written compactly (`serde_json`, keys in their order in the data). An
-//! instance the default (schema) property order refuses but `PropertyOrder::Any` accepts
-//! counts as "out of order", apart from false rejections.
+//! instance the default (schema) property order refuses but that is accepted with its keys
+//! in schema order (or under `PropertyOrder::Any`) counts as "out of order", apart from
+//! false rejections.
+#![allow(dead_code)]
 
-use corral_grammar::schema::{
+use corral::grammar::schema::{
     CompiledSchema, JsonSchemaOptions, PropertyOrder, compile_json_schema,
 };
-use corral_grammar::{GrammarError, MatchOutcome, clear_dfa_cache, match_bytes};
+use corral::grammar::{GrammarError, MatchOutcome, clear_dfa_cache, match_bytes};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
-#[derive(Default)]
-struct Tally {
-    schemas: usize,
-    compiled: usize,
-    valid_ok: usize,
-    invalid_ok: usize,
-    false_rejects: usize,
-    out_of_order: usize,
-    false_accepts: usize,
-    schemas_with_failures: usize,
+/// What to run.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Only schemas whose `Collection/file` contains this.
+    pub filter: String,
+    /// Print each refusal, false rejection and false accept as it happens.
+    pub verbose: bool,
+    /// Also time each compile with the lexeme cache cleared first (a second compile).
+    pub cold_timings: bool,
 }
 
-fn main() {
-    let mut dir = "../shared/conformance/jsonschemabench".to_string();
-    let mut filter = String::new();
-    let mut verbose = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--filter" => filter = args.next().unwrap_or_default(),
-            "--verbose" => verbose = true,
-            _ => dir = a,
-        }
-    }
+/// The counts of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub schemas: usize,
+    pub compiled: usize,
+    pub valid_ok: usize,
+    pub invalid_ok: usize,
+    pub false_rejects: usize,
+    pub out_of_order: usize,
+    pub false_accepts: usize,
+    pub schemas_with_failures: usize,
+    /// Refusals by reason.
+    pub refused: BTreeMap<String, usize>,
+    pub llg_compiled: usize,
+    pub llg_failing: usize,
+    pub both: usize,
+    pub only_corral: usize,
+    pub only_llg: usize,
+    pub cold_ms: Vec<f64>,
+    pub warm_ms: Vec<f64>,
+    /// Details of false accepts and false rejections.
+    pub failures: Vec<String>,
+}
+
+/// Runs the subset in `dir` (the `jsonschemabench` folder).
+pub fn run(dir: &Path, o: &Options) -> Report {
+    let dir = dir.display().to_string();
+    let (filter, verbose) = (o.filter.as_str(), o.verbose);
     let llg: BTreeMap<String, Value> = std::fs::read_to_string(format!(
         "{dir}/../llguidance/json_stats/expected_maskbench.json"
     ))
@@ -49,10 +64,7 @@ fn main() {
     .and_then(|t| serde_json::from_str(&t).ok())
     .unwrap_or_default();
 
-    let mut t = Tally::default();
-    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut warm, mut cold) = (Vec::new(), Vec::new());
-    let (mut llg_ok, mut llg_failing, mut both, mut only_corral, mut only_llg) = (0, 0, 0, 0, 0);
+    let mut t = Report::default();
     let mut files: Vec<_> = std::fs::read_dir(format!("{dir}/_instances"))
         .expect("instances folder")
         .map(|e| e.expect("entry").path())
@@ -63,7 +75,7 @@ fn main() {
         for line in std::fs::read_to_string(&path).unwrap().lines() {
             let rec: Value = serde_json::from_str(line).unwrap();
             let file = rec["file"].as_str().unwrap();
-            if !format!("{coll}/{file}").contains(&filter) {
+            if !format!("{coll}/{file}").contains(filter) {
                 continue;
             }
             let text = std::fs::read_to_string(format!("{dir}/{coll}/{file}")).unwrap();
@@ -72,19 +84,21 @@ fn main() {
             let key = source.rsplit('/').next().unwrap_or_default();
             let llg_result = llg.get(key);
             let llg_compiled = llg_result.is_some_and(|v| v.get("json_error").is_none());
-            llg_ok += llg_compiled as usize;
-            llg_failing += llg_result.is_some_and(|v| v.get("validation_error").is_some()) as usize;
+            t.llg_compiled += llg_compiled as usize;
+            t.llg_failing +=
+                llg_result.is_some_and(|v| v.get("validation_error").is_some()) as usize;
 
             let opts = JsonSchemaOptions::default().with_origin(file);
-            clear_dfa_cache();
+            if o.cold_timings {
+                clear_dfa_cache();
+                let t0 = Instant::now();
+                let _ = compile_json_schema(&text, &opts);
+                t.cold_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
             let t0 = Instant::now();
-            let first = compile_json_schema(&text, &opts);
-            cold.push(t0.elapsed().as_secs_f64() * 1e3);
-            let t0 = Instant::now();
-            let again = compile_json_schema(&text, &opts);
-            warm.push(t0.elapsed().as_secs_f64() * 1e3);
-            drop(first);
-            let c = match again {
+            let compiled = compile_json_schema(&text, &opts);
+            t.warm_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let c = match compiled {
                 Err(e) => {
                     if verbose {
                         println!(
@@ -93,17 +107,17 @@ fn main() {
                             refusal(&e)
                         );
                     }
-                    *refused.entry(refusal(&e)).or_default() += 1;
-                    only_llg += llg_compiled as usize;
+                    *t.refused.entry(refusal(&e)).or_default() += 1;
+                    t.only_llg += llg_compiled as usize;
                     continue;
                 }
                 Ok(c) => c,
             };
             t.compiled += 1;
             if llg_compiled {
-                both += 1;
+                t.both += 1;
             } else {
-                only_corral += 1;
+                t.only_corral += 1;
             }
             let mut any_order: Option<Option<CompiledSchema>> = None;
             let mut failed = false;
@@ -155,48 +169,67 @@ fn main() {
                     (false, true) => {
                         t.false_accepts += 1;
                         failed = true;
-                        println!("FALSE ACCEPT {coll}/{file}: {}", clip(&data));
+                        let line = format!("false accept {coll}/{file}: {}", clip(&data));
+                        if verbose {
+                            println!("{line}");
+                        }
+                        t.failures.push(line);
                     }
                 }
             }
             t.schemas_with_failures += failed as usize;
         }
     }
-    let mut r: Vec<_> = refused.into_iter().collect();
-    r.sort_by_key(|x| std::cmp::Reverse(x.1));
-    println!("refused, by reason:");
-    for (k, n) in &r {
-        println!("  {n:5}  {k}");
+    t
+}
+
+impl Report {
+    /// The report, as `examples/maskbench.rs` prints it.
+    pub fn print(&mut self) {
+        let mut r: Vec<_> = self.refused.iter().collect();
+        r.sort_by_key(|x| std::cmp::Reverse(*x.1));
+        println!("refused, by reason:");
+        for (k, n) in &r {
+            println!("  {n:5}  {k}");
+        }
+        println!();
+        println!("schemas                      {}", self.schemas);
+        println!(
+            "compiled by corral           {} ({:.1}%)",
+            self.compiled,
+            100.0 * self.compiled as f64 / self.schemas.max(1) as f64
+        );
+        println!(
+            "compiled by llguidance       {} (expected_maskbench.json: no json_error)",
+            self.llg_compiled
+        );
+        println!(
+            "  both {}, only corral {}, only llguidance {}",
+            self.both, self.only_corral, self.only_llg
+        );
+        println!("valid instances accepted     {}", self.valid_ok);
+        println!("invalid instances refused    {}", self.invalid_ok);
+        println!("false rejections             {}", self.false_rejects);
+        println!(
+            "out of schema order          {} (valid, refused only for property order)",
+            self.out_of_order
+        );
+        println!("false accepts                {}", self.false_accepts);
+        println!(
+            "schemas with a failing test  corral {}, llguidance {} (validation_error)",
+            self.schemas_with_failures, self.llg_failing
+        );
+        if !self.cold_ms.is_empty() {
+            println!(
+                "compile ms, cold (lexeme cache cleared): {}",
+                pct(&mut self.cold_ms)
+            );
+        }
+        println!(
+            "compile ms, warm (process cache):        {}",
+            pct(&mut self.warm_ms)
+        );
     }
-    println!();
-    println!("schemas                      {}", t.schemas);
-    println!(
-        "compiled by corral           {} ({:.1}%)",
-        t.compiled,
-        100.0 * t.compiled as f64 / t.schemas.max(1) as f64
-    );
-    println!("compiled by llguidance       {llg_ok} (expected_maskbench.json: no json_error)");
-    println!("  both {both}, only corral {only_corral}, only llguidance {only_llg}");
-    println!("valid instances accepted     {}", t.valid_ok);
-    println!("invalid instances refused    {}", t.invalid_ok);
-    println!("false rejections             {}", t.false_rejects);
-    println!(
-        "out of schema order          {} (valid, refused only for property order)",
-        t.out_of_order
-    );
-    println!("false accepts                {}", t.false_accepts);
-    println!(
-        "schemas with a failing test  corral {}, llguidance {llg_failing} (validation_error)",
-        t.schemas_with_failures
-    );
-    println!(
-        "compile ms, cold (lexeme cache cleared): {}",
-        pct(&mut cold)
-    );
-    println!(
-        "compile ms, warm (process cache):        {}",
-        pct(&mut warm)
-    );
 }
 
 /// The schema nodes that apply at a place: the node, and what its references and
