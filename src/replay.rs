@@ -57,7 +57,10 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     };
     let space = Arc::new(TokenSpace::new(vocab, None, eos));
     let t0 = Instant::now();
-    let grammar = args.constraint.require()?.grammar;
+    // The text is a file: a JSON text may end with a line break (RFC 8259 whitespace).
+    let mut constraint = args.constraint.clone();
+    constraint.schema.outer_whitespace = true;
+    let grammar = constraint.require()?.grammar;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let text = std::fs::read(&args.text)
         .with_context(|| format!("cannot read text {}", args.text.display()))?;

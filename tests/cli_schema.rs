@@ -27,16 +27,25 @@ const PERSON: &str = r#"{
 #[test]
 fn match_exit_codes() {
     let s = write("person.json", PERSON);
-    let (code, out, _) = run_corral(&["match", "--json-schema", &s], b"{\"name\": \"Ada\", \"age\": 36}\n");
+    let (code, out, _) = run_corral(
+        &["match", "--json-schema", &s],
+        b"{\"name\": \"Ada\", \"age\": 36}\n",
+    );
     assert_eq!(code, 0, "{out}");
-    let (code, out, err) = run_corral(&["match", "--json-schema", &s], br#"{"name": "Ada", "age": 151}"#);
+    let (code, out, err) = run_corral(
+        &["match", "--json-schema", &s],
+        br#"{"name": "Ada", "age": 151}"#,
+    );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("rejected at byte offset 25"), "{out}");
     assert!(err.contains("<stdin>:1:26:"), "{err}");
     let (code, _, err) = run_corral(&["match", "--json-schema", &s], br#"{"name": "Ada""#);
     assert_eq!(code, 1);
     assert!(err.contains("input ends early"), "{err}");
-    let (code, _, _) = run_corral(&["match", "--json-schema", &s], br#"{"age": 3, "name": "x"}"#);
+    let (code, _, _) = run_corral(
+        &["match", "--json-schema", &s],
+        br#"{"age": 3, "name": "x"}"#,
+    );
     assert_eq!(code, 1, "schema order is the default");
     let (code, _, _) = run_corral(
         &["match", "--json-schema", &s, "--any-order"],
@@ -47,7 +56,10 @@ fn match_exit_codes() {
 
 #[test]
 fn bad_schemas_exit_2_with_a_positioned_error() {
-    let s = write("bad.json", "{\n  \"type\": \"object\",\n  \"properties\": {\"x\": {\"not\": {}}}\n}\n");
+    let s = write(
+        "bad.json",
+        "{\n  \"type\": \"object\",\n  \"properties\": {\"x\": {\"not\": {}}}\n}\n",
+    );
     let (code, _, err) = run_corral(&["match", "--json-schema", &s], b"{}");
     assert_eq!(code, 2);
     assert!(
@@ -58,7 +70,10 @@ fn bad_schemas_exit_2_with_a_positioned_error() {
     let s = write("notjson.json", "{\"type\": \"object\",,}");
     let (code, _, err) = run_corral(&["match", "--json-schema", &s], b"{}");
     assert_eq!(code, 2);
-    assert!(err.contains("notjson.json:1:19: invalid schema at #: not valid JSON"), "{err}");
+    assert!(
+        err.contains("notjson.json:1:19: invalid schema at #: not valid JSON"),
+        "{err}"
+    );
     let s = write("badref.json", r##"{"$ref": "#/$defs/missing"}"##);
     let (code, _, err) = run_corral(&["match", "--json-schema", &s], b"{}");
     assert_eq!(code, 2);
@@ -67,7 +82,10 @@ fn bad_schemas_exit_2_with_a_positioned_error() {
 
 #[test]
 fn lenient_keywords_are_checked_on_the_value() {
-    let s = write("unique.json", r#"{"type": "array", "items": {"type": "integer"}, "uniqueItems": true}"#);
+    let s = write(
+        "unique.json",
+        r#"{"type": "array", "items": {"type": "integer"}, "uniqueItems": true}"#,
+    );
     let (code, _, err) = run_corral(&["match", "--json-schema", &s], b"[1, 2]");
     assert_eq!(code, 2, "strict mode refuses uniqueItems: {err}");
     let (code, _, _) = run_corral(&["match", "--json-schema", &s, "--lenient"], b"[1, 2]");
@@ -77,7 +95,10 @@ fn lenient_keywords_are_checked_on_the_value() {
     assert!(err.contains("non-unique"), "{err}");
     let (code, gbnf, _) = run_corral(&["schema", &s, "--lenient"], b"");
     assert_eq!(code, 0);
-    assert!(gbnf.starts_with("# left to validation after generation: 'uniqueItems' at #"), "{gbnf}");
+    assert!(
+        gbnf.starts_with("# left to validation after generation: 'uniqueItems' at #"),
+        "{gbnf}"
+    );
 }
 
 #[test]

@@ -5,11 +5,15 @@ fn main() {
     let space = Arc::new(
         corral_trie::TokenSpace::from_tokenizer_json(std::path::Path::new(&a[1])).unwrap(),
     );
-    let g = corral_grammar::compile_gbnf(
-        &std::fs::read_to_string(&a[2]).unwrap(),
-        &Default::default(),
-    )
-    .unwrap();
+    let src = std::fs::read_to_string(&a[2]).unwrap();
+    let g = if a[2].ends_with(".json") {
+        let opts = corral_grammar::schema::JsonSchemaOptions::default().with_outer_whitespace(true);
+        corral_grammar::schema::compile_json_schema(&src, &opts)
+            .unwrap()
+            .grammar
+    } else {
+        corral_grammar::compile_gbnf(&src, &Default::default()).unwrap()
+    };
     let text = std::fs::read(&a[3]).unwrap();
     let tok = tokenizers::Tokenizer::from_file(&a[1]).unwrap();
     let toks = tok
@@ -29,7 +33,8 @@ fn main() {
             times.push((dt, ad.output().len()));
             ad.step_with_token(t).unwrap();
         }
-        if pass == 2 {
+        if pass == 0 || pass == 2 {
+            eprintln!("pass {pass}");
             let mut s = times.clone();
             s.sort_by(|a, b| b.0.total_cmp(&a.0));
             for (dt, pos) in s.iter().take(12) {

@@ -21,7 +21,7 @@
 
 use crate::lexcache::LexCache;
 use corral_grammar::ast::{TokenAst, TokenTarget};
-use corral_grammar::{Grammar, RecognizeError, Recognizer, Run, TokenRefId};
+use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, TokenRefId};
 use corral_trie::{ByteRecognizer, FixedBitSet, TokenSpace};
 use std::sync::Arc;
 
@@ -45,8 +45,15 @@ impl Constraint {
                 TokenTarget::Text(name) => space.vocab().token_by_text(name),
             })
             .collect();
+        let max_token_len = space
+            .trie()
+            .nodes()
+            .iter()
+            .map(|n| n.depth as usize)
+            .max()
+            .unwrap_or(0);
         Arc::new(Constraint {
-            cache: LexCache::new(&grammar),
+            cache: LexCache::new(&grammar, max_token_len),
             grammar,
             space,
             refs,
@@ -118,6 +125,9 @@ pub struct StateInfo {
     pub allowed_terminals: Vec<String>,
 }
 
+/// Walks after a lexeme's end kept per adapter (a few per open string; cleared when full).
+const MAX_REMEMBERED_WALKS: usize = 64;
+
 /// The adapter. See the module docs.
 #[derive(Clone, Debug)]
 pub struct RobustConstrainedAdapter {
@@ -133,6 +143,10 @@ pub struct RobustConstrainedAdapter {
     /// The last mask computed, with the recognizer's state key at that time.
     last_mask: Option<(Vec<u64>, FixedBitSet)>,
     key: Vec<u64>,
+    /// Tokens found by walks after a lexeme's end: `(uid of the set the lexeme started
+    /// in, lexeme, end state, trie node)` -> tokens (at most [`MAX_REMEMBERED_WALKS`]).
+    walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<u32>>,
+    scratch: FixedBitSet,
 }
 
 /// Drives the grammar's recognizer from the trie walk, keeping the first error.
@@ -185,6 +199,8 @@ impl RobustConstrainedAdapter {
             runs: Vec::new(),
             last_mask: None,
             key: Vec::new(),
+            walks: Default::default(),
+            scratch: FixedBitSet::new(),
         }
     }
 
@@ -232,7 +248,15 @@ impl RobustConstrainedAdapter {
             return Ok(());
         }
         // Same state as for the last mask (e.g. token after token inside a string): reuse.
+        // Runs count by state class: no token tells the states of a class apart.
         self.rec.state_key(&mut self.key);
+        for k in self.key.iter_mut().skip(2).step_by(2) {
+            let lexeme = (*k >> 32) as u32;
+            if (lexeme as usize) < self.c.grammar.lexemes().len() {
+                *k = u64::from(lexeme) << 32
+                    | u64::from(self.c.cache.class(LexemeId(lexeme), *k as u32));
+            }
+        }
         if let Some((key, last)) = &self.last_mask
             && *key == self.key
         {
@@ -266,17 +290,38 @@ impl RobustConstrainedAdapter {
                     .iter()
                     .take_while(|e| e.0 == end_state)
                     .count();
-                if push_end(&mut walker, run, end_state) {
-                    for &(_, node) in &sets.subtrees[k..group_end] {
-                        let (node, n) = (node as usize, nodes[node as usize]);
+                // What the walk below a node finds depends only on where the lexeme
+                // started, the lexeme, and its end state: remembered across masks (inside
+                // a counted string the run's state changes at every token, they do not).
+                let from = walker.rec.set_uid(run.set);
+                let mut pushed = None;
+                for &(_, node) in &sets.subtrees[k..group_end] {
+                    let key = (from, run.lexeme.0, end_state, node);
+                    if let Some(tokens) = self.walks.get(&key) {
+                        tokens.iter().for_each(|&t| mask.insert(t as usize));
+                        continue;
+                    }
+                    if *pushed.get_or_insert_with(|| push_end(&mut walker, run, end_state)) {
+                        let (lo, n) = (node as usize, nodes[node as usize]);
+                        let scratch = &mut self.scratch;
+                        scratch.grow(width);
+                        scratch.clear();
                         trie.walk_range(
                             &mut walker,
-                            mask,
-                            node + 1,
-                            node + n.subtree as usize,
+                            scratch,
+                            lo + 1,
+                            lo + n.subtree as usize,
                             n.depth as usize,
                         );
+                        let tokens: Vec<u32> = scratch.ones().map(|t| t as u32).collect();
+                        mask.union_with(scratch);
+                        if self.walks.len() >= MAX_REMEMBERED_WALKS {
+                            self.walks.clear();
+                        }
+                        self.walks.insert(key, tokens);
                     }
+                }
+                if pushed == Some(true) {
                     walker.rec.pop(1);
                 }
                 k = group_end;

@@ -46,24 +46,45 @@ type Suffix = (Vec<u8>, u32);
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
 const MERGE_SUBTREE: u32 = 256;
 
-/// Lazily filled `(lexeme, state) -> LexTokens`, shared by every adapter of one constraint.
+/// Lazily filled `(lexeme, state class) -> LexTokens`, shared by every adapter of one
+/// constraint. States are grouped into classes that no token can tell apart
+/// ([`LexemeDfa::bounded_classes`] up to the longest token): in a counted lexeme such as
+/// `[^"]{0,500}` every count far from the bound shares one entry, and one mask.
 #[derive(Debug)]
 pub struct LexCache {
+    /// Per lexeme: state index -> class.
+    classes: Vec<Box<[u32]>>,
     per_lexeme: Vec<Box<[OnceLock<Arc<LexTokens>>]>>,
 }
 
 impl LexCache {
-    pub fn new(g: &Grammar) -> LexCache {
+    /// `max_token_len`: the longest token's bytes.
+    pub fn new(g: &Grammar, max_token_len: usize) -> LexCache {
+        let classes: Vec<Box<[u32]>> = g
+            .lexemes()
+            .iter()
+            .map(|l| l.dfa.bounded_classes(max_token_len + 1).into_boxed_slice())
+            .collect();
         LexCache {
-            per_lexeme: g
-                .lexemes()
+            per_lexeme: classes
                 .iter()
-                .map(|l| (0..l.dfa.len()).map(|_| OnceLock::new()).collect())
+                .map(|c| {
+                    let n = c.iter().max().map_or(1, |&m| m as usize + 1);
+                    (0..n).map(|_| OnceLock::new()).collect()
+                })
                 .collect(),
+            classes,
         }
     }
 
-    /// The token sets for `lexeme` in (tagged) DFA `state`, computed on first use.
+    /// The class of (tagged) DFA `state` of `lexeme`.
+    #[inline]
+    pub fn class(&self, lexeme: LexemeId, state: u32) -> u32 {
+        self.classes[lexeme.0 as usize][LexemeDfa::index(state)]
+    }
+
+    /// The token sets for `lexeme` in (tagged) DFA `state`, computed on first use of its
+    /// class.
     pub fn get(
         &self,
         g: &Grammar,
@@ -71,7 +92,7 @@ impl LexCache {
         lexeme: LexemeId,
         state: u32,
     ) -> &Arc<LexTokens> {
-        self.per_lexeme[lexeme.0 as usize][LexemeDfa::index(state)]
+        self.per_lexeme[lexeme.0 as usize][self.class(lexeme, state) as usize]
             .get_or_init(|| Arc::new(compute(&g.lexeme(lexeme).dfa, state, space)))
     }
 

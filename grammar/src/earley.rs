@@ -317,6 +317,12 @@ impl Recognizer {
         }
     }
 
+    /// A number for Earley set `set` that no other set gets (set indices are reused after
+    /// a pop; these are not).
+    pub fn set_uid(&self, set: u32) -> u64 {
+        self.c.sets[set as usize].uid
+    }
+
     /// The byte position where Earley set `set` was built (where a run from it started).
     pub fn set_position(&self, set: u32) -> u64 {
         self.c.sets[set as usize].pos

@@ -436,6 +436,52 @@ impl LexemeDfa {
         (dist, byte)
     }
 
+    /// Classes of states that no string of at most `depth` bytes tells apart (the same
+    /// strings of that length lead to accepting, and to dead, states from each): by state
+    /// index, dense class numbers. Moore's refinement cut off after `depth` rounds. Token
+    /// masks from two states of a class are the same for tokens of at most `depth` bytes,
+    /// so the engine caches per class: a counted lexeme (`[^"]{0,500}`) has one class for
+    /// all counts far enough from the bound.
+    pub fn bounded_classes(&self, depth: usize) -> Vec<u32> {
+        let n = self.len;
+        let mut tag = vec![DEAD; n];
+        tag[(self.start & INDEX) as usize] = self.start;
+        for &t in self.trans.iter() {
+            tag[(t & INDEX) as usize] = t;
+        }
+        // Round 0: dead, live non-accepting, accepting.
+        let mut class: Vec<u32> = (0..n)
+            .map(|s| match s {
+                0 => 0,
+                _ if self.is_accepting(tag[s]) => 2,
+                _ => 1,
+            })
+            .collect();
+        let mut count = 3usize;
+        let mut index: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+        let mut sig = Vec::with_capacity(self.stride + 1);
+        for _ in 0..depth {
+            index.clear();
+            let mut next = vec![0u32; n];
+            for s in 0..n {
+                sig.clear();
+                sig.push(class[s]);
+                for c in 0..self.stride {
+                    sig.push(class[(self.trans[s * self.stride + c] & INDEX) as usize]);
+                }
+                let k = index.len() as u32;
+                next[s] = *index.entry(sig.clone()).or_insert(k);
+            }
+            let new_count = index.len();
+            class = next;
+            if new_count == count {
+                break;
+            }
+            count = new_count;
+        }
+        class
+    }
+
     /// Whether `bytes` is a complete match.
     pub fn matches(&self, bytes: &[u8]) -> bool {
         let s = self.run(self.start, bytes);

@@ -29,10 +29,10 @@ const MAX_INLINE_DEPTH: u32 = 400;
 
 /// A repetition of a regular expression whose expansion is larger than this many units
 /// (`[^"]{0,32767}`) is not one automaton: it is cut into chunks (see [`chunking`]).
-const BIG_REPEAT_UNITS: usize = 4096;
+const BIG_REPEAT_UNITS: usize = 16384;
 
 /// The size of one chunk of a big repetition, in units: `x{k}` with `k` copies of `x`.
-const CHUNK_UNITS: usize = 1024;
+const CHUNK_UNITS: usize = 4096;
 
 /// How a big repetition of a regular `x` (its expansion `inner_units × bound` over
 /// [`BIG_REPEAT_UNITS`]) is lowered: a lexeme of `k` copies of `x` (a *chunk*) repeated by
@@ -441,45 +441,69 @@ impl Lowerer<'_> {
         chunking(iu, matches_empty(inner, self.index, &empty), min, max)
     }
 
-    /// A big repetition of a regular `inner`, in chunks (see [`chunking`]).
+    /// A big repetition of a regular `inner`, in chunks (see [`chunking`]), followed by the
+    /// regular items `after`, which end its last lexeme.
     fn lower_chunked(
         &mut self,
         lhs: RuleId,
         e: &Expr,
         inner: &Expr,
         (min, max, k): (u32, Option<u32>, u32),
+        after: &[&Expr],
         out: &mut Vec<Sym>,
     ) -> LowerResult<()> {
         let x = hir_of(inner, self.index, self.rule_hir);
         let display = display_source(&self.text[inner.span.start..inner.span.end]);
-        let lexeme = |lw: &mut Self, lo: u32, hi: Option<u32>| -> LowerResult<Sym> {
-            let h = Hir::repetition(Repetition {
-                min: lo,
-                max: hi,
-                greedy: true,
-                sub: Box::new(x.clone()),
-            });
-            let shown = match hi {
-                Some(h) if h == lo => format!("({display}){{{lo}}}"),
-                Some(h) => format!("({display}){{{lo},{h}}}"),
-                None => format!("({display}){{{lo},}}"),
+        let tail_hir: Vec<Hir> = after
+            .iter()
+            .map(|a| hir_of(a, self.index, self.rule_hir))
+            .collect();
+        let tail_display = after
+            .first()
+            .map(|a| {
+                let span = a.span.to(after[after.len() - 1].span);
+                format!(" {}", display_source(&self.text[span.start..span.end]))
+            })
+            .unwrap_or_default();
+        // `x{lo,hi}`, then the items after when `last`.
+        let lexeme =
+            |lw: &mut Self, lo: u32, hi: Option<u32>, last: bool| -> LowerResult<Option<Sym>> {
+                let mut parts = vec![Hir::repetition(Repetition {
+                    min: lo,
+                    max: hi,
+                    greedy: true,
+                    sub: Box::new(x.clone()),
+                })];
+                let mut shown = match hi {
+                    Some(h) if h == lo => format!("({display}){{{lo}}}"),
+                    Some(h) => format!("({display}){{{lo},{h}}}"),
+                    None => format!("({display}){{{lo},}}"),
+                };
+                if last {
+                    parts.extend(tail_hir.iter().cloned());
+                    shown.push_str(&tail_display);
+                }
+                let h = Hir::concat(parts);
+                let p = h.properties();
+                if p.maximum_len() == Some(0) {
+                    return Ok(None);
+                }
+                lw.b.lexeme(&h, &shown)
+                    .map(|id| Some(Sym::Lexeme(id)))
+                    .map_err(|kind| (kind, e.span))
             };
-            lw.b.lexeme(&h, &shown)
-                .map(Sym::Lexeme)
-                .map_err(|kind| (kind, e.span))
-        };
-        let chunk = lexeme(self, k, Some(k))?;
+        let chunk = lexeme(self, k, Some(k), false)?.expect("a chunk is not empty");
         for _ in 0..min / k {
             out.push(chunk);
         }
-        if min % k > 0 {
-            out.push(lexeme(self, min % k, Some(min % k))?);
+        let rest = max.map(|n| n - min);
+        if min % k > 0 || rest == Some(0) {
+            out.extend(lexeme(self, min % k, Some(min % k), rest == Some(0))?);
         }
-        let Some(n) = max else {
-            out.push(lexeme(self, 0, None)?);
+        let Some(rest) = rest else {
+            out.extend(lexeme(self, 0, None, true)?);
             return Ok(());
         };
-        let rest = n - min;
         if rest == 0 {
             return Ok(());
         }
@@ -500,15 +524,13 @@ impl Lowerer<'_> {
         }
         let alt_rule = self.anon_rule(lhs);
         let mut first: Vec<Sym> = chains[q as usize].map(Sym::Rule).into_iter().collect();
-        if r > 0 {
-            first.push(lexeme(self, 0, Some(r))?);
-        }
+        first.extend(lexeme(self, 0, Some(r), true)?);
         self.b
             .add_production(alt_rule, first)
             .map_err(|kind| (kind, e.span))?;
         if q > 0 && r + 1 < k {
             let mut second: Vec<Sym> = chains[q as usize - 1].map(Sym::Rule).into_iter().collect();
-            second.push(lexeme(self, r + 1, Some(k - 1))?);
+            second.extend(lexeme(self, r + 1, Some(k - 1), true)?);
             self.b
                 .add_production(alt_rule, second)
                 .map_err(|kind| (kind, e.span))?;
@@ -541,13 +563,30 @@ impl Lowerer<'_> {
         sequence_items(e, &mut items);
         let mut out = Vec::new();
         let mut run: Vec<&Expr> = Vec::new();
-        for item in items {
+        let mut i = 0;
+        while i < items.len() {
+            let item = items[i];
+            i += 1;
             if self.is_regular(item) {
                 run.push(item);
-            } else {
-                self.flush(&mut run, &mut out)?;
-                self.lower_item(lhs, item, &mut out)?;
+                continue;
             }
+            self.flush(&mut run, &mut out)?;
+            if let ExprKind::Repeat { inner, min, max } = &item.kind
+                && self.is_regular(inner)
+                && let Some(k) = self.chunk_size(inner, *min, *max)
+            {
+                // The regular items after a chunked repetition end its last lexeme (a
+                // string's closing quote): that lexeme then ends only where they do.
+                let mut after = Vec::new();
+                while i < items.len() && self.is_regular(items[i]) {
+                    after.push(items[i]);
+                    i += 1;
+                }
+                self.lower_chunked(lhs, item, inner, (*min, *max, k), &after, &mut out)?;
+                continue;
+            }
+            self.lower_item(lhs, item, &mut out)?;
         }
         self.flush(&mut run, &mut out)?;
         Ok(out)
@@ -591,7 +630,7 @@ impl Lowerer<'_> {
                 if self.is_regular(inner)
                     && let Some(k) = self.chunk_size(inner, *min, *max) =>
             {
-                self.lower_chunked(lhs, e, inner, (*min, *max, k), out)
+                self.lower_chunked(lhs, e, inner, (*min, *max, k), &[], out)
             }
             ExprKind::Repeat { inner, min, max } => {
                 let x = self.symbol_for(lhs, inner)?;

@@ -8,8 +8,10 @@
 //! same grammar, as in serving); llguidance keeps no such cache across matchers. Compile
 //! times are medians over 50 compiles.
 //!
-//! Run: `cargo run --release -p corral-llguidance-compare -- [TOKENIZER.json] [DOC.json...]`
-//! (defaults: assets/tokenizers/llama3_1/tokenizer.json and generated documents).
+//! Run: `cargo run --release -p corral-llguidance-compare -- [--schema S.json] [TOKENIZER.json] [DOC.json...]`
+//! (defaults: assets/tokenizers/llama3_1/tokenizer.json and generated documents). With
+//! `--schema`, both engines compile the JSON Schema instead (corral's schema front end,
+//! llguidance's `TopLevelGrammar::from_json_schema`), each with its default options.
 
 use anyhow::{Context, Result, anyhow};
 use corral_engine::replay::stats;
@@ -46,19 +48,76 @@ struct Row {
     p99: f64,
 }
 
+/// The grammar both engines compile.
+enum Source {
+    Json {
+        gbnf: String,
+    },
+    Schema {
+        text: String,
+        value: serde_json::Value,
+    },
+}
+
+impl Source {
+    fn corral(&self) -> Arc<corral_grammar::Grammar> {
+        match self {
+            Source::Json { gbnf } => compile_gbnf(gbnf, &CompileOptions::default()).unwrap(),
+            Source::Schema { text, .. } => {
+                corral_grammar::schema::compile_json_schema(text, &Default::default())
+                    .unwrap()
+                    .grammar
+            }
+        }
+    }
+
+    fn llguidance(&self) -> llguidance::api::TopLevelGrammar {
+        match self {
+            Source::Json { .. } => {
+                llguidance::api::TopLevelGrammar::from_lark(JSON_LARK.to_string())
+            }
+            Source::Schema { value, .. } => {
+                llguidance::api::TopLevelGrammar::from_json_schema(value.clone())
+            }
+        }
+    }
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let schema = match args.iter().position(|a| a == "--schema") {
+        Some(i) => {
+            let path = args.remove(i + 1);
+            args.remove(i);
+            let text = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+            let value = serde_json::from_str(&text)?;
+            Some(Source::Schema { text, value })
+        }
+        None => None,
+    };
     let tok_path = args
         .first()
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("assets/tokenizers/llama3_1/tokenizer.json"));
-    let gbnf =
-        std::fs::read_to_string(root().join("../shared/conformance/llama_cpp/grammars/json.gbnf"))
-            .context("json.gbnf from ../shared/conformance")?;
+    let source = match schema {
+        Some(s) => s,
+        None => Source::Json {
+            gbnf: std::fs::read_to_string(
+                root().join("../shared/conformance/llama_cpp/grammars/json.gbnf"),
+            )
+            .context("json.gbnf from ../shared/conformance")?,
+        },
+    };
     let docs: Vec<(String, String)> = if args.len() > 1 {
         args[1..]
             .iter()
-            .map(|p| Ok((p.clone(), std::fs::read_to_string(p)?)))
+            // A JSON value, without the file's final line break.
+            .map(|p| {
+                Ok((
+                    p.clone(),
+                    std::fs::read_to_string(p)?.trim_end().to_string(),
+                ))
+            })
             .collect::<Result<_>>()?
     } else {
         vec![
@@ -100,19 +159,17 @@ fn main() -> Result<()> {
     let mut lc = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
-        let g = compile_gbnf(&gbnf, &CompileOptions::default()).unwrap();
+        let g = source.corral();
         cc.push(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(g);
         let t = Instant::now();
-        let p = factory.create_parser(llguidance::api::TopLevelGrammar::from_lark(
-            JSON_LARK.to_string(),
-        ))?;
+        let p = factory.create_parser(source.llguidance())?;
         lc.push(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(p);
     }
     let (_, c_med, _) = stats(&cc);
     let (_, l_med, _) = stats(&lc);
-    println!("compile json grammar, median of 50: corral {c_med:.3} ms, llguidance {l_med:.3} ms");
+    println!("compile the grammar, median of 50: corral {c_med:.3} ms, llguidance {l_med:.3} ms");
 
     let cont = continuation_tokenizer(&hf);
     for (name, doc) in &docs {
@@ -122,8 +179,7 @@ fn main() -> Result<()> {
             .get_ids()
             .to_vec();
         println!("\n== {name}: {} bytes, {} tokens", doc.len(), ids.len());
-        let grammar = compile_gbnf(&gbnf, &CompileOptions::default()).unwrap();
-        let constraint = Constraint::new(grammar, space.clone());
+        let constraint = Constraint::new(source.corral(), space.clone());
         let mut rows = Vec::new();
         for rep in 0..REPS {
             // corral
@@ -151,9 +207,7 @@ fn main() -> Result<()> {
                 p99,
             });
             // llguidance
-            let parser = factory.create_parser(llguidance::api::TopLevelGrammar::from_lark(
-                JSON_LARK.to_string(),
-            ))?;
+            let parser = factory.create_parser(source.llguidance())?;
             let mut m = llguidance::Matcher::new(Ok(parser));
             let mut times = Vec::with_capacity(ids.len());
             for &t in &ids {

@@ -373,7 +373,7 @@ impl<'a> Compiler<'a> {
         };
         let mut prefix = String::new();
         if !base.is_empty() {
-            match self.ids.get(base) {
+            match self.ids.get(base).filter(|p| *p != AMBIGUOUS) {
                 Some(p) => prefix = p.clone(),
                 None => {
                     self.unsupported(
@@ -390,6 +390,16 @@ impl<'a> Compiler<'a> {
             format!("{prefix}{frag}")
         } else {
             match self.ids.get(&format!("#{frag}")) {
+                Some(p) if p == AMBIGUOUS => {
+                    self.unsupported(
+                        "$ref",
+                        ptr,
+                        &format!(
+                            "anchor '{frag}' is defined more than once (under different base URIs)"
+                        ),
+                    )?;
+                    return Ok(None);
+                }
                 Some(p) => p.clone(),
                 None => {
                     return Err(invalid(
@@ -714,6 +724,10 @@ impl<'a> Compiler<'a> {
                 .map(|k| (k, ap.clone()))
                 .collect()
         };
+        // `items` counts from the end of the `prefixItems` beside it: where only the other
+        // side has a tuple, this side's `items` also constrains the tuple's positions.
+        tuple_items(&mut a, &b);
+        tuple_items(&mut b, &a);
         let extra_a = restrict(&a, &b, &b_props);
         let extra_b = restrict(&b, &a, &a_props);
         if (!extra_a.is_empty() && b.contains_key("patternProperties"))
@@ -2008,6 +2022,36 @@ fn not_in(names: &[String]) -> Hir {
     Hir::alternation(alts)
 }
 
+/// When `other` has a tuple (`prefixItems`, or draft-07 array `items`) and `this` has only
+/// a schema for all items, `this` gets a tuple of that schema as long as `other`'s, so that
+/// merging keeps it applying to every position.
+fn tuple_items(this: &mut Map<String, Value>, other: &Map<String, Value>) {
+    let other_len = match (other.get("prefixItems"), other.get("items")) {
+        (Some(Value::Array(p)), _) | (None, Some(Value::Array(p))) => p.len(),
+        _ => return,
+    };
+    let has_tuple =
+        this.contains_key("prefixItems") || matches!(this.get("items"), Some(Value::Array(_)));
+    if has_tuple {
+        return;
+    }
+    let Some(all) = this.get("items").cloned() else {
+        return;
+    };
+    let key = if other.contains_key("prefixItems") {
+        "prefixItems"
+    } else {
+        "items"
+    };
+    if key == "items" {
+        // Draft-07 form: the tuple in `items`, the rest in `additionalItems`.
+        this.insert("items".into(), Value::Array(vec![all.clone(); other_len]));
+        this.insert("additionalItems".into(), all);
+    } else {
+        this.insert("prefixItems".into(), Value::Array(vec![all; other_len]));
+    }
+}
+
 /// `{"allOf": [a, b]}`, flattened where one side is trivial.
 fn all_of(a: Value, b: Value) -> Value {
     match (&a, &b) {
@@ -2222,30 +2266,36 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Marks an `$id` or anchor defined more than once.
+const AMBIGUOUS: &str = "\0ambiguous";
+
 /// `$id`s (absolute, and without a trailing `#`) and anchors (`$anchor`, draft-07 `$id: "#x"`)
 /// of the document, to their JSON pointers.
 fn collect_ids(v: &Value, ptr: &str, out: &mut FxHashMap<String, String>, depth: u32) {
     if depth > 200 {
         return;
     }
+    // A name defined twice (anchors scoped by nested base URIs) resolves to nothing.
+    let mut define = |name: String| {
+        out.entry(name)
+            .and_modify(|p| *p = AMBIGUOUS.to_string())
+            .or_insert_with(|| ptr.to_string());
+    };
     match v {
         Value::Object(m) => {
             for key in ["$id", "id"] {
                 if let Some(Value::String(id)) = m.get(key) {
                     if let Some(anchor) = id.strip_prefix('#') {
                         if !anchor.is_empty() {
-                            out.entry(format!("#{anchor}"))
-                                .or_insert_with(|| ptr.to_string());
+                            define(format!("#{anchor}"));
                         }
                     } else {
-                        out.entry(id.trim_end_matches('#').to_string())
-                            .or_insert_with(|| ptr.to_string());
+                        define(id.trim_end_matches('#').to_string());
                     }
                 }
             }
             if let Some(Value::String(a)) = m.get("$anchor") {
-                out.entry(format!("#{a}"))
-                    .or_insert_with(|| ptr.to_string());
+                define(format!("#{a}"));
             }
             for (k, x) in m {
                 if matches!(
