@@ -2,8 +2,13 @@
 
 use crate::Failure;
 use crate::source::ConstraintArgs;
+use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
 use corral::engine::SamplingOptions;
+use corral::engine::Scope;
+use corral::engine::split::{
+    Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
+};
 use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -56,6 +61,70 @@ pub struct GenerateArgs {
     /// Compute the next mask on another thread while the forward pass runs.
     #[arg(long)]
     overlap_mask: bool,
+    /// Split the output as it streams: the answer goes to standard output, reasoning to
+    /// standard error, each tool call as a JSON line to standard output. `generic` takes
+    /// its tool-call syntax from --tool-format.
+    #[arg(long, value_enum)]
+    format: Option<SplitFormat>,
+    /// Tool-call syntax of the generic format: hermes, llama3, mistral, qwen3-coder.
+    #[arg(long, default_value = "hermes")]
+    tool_format: String,
+    /// The prompt already opened the reasoning block (the output starts inside it).
+    #[arg(long)]
+    think_prefilled: bool,
+    /// With --format: where the grammar applies, the answer after reasoning or the body of
+    /// each tool call.
+    #[arg(long, value_enum, default_value = "answer")]
+    scope: ScopeArg,
+    /// With --format and --scope answer: reasoning tokens before the end of reasoning is
+    /// forced.
+    #[arg(long)]
+    reasoning_budget: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScopeArg {
+    /// After the end of reasoning (generic formats) or in harmony's final channel.
+    Answer,
+    /// The body of each tool call, from its opening tag.
+    ToolCalls,
+}
+
+/// The splitter and the grammar's scope for `--format`.
+fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>, Scope)> {
+    let Some(format) = args.format else {
+        return Ok((None, Scope::Whole));
+    };
+    match format {
+        SplitFormat::Harmony => {
+            if args.scope == ScopeArg::ToolCalls {
+                return Err(anyhow!(
+                    "--scope tool-calls needs a generic format (harmony tool calls are messages of the commentary channel)"
+                ));
+            }
+            let p = HarmonyParser::new(HarmonyMode::Lenient);
+            Ok((
+                Some(Box::new(p)),
+                Scope::harmony_answer(args.reasoning_budget),
+            ))
+        }
+        SplitFormat::Generic => {
+            let f = Format::by_name(&args.tool_format)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "unknown --tool-format {:?}: hermes, llama3, mistral or qwen3-coder",
+                        args.tool_format
+                    )
+                })?
+                .prefilled(args.think_prefilled);
+            let scope = match args.scope {
+                ScopeArg::Answer => Scope::answer(&f, args.reasoning_budget),
+                ScopeArg::ToolCalls => Scope::tool_calls(&f),
+            }
+            .ok_or_else(|| anyhow!("format {} has no such region", f.name))?;
+            Ok((Some(Box::new(GenericParser::new(f))), scope))
+        }
+    }
 }
 
 /// The assets folder: `$CORRAL_ASSETS`, else `assets/` in the source tree.
@@ -124,15 +193,30 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         overlap_mask: args.overlap_mask,
         ignore_eos: false,
         complete_within_budget: true,
+        scope: Scope::Whole,
     };
+    let (mut splitter, scope) = split_setup(args)?;
+    let options = corral::GenerateOptions { scope, ..options };
     let prompt = Prompt {
         user: args.prompt.clone(),
         system: args.system.clone(),
         raw: args.raw,
     };
     let mut stdout = std::io::stdout().lock();
+    // With --format: the answer (content) is kept apart, to check against a schema.
+    let mut answer = String::new();
+    // Whether reasoning went to standard error (to end its line).
+    let mut reasoned = false;
     let mut on_delta = |d: &str| {
-        let _ = stdout.write_all(d.as_bytes());
+        match splitter.as_mut() {
+            None => {
+                let _ = stdout.write_all(d.as_bytes());
+            }
+            Some(sp) => {
+                sp.process(d);
+                reasoned |= route(sp.as_mut(), &mut stdout, &mut answer);
+            }
+        }
         let _ = stdout.flush();
     };
     let out = corral::generate_streaming(
@@ -143,13 +227,21 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         &mut on_delta,
     )
     .map_err(|e| anyhow!("{e}"))?;
+    if let Some(sp) = splitter.as_mut() {
+        sp.finish();
+        if route(sp.as_mut(), &mut stdout, &mut answer) || reasoned {
+            eprintln!();
+        }
+    } else {
+        answer = out.text.clone();
+    }
     let _ = writeln!(stdout);
     // A schema's keywords beyond the grammar (lenient compiles) are checked on the value.
     let schema_valid = match &schema {
         Some((value, _)) => {
             let validator =
                 corral::engine::structured::Validator::new(value).map_err(|e| anyhow!("{e}"))?;
-            match corral::engine::structured::check(&validator, &out.text) {
+            match corral::engine::structured::check(&validator, answer.trim()) {
                 Ok(_) => Some(true),
                 Err(errors) => {
                     for e in &errors {
@@ -182,6 +274,36 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// Writes what the splitter produced: the answer to standard output (and `answer`),
+/// reasoning to standard error, each finished tool call as a JSON line. Returns whether
+/// there was reasoning.
+fn route(sp: &mut dyn Splitter, stdout: &mut impl Write, answer: &mut String) -> bool {
+    let r = sp.take_reasoning();
+    if !r.is_empty() {
+        eprint!("{r}");
+    }
+    let c = sp.take_content();
+    if !c.is_empty() {
+        let _ = stdout.write_all(c.as_bytes());
+        answer.push_str(&c);
+    }
+    for t in sp.take_tool_calls() {
+        if let ToolCallEvent::End {
+            name, arguments, ..
+        } = t
+        {
+            let args: serde_json::Value =
+                serde_json::from_str(&arguments).unwrap_or(serde_json::Value::String(arguments));
+            let _ = writeln!(
+                stdout,
+                "{}",
+                serde_json::json!({"tool_call": {"name": name, "arguments": args}})
+            );
+        }
+    }
+    !r.is_empty()
 }
 
 fn round2(x: f64) -> f64 {

@@ -3,15 +3,7 @@
 
 mod common;
 
-use common::run_corral;
-
-fn write(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("corral-cli-schema-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
-}
+use common::{run_corral, temp_file as write};
 
 const PERSON: &str = r#"{
   "type": "object",

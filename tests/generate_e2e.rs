@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{conformance_dir, run_corral};
+use common::{conformance_dir, run_corral, temp_file};
 use corral::engine::SamplingOptions;
 use corral::{
     DeviceSpec, FinishReason, GenerateOptions, MatchOutcome, Model, compile_gbnf,
@@ -364,4 +364,49 @@ fn cli_generate_errors_are_clear() {
         err.contains("the prompt") && err.contains("the model supports 4096"),
         "{err}"
     );
+}
+
+/// `--format generic --think-prefilled --reasoning-budget`: the reasoning is free text (on
+/// standard error), the end of reasoning is forced after the budget, and the grammar applies
+/// to the answer only (on standard output, valid for the schema).
+#[test]
+fn cli_generate_grammar_applies_to_the_answer_after_reasoning() {
+    let Some(_) = model_path() else { return };
+    let schema = temp_file(
+        "person.schema.json",
+        r#"{"type":"object","properties":{"name":{"type":"string","maxLength":30},
+            "age":{"type":"integer","minimum":0,"maximum":130}},
+            "required":["name","age"],"additionalProperties":false}"#,
+    );
+    let (code, out, err) = run_corral(
+        &[
+            "generate",
+            "--raw",
+            "--prompt",
+            "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n<think>",
+            "--format",
+            "generic",
+            "--think-prefilled",
+            "--reasoning-budget",
+            "12",
+            "--json-schema",
+            &schema,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "80",
+            "--stats",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(stats["finish_reason"], "grammar_complete", "{stats}");
+    assert_eq!(stats["schema_valid"], true, "{stats}");
+    // The reasoning went to standard error, not into the answer.
+    let reasoning = &err[..err.rfind('\n').unwrap_or(0)];
+    assert!(!reasoning.trim().is_empty(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["name"].is_string() && v["age"].is_u64(), "{out}");
+    assert!(!out.contains("</think>"), "{out}");
 }

@@ -416,6 +416,23 @@ impl RobustConstrainedAdapter {
         }
     }
 
+    /// Feeds raw bytes (text that reached the output other than as a sampled token, such as
+    /// what a token carried after a trigger): all of them or none; `Ok(false)` if refused.
+    /// Rolls back like one token.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> Result<bool, AdapterError> {
+        self.check()?;
+        let before = self.rec.depth();
+        match self.rec.push_bytes_all_or_nothing(bytes) {
+            Ok(true) => {
+                self.steps.push((self.rec.depth() - before) as u32);
+                self.output.extend_from_slice(bytes);
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => self.fail(e.into()),
+        }
+    }
+
     /// Feeds several tokens; stops at the first refusal.
     pub fn step_with_tokens(&mut self, tokens: &[u32]) -> Result<(), AdapterError> {
         tokens.iter().try_for_each(|&t| self.step_with_token(t))

@@ -24,6 +24,7 @@ use crate::adapter::{AdapterError, Constraint, RobustConstrainedAdapter};
 use crate::model::{CausalLm, ModelError};
 use crate::replay::stats;
 use crate::sampling::{Sampler, SamplingOptions};
+use crate::scope::{Scope, TriggerWatch};
 use corral_trie::{FixedBitSet, TokenSpace};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +45,9 @@ pub struct GenerateOptions {
     /// Under a grammar, end with a complete output when `max_tokens` runs out (see the
     /// module docs). Default on.
     pub complete_within_budget: bool,
+    /// Where the grammar applies: the whole output (default), the answer after reasoning,
+    /// or each tool call (see [`crate::scope`]).
+    pub scope: Scope,
 }
 
 impl Default for GenerateOptions {
@@ -55,6 +59,7 @@ impl Default for GenerateOptions {
             overlap_mask: false,
             ignore_eos: false,
             complete_within_budget: true,
+            scope: Scope::Whole,
         }
     }
 }
@@ -187,8 +192,22 @@ impl Utf8Stream {
     }
 }
 
-/// Generates after `prompt` (token ids), constrained by `constraint` if given, calling
-/// `on_delta` with each piece of text as it decodes.
+/// A token's text for trigger detection: its bytes, or a special token's name.
+fn token_text(space: &TokenSpace, t: u32) -> Vec<u8> {
+    match space.vocab().token_bytes(t) {
+        Some(b) => b.to_vec(),
+        None => space
+            .vocab()
+            .special_tokens()
+            .iter()
+            .find(|(id, _)| *id == t)
+            .map(|(_, name)| name.as_bytes().to_vec())
+            .unwrap_or_default(),
+    }
+}
+
+/// Generates after `prompt` (token ids), constrained by `constraint` if given (where
+/// `opts.scope` says), calling `on_delta` with each piece of text as it decodes.
 pub fn generate(
     lm: &mut dyn CausalLm,
     space: &TokenSpace,
@@ -209,8 +228,16 @@ pub fn generate(
         }
         .into());
     }
-    let mut adapter = constraint.map(|c| RobustConstrainedAdapter::new(c.clone()));
-    let budgeted = opts.complete_within_budget && adapter.is_some();
+    let scope = &opts.scope;
+    let fresh = || constraint.map(|c| RobustConstrainedAdapter::new(c.clone()));
+    // The adapter while the grammar applies (from the start unless the scope waits for a
+    // trigger).
+    let mut adapter = if *scope == Scope::Whole {
+        fresh()
+    } else {
+        None
+    };
+    let budgeted = opts.complete_within_budget && constraint.is_some();
     // The budget: max_tokens, or what the context leaves after the prompt.
     let max_tokens = opts.max_tokens.min(max_pos - prompt.len() - 1);
     if budgeted
@@ -243,6 +270,21 @@ pub fn generate(
             }
         }
     };
+    // Free text before the grammar applies: the trigger being watched for, and the free
+    // tokens so far (for a reasoning budget).
+    let mut watch = TriggerWatch::default();
+    let mut free_tokens = 0usize;
+    // Between a trigger and the grammar's first byte, whitespace tokens are free.
+    let ws_tokens: Vec<u32> = if *scope == Scope::Whole {
+        Vec::new()
+    } else {
+        space
+            .vocab()
+            .text_tokens()
+            .filter(|(_, b)| !b.is_empty() && b.iter().all(u8::is_ascii_whitespace))
+            .map(|(id, _)| id)
+            .collect()
+    };
 
     let t0 = Instant::now();
     let mut logits = lm.forward(prompt, 0)?;
@@ -259,6 +301,41 @@ pub fn generate(
         if tokens.len() >= max_tokens {
             break FinishReason::Length;
         }
+        // A reasoning budget used up: the trigger is forced, and the grammar applies.
+        if adapter.is_none()
+            && constraint.is_some()
+            && let Scope::After {
+                trigger,
+                budget: Some(b),
+            } = scope
+            && free_tokens >= *b
+        {
+            let forced = match space.vocab().token_by_text(trigger) {
+                Some(id) => vec![id],
+                None => space.trie().greedy_tokens(trigger.as_bytes()).0,
+            };
+            if tokens.len() + forced.len() > max_tokens {
+                break FinishReason::Length;
+            }
+            for &f in &forced {
+                emit(f, &mut text, on_delta);
+                tokens.push(f);
+                history.push(f);
+                st.forced_tokens += 1;
+            }
+            adapter = fresh();
+            watch.clear();
+            free_tokens = 0;
+            if pos + forced.len() >= max_pos {
+                break FinishReason::Length;
+            }
+            let t = Instant::now();
+            logits = lm.forward(&forced, pos)?;
+            forward_time += t.elapsed();
+            st.forward_passes += 1;
+            pos += forced.len();
+            continue;
+        }
         let masked = match adapter.as_mut() {
             Some(a) => {
                 if !mask_ready {
@@ -267,11 +344,21 @@ pub fn generate(
                     mask_times.push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 mask_ready = false;
-                // Complete, and nothing but end-of-sequence allowed: done.
+                // Complete, and nothing but end-of-sequence allowed: done (or, for tool
+                // calls, back to free text).
                 if a.is_accepting() && mask.ones().all(|t| space.eos().contains(&(t as u32))) {
-                    break FinishReason::GrammarComplete;
+                    if !matches!(scope, Scope::Each { .. }) {
+                        break FinishReason::GrammarComplete;
+                    }
+                    adapter = None;
+                    watch.clear();
+                    None
+                } else {
+                    if a.output().is_empty() {
+                        ws_tokens.iter().for_each(|&t| mask.insert(t as usize));
+                    }
+                    Some(&mask)
                 }
-                Some(&mask)
             }
             None => None,
         };
@@ -283,13 +370,45 @@ pub fn generate(
                 }
             }
         }
-        let tok = sampler
-            .sample(&mut v, &history)
-            .ok_or(GenerateError::NothingToSample)?;
+        let tok = loop {
+            let tok = sampler
+                .sample(&mut v, &history)
+                .ok_or(GenerateError::NothingToSample)?;
+            // Free text: does this token complete the trigger? Then the grammar applies to
+            // what it brings after the trigger (whitespace first is free); a token whose
+            // rest the grammar refuses is not taken.
+            if adapter.is_none()
+                && constraint.is_some()
+                && let Some(trigger) = scope.trigger()
+            {
+                let before = watch.clone();
+                if let Some(rest) = watch.push(trigger, &token_text(space, tok)) {
+                    let mut a = fresh().expect("a constraint");
+                    let start = rest.iter().position(|b| !b.is_ascii_whitespace());
+                    let taken = match start {
+                        Some(i) => a.push_bytes(&rest[i..])?,
+                        None => true,
+                    };
+                    if !taken {
+                        watch = before;
+                        v[tok as usize] = f32::NEG_INFINITY;
+                        continue;
+                    }
+                    adapter = Some(a);
+                    free_tokens = 0;
+                } else {
+                    free_tokens += 1;
+                }
+            }
+            break tok;
+        };
         if space.eos().contains(&tok) {
             break FinishReason::Stop;
         }
-        if let Some(a) = adapter.as_mut() {
+        if let Some(a) = adapter.as_mut()
+            && masked.is_some()
+            && !(a.output().is_empty() && ws_tokens.contains(&tok))
+        {
             a.step_with_token(tok)?;
             // Room left to complete after this token? If not, complete instead of it.
             if budgeted {

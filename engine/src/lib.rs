@@ -39,6 +39,7 @@ pub mod lexcache;
 pub mod model;
 pub mod replay;
 pub mod sampling;
+pub mod scope;
 pub mod split;
 pub mod structured;
 pub mod toolcall;
@@ -51,6 +52,7 @@ pub use generate::{
 };
 pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingOptions};
+pub use scope::Scope;
 pub use split::{
     Format, GenericParser, HarmonyParser, Splitter, Stop, Summary, ToolCallEvent, split_all,
 };

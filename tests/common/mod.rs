@@ -47,3 +47,12 @@ pub fn run_corral(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Writes `text` to `name` in a folder of this test process's own; returns the path.
+pub fn temp_file(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("corral-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}

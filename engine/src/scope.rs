@@ -1,0 +1,134 @@
+//! Where a grammar applies in a generation: the whole output, the answer after a reasoning
+//! block, or each tool call. The markers come from the splitter's format table (or the
+//! harmony channel header) as data, so the generation loop has no format branches:
+//!
+//! - [`Scope::Whole`]: every token is masked (the default);
+//! - [`Scope::After`]: free text (reasoning) until the trigger appears in the output (the
+//!   end of reasoning, or harmony's final-channel header); from there the grammar applies
+//!   (whitespace right after the trigger is free) and the output ends when it completes. A
+//!   reasoning budget forces the trigger after that many free tokens;
+//! - [`Scope::Each`]: free text; each time the opening marker appears (`<tool_call>`), the
+//!   grammar applies until it completes, then text is free again (a lazily triggered
+//!   tool-call grammar).
+
+use crate::split::{Format, RegionKind};
+
+/// Where the grammar applies. See the module docs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    Whole,
+    After {
+        trigger: String,
+        /// Free tokens before the trigger is forced (`None`: no limit).
+        budget: Option<usize>,
+    },
+    Each {
+        open: String,
+    },
+}
+
+/// Harmony's header of the final channel (gpt-oss): the answer follows it.
+pub const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
+
+impl Scope {
+    /// The answer of a reasoning model: after the format's closing reasoning marker.
+    /// `None` if the format has no reasoning region.
+    pub fn answer(format: &Format, budget: Option<usize>) -> Option<Scope> {
+        let r = format
+            .regions
+            .iter()
+            .find(|r| r.kind == RegionKind::Reasoning)?;
+        Some(Scope::After {
+            trigger: r.close.clone()?,
+            budget,
+        })
+    }
+
+    /// Harmony's final channel.
+    pub fn harmony_answer(budget: Option<usize>) -> Scope {
+        Scope::After {
+            trigger: HARMONY_FINAL.to_string(),
+            budget,
+        }
+    }
+
+    /// Each tool call of the format (the grammar describes one call's body). `None` if the
+    /// format has no tool-call region with an opening marker.
+    pub fn tool_calls(format: &Format) -> Option<Scope> {
+        let r = format
+            .regions
+            .iter()
+            .find(|r| matches!(r.kind, RegionKind::ToolCall(_)))?;
+        Some(Scope::Each {
+            open: r.open.clone(),
+        })
+    }
+
+    /// The marker after which the grammar starts, if it does not apply from the start.
+    pub fn trigger(&self) -> Option<&str> {
+        match self {
+            Scope::Whole => None,
+            Scope::After { trigger, .. } => Some(trigger),
+            Scope::Each { open } => Some(open),
+        }
+    }
+}
+
+/// Watches the output for a trigger, holding the last bytes that may begin it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TriggerWatch {
+    tail: Vec<u8>,
+}
+
+impl TriggerWatch {
+    /// Appends `bytes`; if the trigger ends inside them, returns the bytes after it (and
+    /// forgets what came before).
+    pub fn push(&mut self, trigger: &str, bytes: &[u8]) -> Option<Vec<u8>> {
+        let t = trigger.as_bytes();
+        self.tail.extend_from_slice(bytes);
+        if let Some(at) = self.tail.windows(t.len()).position(|w| w == t) {
+            let rest = self.tail[at + t.len()..].to_vec();
+            self.tail.clear();
+            return Some(rest);
+        }
+        // Keep only what could still begin the trigger.
+        let keep = t.len().saturating_sub(1).min(self.tail.len());
+        self.tail.drain(..self.tail.len() - keep);
+        None
+    }
+
+    pub fn clear(&mut self) {
+        self.tail.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triggers_across_tokens() {
+        let mut w = TriggerWatch::default();
+        assert_eq!(w.push("</think>", b"I think </th"), None);
+        assert_eq!(
+            w.push("</think>", b"ink>\n{\"a\""),
+            Some(b"\n{\"a\"".to_vec())
+        );
+        assert_eq!(w.push("</think>", b"</think>"), Some(Vec::new()));
+        let f = Format::hermes();
+        assert_eq!(
+            Scope::answer(&f, Some(5)),
+            Some(Scope::After {
+                trigger: "</think>".into(),
+                budget: Some(5)
+            })
+        );
+        assert_eq!(
+            Scope::tool_calls(&f),
+            Some(Scope::Each {
+                open: "<tool_call>".into()
+            })
+        );
+    }
+}
