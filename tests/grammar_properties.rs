@@ -64,7 +64,8 @@ impl<'a> Rules<'a> {
 fn expr_height(e: &Expr, h: &HashMap<&str, u32>) -> Option<u32> {
     match &e.kind {
         ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any => Some(0),
-        ExprKind::Token(_) => None,
+        // Not derived at random (tested against random strings instead).
+        ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => None,
         ExprKind::RuleRef(n) => h.get(n.as_str()).map(|x| x + 1),
         ExprKind::Seq(xs) => xs
             .iter()
@@ -117,7 +118,9 @@ fn derive(e: &Expr, rules: &Rules, rng: &mut Rng, depth: u32, budget: u32, out: 
         ExprKind::Literal(cs) => out.extend(cs.iter()),
         ExprKind::Class(c) => out.push(pick_char(c, rng)),
         ExprKind::Any => out.push(SAMPLE_CHARS[rng.below(SAMPLE_CHARS.len())]),
-        ExprKind::Token(_) => unreachable!("no token references in derivable grammars"),
+        ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => {
+            unreachable!("no token references, '&' or '~' in derivable grammars")
+        }
         ExprKind::RuleRef(n) => derive(
             &rules.by_name[n.as_str()].body,
             rules,
@@ -211,6 +214,20 @@ impl<'a> Reference<'a> {
                 }
             }
             ExprKind::Group(x) => out = self.ends(x, pos),
+            // The same stretch of input in every operand's language.
+            ExprKind::And(xs) => {
+                out = self.ends(&xs[0], pos);
+                for x in &xs[1..] {
+                    let other = self.ends(x, pos);
+                    out.retain(|p| other.contains(p));
+                }
+            }
+            ExprKind::Not(x) => {
+                let excluded = self.ends(x, pos);
+                out = (pos..=self.input.len())
+                    .filter(|p| !excluded.contains(p))
+                    .collect();
+            }
             ExprKind::Repeat { inner, min, max } => {
                 let mut cur: BTreeSet<usize> = [pos].into();
                 if *min == 0 {
@@ -339,6 +356,41 @@ proptest! {
             if subj.name == "json.gbnf" && got {
                 prop_assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&m).is_ok(), "json.gbnf accepts non-JSON {:?}", String::from_utf8_lossy(&m));
             }
+        }
+    }
+}
+
+/// Grammars with intersection and complement (corral's extension), on random strings over
+/// a small alphabet.
+const COMBINED: &[&str] = &[
+    r#"root ::= "\"" ([a-z0-9-]+ & ~([0-9]+) & [a-z0-9-]{2,5}) "\"""#,
+    r#"root ::= ("k" .* & ~(.* "-" .*)) ("=" [0-9])?"#,
+    r#"root ::= (~("ab" | "a") & [ab]*) | "-""#,
+    r#"root ::= item ("," item)*
+item ::= ([a-z]+ & ~(kw)) | "0"
+kw ::= "ab" | "ba""#,
+    r#"root ::= ~"" "x""#,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn intersection_and_complement_agree_with_the_reference(
+        s in proptest::collection::vec(proptest::sample::select(b"ab0-kx=\",9".to_vec()), 0..9),
+    ) {
+        for text in COMBINED {
+            let g = compile_gbnf(text, &CompileOptions::default()).unwrap();
+            let rules_ast = gbnf::parse(text, "combined", 200).unwrap();
+            let rules = Rules::new(&rules_ast);
+            let expected = reference_accepts(&rules, rules.by_name["root"], &s);
+            prop_assert_eq!(
+                accepts(&g, &s),
+                expected,
+                "{} on {:?}",
+                text,
+                String::from_utf8_lossy(&s)
+            );
         }
     }
 }

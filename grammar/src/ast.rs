@@ -47,6 +47,11 @@ pub enum ExprKind {
     },
     /// `( ... )`.
     Group(Box<Expr>),
+    /// `a & b & ...`: strings in every operand's language (a corral extension; operands
+    /// are regular).
+    And(Vec<Expr>),
+    /// `~x`: strings not in x's language (a corral extension; x is regular).
+    Not(Box<Expr>),
 }
 
 /// A character class: inclusive code-point ranges, possibly negated.
@@ -76,10 +81,12 @@ pub enum TokenTarget {
 impl Expr {
     pub fn new(kind: ExprKind, span: Span) -> Expr {
         let depth = match &kind {
-            ExprKind::Seq(xs) | ExprKind::Alt(xs) => {
+            ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {
                 xs.iter().map(|x| x.depth).max().unwrap_or(0) + 1
             }
-            ExprKind::Repeat { inner, .. } | ExprKind::Group(inner) => inner.depth + 1,
+            ExprKind::Repeat { inner, .. } | ExprKind::Group(inner) | ExprKind::Not(inner) => {
+                inner.depth + 1
+            }
             _ => 1,
         };
         Expr { kind, span, depth }

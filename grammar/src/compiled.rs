@@ -209,18 +209,33 @@ impl GrammarBuilder {
     /// The lexeme for `hir`, compiled once per distinct regular expression.
     pub fn lexeme(&mut self, hir: &Hir, display: &str) -> Result<LexemeId, ErrorKind> {
         let key = hir.to_string();
-        if let Some(&id) = self.lexeme_index.get(&key) {
+        let nullable = hir.properties().minimum_len() == Some(0);
+        let limit = self.limits.max_lexeme_bytes;
+        self.lexeme_with(&key, display, nullable, || {
+            crate::lexeme::cached_build(&key, hir, limit)
+        })
+    }
+
+    /// The lexeme named `key` (a regex's display form, or a combination of them), its DFA
+    /// from `build` the first time.
+    pub fn lexeme_with(
+        &mut self,
+        key: &str,
+        display: &str,
+        nullable: bool,
+        build: impl FnOnce() -> Result<LexemeDfa, ErrorKind>,
+    ) -> Result<LexemeId, ErrorKind> {
+        if let Some(&id) = self.lexeme_index.get(key) {
             return Ok(id);
         }
-        let dfa = crate::lexeme::cached_build(&key, hir, self.limits.max_lexeme_bytes)?;
-        let nullable = hir.properties().minimum_len() == Some(0);
+        let dfa = build()?;
         let id = LexemeId(self.lexemes.len() as u32);
         self.lexemes.push(Lexeme {
             dfa,
             nullable,
             display: display.to_string(),
         });
-        self.lexeme_index.insert(key, id);
+        self.lexeme_index.insert(key.to_string(), id);
         Ok(id)
     }
 

@@ -70,6 +70,8 @@ pub enum ErrorKind {
         limit_name: &'static str,
         limit: usize,
     },
+    #[error("operands of '&' and '~' must be regular expressions: {0}")]
+    NotRegularOperand(String),
     #[error("cannot compile lexeme: {0}")]
     Lexeme(String),
     #[error("invalid schema at #{pointer}: {message}")]

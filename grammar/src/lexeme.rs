@@ -295,6 +295,62 @@ impl LexemeDfa {
         }
     }
 
+    /// The DFA of `a` combined with `b` (GBNF's `a & b` and `a & ~b`, corral's extension):
+    /// the product construction over pairs of states, byte classes refined to pairs of
+    /// classes, then the same pruning and minimization as [`LexemeDfa::build`].
+    /// `size_limit` bounds the table's bytes.
+    pub fn product(
+        a: &LexemeDfa,
+        b: &LexemeDfa,
+        how: Combine,
+        size_limit: usize,
+    ) -> Result<LexemeDfa, ErrorKind> {
+        let mut classes = [0u8; 256];
+        let mut class_of: FxHashMap<(u8, u8), u8> = FxHashMap::default();
+        let mut reps = Vec::new(); // one representative byte per class
+        for byte in 0..=255u8 {
+            let pair = (a.classes[byte as usize], b.classes[byte as usize]);
+            let next = class_of.len() as u8;
+            classes[byte as usize] = *class_of.entry(pair).or_insert_with(|| {
+                reps.push(byte);
+                next
+            });
+        }
+        let stride = reps.len();
+        // Product states by the pair of tagged states; 0 is dead.
+        let mut index: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut pairs = vec![(DEAD, DEAD)];
+        let mut accept = vec![false];
+        let mut intern = |sa: u32, sb: u32, pairs: &mut Vec<(u32, u32)>| -> u32 {
+            if sa == DEAD || (how == Combine::Both && sb == DEAD) {
+                return DEAD;
+            }
+            *index.entry((sa, sb)).or_insert_with(|| {
+                pairs.push((sa, sb));
+                accept.push(match how {
+                    Combine::Both => a.is_accepting(sa) && b.is_accepting(sb),
+                    Combine::FirstNotSecond => a.is_accepting(sa) && !b.is_accepting(sb),
+                });
+                (pairs.len() - 1) as u32
+            })
+        };
+        let start = intern(a.start, b.start, &mut pairs);
+        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut i = 1;
+        while i < pairs.len() {
+            let (sa, sb) = pairs[i];
+            for &byte in &reps {
+                let t = intern(a.next(sa, byte), b.next(sb, byte), &mut pairs);
+                trans.push(t);
+            }
+            if trans.len() * 4 > size_limit {
+                return Err(size_error("limit".into(), size_limit));
+            }
+            i += 1;
+        }
+        Ok(Self::from_tables(classes, stride, trans, accept, start))
+    }
+
     /// The start state; [`DEAD`] if the lexeme matches nothing.
     #[inline]
     pub fn start(&self) -> u32 {
@@ -497,6 +553,15 @@ static DFA_CACHE: Mutex<Option<DfaCache>> = Mutex::new(None);
 /// The cached DFAs by regex, and their total number of states.
 type DfaCache = (FxHashMap<String, Arc<LexemeDfa>>, usize);
 
+/// How [`LexemeDfa::product`] combines two languages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// Strings in both (`a & b`).
+    Both,
+    /// Strings in the first and not in the second (`a & ~b`).
+    FirstNotSecond,
+}
+
 /// Most DFA states the process-wide lexeme cache holds (about 16 MiB of tables).
 pub const DFA_CACHE_STATES: usize = 1 << 18;
 
@@ -507,6 +572,15 @@ pub(crate) fn cached_build(
     hir: &Hir,
     size_limit: usize,
 ) -> Result<LexemeDfa, ErrorKind> {
+    cached(key, size_limit, || LexemeDfa::build(hir, size_limit))
+}
+
+/// The DFA named `key` from the process-wide cache, or `build`'s (then cached).
+pub(crate) fn cached(
+    key: &str,
+    size_limit: usize,
+    build: impl FnOnce() -> Result<LexemeDfa, ErrorKind>,
+) -> Result<LexemeDfa, ErrorKind> {
     {
         let cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((map, _)) = cache.as_ref()
@@ -516,7 +590,7 @@ pub(crate) fn cached_build(
             return Ok((**d).clone());
         }
     }
-    let dfa = LexemeDfa::build(hir, size_limit)?;
+    let dfa = build()?;
     let mut cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let (map, states) = cache.get_or_insert_with(Default::default);
     if *states + dfa.len() > DFA_CACHE_STATES {

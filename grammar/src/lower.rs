@@ -19,6 +19,7 @@
 use crate::ast::{ClassAst, Expr, ExprKind, RuleAst};
 use crate::compiled::{Grammar, GrammarBuilder, RuleId, Sym};
 use crate::error::{ErrorKind, GrammarError, Span};
+use crate::lexeme::{Combine, LexemeDfa};
 use crate::limits::Limits;
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
 use rustc_hash::FxHashMap;
@@ -83,7 +84,8 @@ pub fn lower(
         index.insert(&r.name, i);
     }
     let mut refs: Vec<Vec<usize>> = vec![Vec::new(); rules.len()];
-    let mut has_token = vec![false; rules.len()];
+    // Rules holding token references or `&`/`~` are never inlined into lexemes.
+    let mut opaque = vec![false; rules.len()];
     for (i, r) in rules.iter().enumerate() {
         let mut undefined = None;
         visit(&r.body, &mut |e| match &e.kind {
@@ -95,7 +97,7 @@ pub fn lower(
                     }
                 }
             },
-            ExprKind::Token(_) => has_token[i] = true,
+            ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => opaque[i] = true,
             _ => {}
         });
         if let Some((name, span)) = undefined {
@@ -125,6 +127,10 @@ pub fn lower(
     // rules' expansions memoized, callees first).
     let sccs = tarjan_sccs(&refs);
     let mut regular = vec![false; rules.len()];
+    // Regular whatever the inlining policy says (what `&` and `~` operands may reference),
+    // with their sizes.
+    let mut intrinsic = vec![false; rules.len()];
+    let mut intrinsic_units = vec![1usize; rules.len()];
     let mut inline_depth = vec![0u32; rules.len()];
     let mut rule_units = vec![1usize; rules.len()];
     let mut rule_shape = vec![1usize; rules.len()];
@@ -135,16 +141,17 @@ pub fn lower(
         for &r in scc {
             let empty = |j: usize| rule_empty[j];
             if recursive
-                || has_token[r]
-                || refs[r].iter().any(|&j| !regular[j])
-                || has_big_repeat(&rules[r].body, &index, &regular, &rule_units, &empty)
+                || opaque[r]
+                || refs[r].iter().any(|&j| !intrinsic[j])
+                || has_big_repeat(&rules[r].body, &index, &intrinsic, &intrinsic_units, &empty)
             {
                 continue;
             }
             let depth =
                 rules[r].body.depth + refs[r].iter().map(|&j| inline_depth[j]).max().unwrap_or(0);
             if depth <= MAX_INLINE_DEPTH {
-                regular[r] = true;
+                intrinsic[r] = true;
+                regular[r] = refs[r].iter().all(|&j| regular[j]);
                 inline_depth[r] = depth;
             }
         }
@@ -159,6 +166,17 @@ pub fn lower(
                 limits.max_grammar_size,
             )
             .map_err(|(value, span)| err(size_limit(value, limits), span))?;
+            if intrinsic[r] {
+                intrinsic_units[r] = units(
+                    &rules[r].body,
+                    &index,
+                    &intrinsic,
+                    &intrinsic_units,
+                    &empty,
+                    usize::MAX,
+                )
+                .unwrap_or(usize::MAX);
+            }
             if regular[r] {
                 rule_empty[r] = matches_empty(&rules[r].body, &index, &empty);
                 let shape = shape_units(&rules[r].body, &index, &regular, &rule_shape);
@@ -199,6 +217,10 @@ pub fn lower(
     }
     let mut lw = Lowerer {
         text,
+        rules,
+        intrinsic: &intrinsic,
+        intrinsic_units: &intrinsic_units,
+        operand_hir: FxHashMap::default(),
         index: &index,
         regular: &regular,
         rule_units: &rule_units,
@@ -243,8 +265,12 @@ fn size_limit(value: usize, limits: &Limits) -> ErrorKind {
 fn visit(e: &Expr, f: &mut impl FnMut(&Expr)) {
     f(e);
     match &e.kind {
-        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().for_each(|x| visit(x, f)),
-        ExprKind::Repeat { inner, .. } | ExprKind::Group(inner) => visit(inner, f),
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {
+            xs.iter().for_each(|x| visit(x, f))
+        }
+        ExprKind::Repeat { inner, .. } | ExprKind::Group(inner) | ExprKind::Not(inner) => {
+            visit(inner, f)
+        }
         _ => {}
     }
 }
@@ -266,14 +292,14 @@ fn units(
             let j = index[name.as_str()];
             if regular[j] { rule_units[j] } else { 1 }
         }
-        ExprKind::Seq(xs) | ExprKind::Alt(xs) => {
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {
             let mut sum = 1usize;
             for x in xs {
                 sum = sum.saturating_add(sub(x)?);
             }
             sum
         }
-        ExprKind::Group(inner) => sub(inner)?,
+        ExprKind::Group(inner) | ExprKind::Not(inner) => sub(inner)?,
         ExprKind::Repeat { inner, min, max } => {
             let factor = match max {
                 Some(n) => (*n).max(1) as usize,
@@ -305,8 +331,8 @@ fn has_big_repeat(
 ) -> bool {
     let big = |x: &Expr| has_big_repeat(x, index, regular, rule_units, rule_empty);
     match &e.kind {
-        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().any(big),
-        ExprKind::Group(inner) => big(inner),
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => xs.iter().any(big),
+        ExprKind::Group(inner) | ExprKind::Not(inner) => big(inner),
         ExprKind::Repeat { inner, min, max } => {
             big(inner)
                 || units(inner, index, regular, rule_units, rule_empty, usize::MAX).is_ok_and(
@@ -330,7 +356,11 @@ fn matches_empty(
         ExprKind::Literal(cs) => cs.is_empty(),
         ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => false,
         ExprKind::RuleRef(name) => rule_empty(index[name.as_str()]),
-        ExprKind::Seq(xs) => xs.iter().all(|x| matches_empty(x, index, rule_empty)),
+        ExprKind::Seq(xs) | ExprKind::And(xs) => {
+            xs.iter().all(|x| matches_empty(x, index, rule_empty))
+        }
+        // Whether `~x` matches "" depends on x exactly; "may" is the safe answer here.
+        ExprKind::Not(_) => true,
         ExprKind::Alt(xs) => xs.iter().any(|x| matches_empty(x, index, rule_empty)),
         ExprKind::Group(inner) => matches_empty(inner, index, rule_empty),
         ExprKind::Repeat { inner, min, .. } => *min == 0 || matches_empty(inner, index, rule_empty),
@@ -352,11 +382,13 @@ fn shape_units(
             let j = index[name.as_str()];
             if regular[j] { rule_shape[j] } else { 1 }
         }
-        ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().fold(1usize, |sum, x| {
-            sum.saturating_add(shape_units(x, index, regular, rule_shape))
-        }),
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {
+            xs.iter().fold(1usize, |sum, x| {
+                sum.saturating_add(shape_units(x, index, regular, rule_shape))
+            })
+        }
         ExprKind::Group(inner) => shape_units(inner, index, regular, rule_shape),
-        ExprKind::Repeat { inner, .. } => {
+        ExprKind::Repeat { inner, .. } | ExprKind::Not(inner) => {
             shape_units(inner, index, regular, rule_shape).saturating_add(1)
         }
     }
@@ -372,6 +404,15 @@ fn class_hir(c: &ClassAst) -> Hir {
 
 /// The regex of a regular expression (every rule it references is regular and built).
 fn hir_of(e: &Expr, index: &FxHashMap<&str, usize>, rule_hir: &[Option<Hir>]) -> Hir {
+    hir_with(e, index, &mut |j| {
+        rule_hir[j]
+            .clone()
+            .expect("regular rules reference only regular rules, built first")
+    })
+}
+
+/// The regex of a regular expression, `rule(j)` giving the regex of rule `j`.
+fn hir_with(e: &Expr, index: &FxHashMap<&str, usize>, rule: &mut dyn FnMut(usize) -> Hir) -> Hir {
     match &e.kind {
         ExprKind::Literal(cs) => Hir::literal(cs.iter().collect::<String>().into_bytes()),
         ExprKind::Class(c) => class_hir(c),
@@ -379,21 +420,21 @@ fn hir_of(e: &Expr, index: &FxHashMap<&str, usize>, rule_hir: &[Option<Hir>]) ->
             '\0',
             char::MAX,
         )]))),
-        ExprKind::RuleRef(name) => rule_hir[index[name.as_str()]]
-            .clone()
-            .expect("regular rules reference only regular rules, built first"),
-        ExprKind::Seq(xs) => Hir::concat(xs.iter().map(|x| hir_of(x, index, rule_hir)).collect()),
+        ExprKind::RuleRef(name) => rule(index[name.as_str()]),
+        ExprKind::Seq(xs) => Hir::concat(xs.iter().map(|x| hir_with(x, index, rule)).collect()),
         ExprKind::Alt(xs) => {
-            Hir::alternation(xs.iter().map(|x| hir_of(x, index, rule_hir)).collect())
+            Hir::alternation(xs.iter().map(|x| hir_with(x, index, rule)).collect())
         }
-        ExprKind::Group(inner) => hir_of(inner, index, rule_hir),
+        ExprKind::Group(inner) => hir_with(inner, index, rule),
         ExprKind::Repeat { inner, min, max } => Hir::repetition(Repetition {
             min: *min,
             max: *max,
             greedy: true,
-            sub: Box::new(hir_of(inner, index, rule_hir)),
+            sub: Box::new(hir_with(inner, index, rule)),
         }),
-        ExprKind::Token(_) => unreachable!("token references are never regular"),
+        ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => {
+            unreachable!("token references, '&' and '~' are never regular")
+        }
     }
 }
 
@@ -401,6 +442,12 @@ type LowerResult<T> = Result<T, (ErrorKind, Span)>;
 
 struct Lowerer<'a> {
     text: &'a str,
+    rules: &'a [RuleAst],
+    intrinsic: &'a [bool],
+    intrinsic_units: &'a [usize],
+    /// Regexes of intrinsically regular rules that `&`/`~` operands reference (built on
+    /// demand: most such rules are never operands).
+    operand_hir: FxHashMap<usize, Hir>,
     index: &'a FxHashMap<&'a str, usize>,
     regular: &'a [bool],
     rule_units: &'a [usize],
@@ -416,7 +463,7 @@ impl Lowerer<'_> {
     fn is_regular(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any => true,
-            ExprKind::Token(_) => false,
+            ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => false,
             ExprKind::RuleRef(name) => self.regular[self.index[name.as_str()]],
             ExprKind::Seq(xs) | ExprKind::Alt(xs) => xs.iter().all(|x| self.is_regular(x)),
             ExprKind::Group(inner) => self.is_regular(inner),
@@ -676,6 +723,135 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The automaton of `&`/`~` expression `e` (a lexeme of its own): operands are regular
+    /// expressions, or `&`/`~` expressions themselves. Each step is cached process-wide by
+    /// its key.
+    fn combined(&mut self, e: &Expr) -> LowerResult<Combined> {
+        let limit = self.b.limits().max_lexeme_bytes;
+        let product = |a: Combined, b: Combined, how: Combine| -> LowerResult<Combined> {
+            let key = match how {
+                Combine::Both => format!("(?:{})&(?:{})", a.key, b.key),
+                Combine::FirstNotSecond => format!("(?:{})&~(?:{})", a.key, b.key),
+            };
+            let dfa = crate::lexeme::cached(&key, limit, || {
+                LexemeDfa::product(&a.dfa, &b.dfa, how, limit)
+            })
+            .map_err(|k| (k, e.span))?;
+            let nullable = match how {
+                Combine::Both => a.nullable && b.nullable,
+                Combine::FirstNotSecond => a.nullable && !b.nullable,
+            };
+            Ok(Combined { key, nullable, dfa })
+        };
+        match &e.kind {
+            ExprKind::Group(inner) => self.combined(inner),
+            ExprKind::Not(inner) => {
+                let any = self.leaf(&any_string(), e.span)?;
+                let x = self.combined(inner)?;
+                product(any, x, Combine::FirstNotSecond)
+            }
+            ExprKind::And(xs) => {
+                let mut positive = Vec::new();
+                let mut negative = Vec::new();
+                for x in xs {
+                    match &ungroup(x).kind {
+                        ExprKind::Not(y) => negative.push(&**y),
+                        _ => positive.push(x),
+                    }
+                }
+                let mut acc = match positive.first() {
+                    Some(first) => self.combined(first)?,
+                    None => self.leaf(&any_string(), e.span)?,
+                };
+                for x in positive.iter().skip(1) {
+                    let b = self.combined(x)?;
+                    acc = product(acc, b, Combine::Both)?;
+                }
+                for y in negative {
+                    let b = self.combined(y)?;
+                    acc = product(acc, b, Combine::FirstNotSecond)?;
+                }
+                Ok(acc)
+            }
+            _ => {
+                let hir = self.operand_hir(e)?;
+                self.leaf(&hir, e.span)
+            }
+        }
+    }
+
+    fn leaf(&mut self, hir: &Hir, span: Span) -> LowerResult<Combined> {
+        let key = hir.to_string();
+        let limit = self.b.limits().max_lexeme_bytes;
+        let dfa = crate::lexeme::cached_build(&key, hir, limit).map_err(|k| (k, span))?;
+        Ok(Combined {
+            key,
+            nullable: hir.properties().minimum_len() == Some(0),
+            dfa,
+        })
+    }
+
+    /// The regex of an operand of `&` or `~`: a regular expression (no recursion, token
+    /// references, or `&`/`~` inside a sequence), within the size limit.
+    fn operand_hir(&mut self, e: &Expr) -> LowerResult<Hir> {
+        let mut bad = None;
+        visit(e, &mut |x| match &x.kind {
+            ExprKind::RuleRef(name) if !self.intrinsic[self.index[name.as_str()]] => {
+                bad.get_or_insert((format!("rule '{name}' is not regular"), x.span));
+            }
+            ExprKind::Token(_) => {
+                bad.get_or_insert(("a token reference is not a string".into(), x.span));
+            }
+            ExprKind::And(_) | ExprKind::Not(_) => {
+                bad.get_or_insert((
+                    "'&' and '~' may not appear inside a sequence, alternative or repetition of an operand".into(),
+                    x.span,
+                ));
+            }
+            _ => {}
+        });
+        if let Some((why, span)) = bad {
+            return Err((ErrorKind::NotRegularOperand(why), span));
+        }
+        let limit = self.b.limits().max_grammar_size;
+        let empty = |_: usize| true;
+        units(
+            e,
+            self.index,
+            self.intrinsic,
+            self.intrinsic_units,
+            &empty,
+            limit,
+        )
+        .map_err(|(value, span)| {
+            (
+                ErrorKind::Limit {
+                    what: "the expansion of this operand (repetitions multiplied out)".into(),
+                    value,
+                    limit_name: "max_grammar_size",
+                    limit,
+                },
+                span,
+            )
+        })?;
+        let index = self.index;
+        Ok(hir_with(e, index, &mut |j| self.rule_regex(j)))
+    }
+
+    /// The regex of intrinsically regular rule `j`.
+    fn rule_regex(&mut self, j: usize) -> Hir {
+        if let Some(h) = &self.rule_hir[j] {
+            return h.clone();
+        }
+        if let Some(h) = self.operand_hir.get(&j) {
+            return h.clone();
+        }
+        let (rules, index) = (self.rules, self.index);
+        let h = hir_with(&rules[j].body, index, &mut |k| self.rule_regex(k));
+        self.operand_hir.insert(j, h.clone());
+        h
+    }
+
     /// One symbol standing for `e`: the rule or token itself, or a new anonymous rule.
     fn symbol_for(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<Sym> {
         match &e.kind {
@@ -683,6 +859,15 @@ impl Lowerer<'_> {
                 self.rule_ids[self.index[name.as_str()]].expect("reachable rule has an id"),
             )),
             ExprKind::Token(t) => Ok(Sym::Token(self.b.token_ref(t))),
+            ExprKind::And(_) | ExprKind::Not(_) => {
+                let c = self.combined(e)?;
+                let display = display_source(&self.text[e.span.start..e.span.end]);
+                let id = self
+                    .b
+                    .lexeme_with(&c.key, &display, c.nullable, || Ok(c.dfa))
+                    .map_err(|k| (k, e.span))?;
+                Ok(Sym::Lexeme(id))
+            }
             ExprKind::Group(inner) => self.symbol_for(lhs, inner),
             _ => {
                 let r = self.anon_rule(lhs);
@@ -690,6 +875,33 @@ impl Lowerer<'_> {
                 Ok(Sym::Rule(r))
             }
         }
+    }
+}
+
+/// A lexeme's automaton built from `&`/`~`, with the key that names it in caches.
+struct Combined {
+    key: String,
+    nullable: bool,
+    dfa: LexemeDfa,
+}
+
+/// `.*`: every string (the base of a complement).
+fn any_string() -> Hir {
+    Hir::repetition(Repetition {
+        min: 0,
+        max: None,
+        greedy: true,
+        sub: Box::new(Hir::class(Class::Unicode(ClassUnicode::new([
+            ClassUnicodeRange::new('\0', char::MAX),
+        ])))),
+    })
+}
+
+/// `e` without enclosing groups.
+fn ungroup(e: &Expr) -> &Expr {
+    match &e.kind {
+        ExprKind::Group(inner) => ungroup(inner),
+        _ => e,
     }
 }
 

@@ -98,6 +98,12 @@ pub fn run(dir: &Path, o: &Options) -> Report {
             let t0 = Instant::now();
             let compiled = compile_json_schema(&text, &opts);
             t.warm_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            if verbose && t.warm_ms[t.warm_ms.len() - 1] > 100.0 {
+                println!(
+                    "slow {coll}/{file}: {:.0} ms",
+                    t.warm_ms[t.warm_ms.len() - 1]
+                );
+            }
             let c = match compiled {
                 Err(e) => {
                     if verbose {

@@ -26,6 +26,10 @@ pub enum Tok<'a> {
     Repeat(u32, Option<u32>),
     Token(TokenAst),
     Newline,
+    /// `&`: intersection (a corral extension).
+    Amp,
+    /// `~`: complement (a corral extension).
+    Tilde,
 }
 
 /// A lexing error (also the parser's user error type).
@@ -388,6 +392,14 @@ impl<'a> Lexer<'a> {
                     self.pos += 1;
                     Ok(Tok::Dot)
                 }
+                '&' => {
+                    self.pos += 1;
+                    Ok(Tok::Amp)
+                }
+                '~' => {
+                    self.pos += 1;
+                    Ok(Tok::Tilde)
+                }
                 '*' => {
                     self.pos += 1;
                     Ok(Tok::Star)
@@ -427,7 +439,10 @@ impl<'a> Lexer<'a> {
                 }
             };
             Some(tok.map(|t| {
-                self.newline_significant = !matches!(t, Tok::Pipe | Tok::Define | Tok::LParen);
+                self.newline_significant = !matches!(
+                    t,
+                    Tok::Pipe | Tok::Define | Tok::LParen | Tok::Amp | Tok::Tilde
+                );
                 (start, t, self.pos)
             }))
         }

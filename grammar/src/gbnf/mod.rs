@@ -64,6 +64,8 @@ fn describe(tok: &Tok<'_>) -> String {
         Tok::Repeat(..) => "a repetition '{m,n}'".into(),
         Tok::Token(_) => "a token reference".into(),
         Tok::Newline => "end of line".into(),
+        Tok::Amp => "'&'".into(),
+        Tok::Tilde => "'~'".into(),
     }
 }
 
@@ -75,6 +77,9 @@ fn expected_list(expected: &[String]) -> String {
             "name" => "a rule name",
             "::=" => "'::='",
             "|" => "'|'",
+            // The extension is not suggested (llama.cpp grammars do not use it).
+            "&" => "",
+            "~" => "an expression",
             "(" => "'('",
             ")" => "')'",
             "literal" | "class" | "." | "token" => "an expression",
@@ -82,6 +87,7 @@ fn expected_list(expected: &[String]) -> String {
             "newline" => "end of line",
             other => other,
         })
+        .filter(|n| !n.is_empty())
         .collect();
     names.sort_unstable();
     names.dedup();

@@ -2,7 +2,7 @@
 //! follow it: [`Compiler::value`] is the entry for any subschema and returns a GBNF
 //! expression (usually a rule name) or `None` when no value is valid.
 
-use super::gbnf::{EPSILON, alt, from_hir, lit, opt, repeat, seq};
+use super::gbnf::{EPSILON, alt, and, from_hir, lit, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
 use super::pattern::{Spelling, any_char, ecma_to_hir, json_encode, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
@@ -16,6 +16,10 @@ use serde_json::{Map, Value};
 /// their callers' lexemes; larger ones (strings, numbers, objects) stay rules with lexemes of
 /// their own, shared by every use. See [`crate::lower::lower`].
 pub(crate) const INLINE_UNITS: usize = 16;
+
+/// Most states (estimated before JSON encoding) of an intersection of a string's pattern,
+/// format and length; larger ones are refused (lenient: deferred) rather than built.
+const MAX_PRODUCT_STATES: usize = 20_000;
 
 /// Deepest nesting of subschemas followed while compiling (reference chains, merges).
 const MAX_DEPTH: u32 = 256;
@@ -1169,52 +1173,77 @@ impl<'a> Compiler<'a> {
                 )?,
             }
         }
-        let content = match (pattern, format) {
-            (Some(p), Some(_)) => {
-                self.unsupported(
-                    "format",
-                    ptr,
-                    "a format and a pattern on one string need an automaton intersection",
-                )?;
-                Some(p)
+        let to_u32 =
+            |x: u64| u32::try_from(x).map_err(|_| invalid(ptr, "string length bound too large"));
+        let length = || -> Res<Hir> {
+            Ok(Hir::repetition(Repetition {
+                min: to_u32(min)?,
+                max: max.map(to_u32).transpose()?,
+                greedy: true,
+                sub: Box::new(any_char()),
+            }))
+        };
+        // What the string's characters must match: each of these (more than one: an
+        // intersection of automata, GBNF's `&`).
+        let mut parts: Vec<Hir> = pattern.into_iter().chain(format).collect();
+        let bounded = min > 0 || max.is_some();
+        // The states of a length counter, if the length is a part of its own.
+        let mut counter = 1usize;
+        match parts.as_mut_slice() {
+            [] if !bounded => return Ok(Some(self.json_string())),
+            [] => parts.push(length()?),
+            _ if !bounded => {}
+            [one] => match restrict_length(one, min, max) {
+                Ok(Some(h)) => *one = h,
+                Ok(None) => return Ok(None),
+                Err(()) => counter = max.unwrap_or(min).saturating_add(1) as usize,
+            },
+            _ => counter = max.unwrap_or(min).saturating_add(1) as usize,
+        }
+        if parts.len() > 1 || counter > 1 {
+            // The product automaton has at most the product of the parts' states: refuse
+            // (or, lenient, defer) one too large to build.
+            let states = parts.iter().try_fold(counter, |acc, h| {
+                LexemeDfa::build(h, self.opts.limits.max_lexeme_bytes)
+                    .ok()
+                    .map(|d| acc.saturating_mul(d.len().max(1)))
+            });
+            if counter > 1 {
+                parts.push(length()?);
             }
-            (p, f) => p.or(f),
-        };
-        let content =
-            match content {
-                None if min == 0 && max.is_none() => return Ok(Some(self.json_string())),
-                None => {
-                    let to_u32 = |x: u64| {
-                        u32::try_from(x).map_err(|_| invalid(ptr, "string length bound too large"))
-                    };
-                    Hir::repetition(Repetition {
-                        min: to_u32(min)?,
-                        max: max.map(to_u32).transpose()?,
-                        greedy: true,
-                        sub: Box::new(any_char()),
-                    })
-                }
-                Some(h) if min == 0 && max.is_none() => h,
-                Some(h) => match restrict_length(&h, min, max) {
-                    Ok(Some(h)) => h,
-                    Ok(None) => return Ok(None),
-                    Err(()) => {
-                        self.unsupported(
-                        if max.is_some() { "maxLength" } else { "minLength" },
-                        ptr,
-                        "a length bound on this pattern or format needs an automaton intersection",
-                    )?;
-                        h
+            if states.is_none_or(|s| s > MAX_PRODUCT_STATES) {
+                let keyword = match (bounded, parts.len()) {
+                    (true, _) => {
+                        if max.is_some() {
+                            "maxLength"
+                        } else {
+                            "minLength"
+                        }
                     }
-                },
+                    _ => "format",
+                };
+                self.unsupported(
+                    keyword,
+                    ptr,
+                    &format!(
+                        "the intersection of this string's pattern, format and length has more than {MAX_PRODUCT_STATES} automaton states"
+                    ),
+                )?;
+                parts.truncate(1);
+            }
+        }
+        let mut operands = Vec::with_capacity(parts.len());
+        for h in &parts {
+            let Some(body) = from_hir(&json_encode(h, Spelling::Any)) else {
+                return Ok(None);
             };
-        let Some(body) = from_hir(&json_encode(&content, Spelling::Any)) else {
-            return Ok(None);
+            operands.push(seq(&[lit("\""), body, lit("\"")]));
+        }
+        let body = match operands.as_slice() {
+            [one] => one.clone(),
+            _ => and(&operands),
         };
-        Ok(Some(self.rule(
-            &format!("{hint}-string"),
-            seq(&[lit("\""), body, lit("\"")]),
-        )))
+        Ok(Some(self.rule(&format!("{hint}-string"), body)))
     }
 
     // ---- arrays -------------------------------------------------------------------------
@@ -1502,45 +1531,45 @@ impl<'a> Compiler<'a> {
         let member = |key: String, val: String, ws: &str| {
             seq(&[key, ws.to_string(), lit(":"), ws.to_string(), val])
         };
-        if pats.is_empty() || !ap_false {
-            if ap_false {
-                return Ok(None);
-            }
-            if !pats.is_empty() {
-                self.unsupported(
-                    "patternProperties",
-                    ptr,
-                    "patternProperties beside additional properties need the complement of the patterns",
-                )?;
-            }
+        let mut alts = Vec::new();
+        // Additional properties: keys that are neither named nor match a pattern.
+        if !ap_false {
             let ap_schema = ap.cloned().unwrap_or(Value::Bool(true));
-            let ap_schema = if pats.is_empty() {
-                ap_schema
-            } else {
-                Value::Bool(true)
-            };
-            let Some(val) = self.value(
+            if let Some(val) = self.value(
                 &ap_schema,
                 &child(ptr, "additionalProperties"),
                 &format!("{hint}-extra"),
-            )?
-            else {
-                return Ok(None);
-            };
-            let key = if names.is_empty() {
-                self.json_string()
-            } else {
-                let body = from_hir(&json_encode(&not_in(names), Spelling::Plain))
-                    .expect("the complement of a finite set is not empty");
-                self.rule(
-                    &format!("{hint}-other-key"),
-                    seq(&[lit("\""), body, lit("\"")]),
-                )
-            };
-            return Ok(Some(member(key, val, &ws)));
+            )? {
+                let mut patterns = Vec::new();
+                for (p, _) in pats {
+                    match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+                        Ok(h) => patterns.push(h),
+                        // Refused below, with the pattern's own members.
+                        Err(_) => continue,
+                    }
+                }
+                let key = if names.is_empty() && patterns.is_empty() {
+                    self.json_string()
+                } else {
+                    let body = from_hir(&json_encode(&not_in(names), Spelling::Plain))
+                        .expect("the complement of a finite set is not empty");
+                    let key = seq(&[lit("\""), body, lit("\"")]);
+                    let key =
+                        match from_hir(&json_encode(&Hir::alternation(patterns), Spelling::Any)) {
+                            // Not matching any pattern, however its characters are escaped.
+                            Some(p) => and(&[key, not(&seq(&[lit("\""), p, lit("\"")]))]),
+                            None => key,
+                        };
+                    self.rule(&format!("{hint}-other-key"), key)
+                };
+                alts.push(member(key, val, &ws));
+            }
         }
-        // Only keys matching a pattern, besides the named ones.
-        let mut alts = Vec::new();
+        // Keys matching a pattern, besides the named ones. (Every pattern's automaton
+        // first: the checks below compare them.)
+        for (p, _) in pats {
+            self.pattern_dfa(p, ptr)?;
+        }
         for (i, (p, s)) in pats.iter().enumerate() {
             let hir = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
                 Ok(h) => h,
@@ -1549,18 +1578,14 @@ impl<'a> Compiler<'a> {
                     continue;
                 }
             };
-            if names.iter().any(|n| {
+            // A named property matching the pattern is written as the named one (its schema
+            // merged with the pattern's): the pattern's keys leave it out.
+            let shadows_a_name = names.iter().any(|n| {
                 self.pattern_dfas
                     .get(p)
                     .and_then(|d| d.as_ref())
                     .is_some_and(|d| d.matches(n.as_bytes()))
-            }) {
-                self.unsupported(
-                    "patternProperties",
-                    ptr,
-                    &format!("pattern '{p}' also matches a named property (the difference needs an automaton)"),
-                )?;
-            }
+            });
             for (q, _) in &pats[i + 1..] {
                 let (Some(Some(a)), Some(Some(b))) =
                     (self.pattern_dfas.get(p), self.pattern_dfas.get(q))
@@ -1582,10 +1607,13 @@ impl<'a> Compiler<'a> {
             let Some(body) = from_hir(&json_encode(&hir, Spelling::Plain)) else {
                 continue;
             };
-            let key = self.rule(
-                &format!("{hint}-pattern-key"),
-                seq(&[lit("\""), body, lit("\"")]),
-            );
+            let mut key = seq(&[lit("\""), body, lit("\"")]);
+            if shadows_a_name {
+                let others = from_hir(&json_encode(&not_in(names), Spelling::Plain))
+                    .expect("the complement of a finite set is not empty");
+                key = and(&[key, seq(&[lit("\""), others, lit("\"")])]);
+            }
+            let key = self.rule(&format!("{hint}-pattern-key"), key);
             alts.push(member(key, val, &ws));
         }
         Ok(alt(alts))
@@ -2378,6 +2406,46 @@ mod tests {
             &[r#"{}"#, r#"{"x-a":1,"x-b":2}"#],
             &[r#"{"y":1}"#, r#"{"x-a":"s"}"#],
         );
+        // Additional properties beside patterns: keys that match neither a name nor a
+        // pattern (however escaped) take the additional schema.
+        check(
+            r#"{"type":"object","properties":{"id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":{"type":"string"}}"#,
+            &[
+                r#"{"id":1,"x-a":2,"y":"s"}"#,
+                r#"{"x":"s","x-":3}"#,
+                r#"{"id":1}"#,
+            ],
+            &[
+                r#"{"x-a":"s"}"#,
+                r#"{"y":1}"#,
+                r#"{"id":"s"}"#,
+                r#"{"\u0078-a":"s"}"#,
+            ],
+        );
+        check(
+            r#"{"type":"object","patternProperties":{"^[0-9]+$":{"type":"boolean"}}}"#,
+            &[r#"{"12":true,"a":[1]}"#, r#"{"1a":null}"#],
+            &[r#"{"12":1}"#],
+        );
+        // Overlapping patterns: a key matching both needs both schemas (refused).
+        assert!(
+            compile_json_schema(
+                r#"{"type":"object","patternProperties":{"a*":{"type":"integer"},"aaa*":{"maximum":20}}}"#,
+                &JsonSchemaOptions::default()
+            )
+            .is_err()
+        );
+        // A named property that matches a pattern takes both schemas, and only once.
+        check(
+            r#"{"type":"object","properties":{"a":{"type":"integer"}},"patternProperties":{"^[a-z]$":{"minimum":0}},"additionalProperties":false}"#,
+            &[r#"{"a":1,"b":2}"#, r#"{"b":0}"#],
+            &[
+                r#"{"a":-1}"#,
+                r#"{"b":-1}"#,
+                r#"{"a":1,"a":2}"#,
+                r#"{"b":1,"a":1}"#,
+            ],
+        );
     }
 
     #[test]
@@ -2456,6 +2524,28 @@ mod tests {
             r#"{"type":"string","pattern":"b"}"#,
             &[r#""abc""#, r#""b""#],
             &[r#""ac""#],
+        );
+        // Intersections: a pattern whose length no single repetition carries, a format with
+        // a pattern.
+        check(
+            r#"{"type":"string","pattern":"[0-9a-f]+","minLength":4,"maxLength":4}"#,
+            &[r#""zz0z""#, r#""beef""#, r#""AAaA""#],
+            &[r#""zzzz""#, r#""beefs""#, r#""abc""#],
+        );
+        check(
+            r#"{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","maxLength":5}"#,
+            &[r#""ab-cd""#, r#""abcde""#, r#""a""#],
+            &[r#""ab-cde""#, r#""ab-""#, r#""abcdef""#],
+        );
+        check(
+            r#"{"type":"string","format":"date","pattern":"^2024-"}"#,
+            &[r#""2024-02-29""#],
+            &[r#""2023-02-28""#, r#""2024-02-30""#, r#""2024-""#],
+        );
+        check(
+            r#"{"type":"string","format":"email","maxLength":8}"#,
+            &[r#""a@b.com""#],
+            &[r#""ab@cd.com""#, r#""abcdefgh""#],
         );
     }
 

@@ -120,6 +120,20 @@ pub(crate) fn repeat(x: &str, min: u32, max: Option<u32>) -> String {
     }
 }
 
+/// `a & b & ...`: strings of every operand (corral's GBNF extension; operands regular).
+pub(crate) fn and(parts: &[String]) -> String {
+    parts
+        .iter()
+        .map(|p| group(p))
+        .collect::<Vec<_>>()
+        .join(" & ")
+}
+
+/// `~x`: strings not of `x` (corral's GBNF extension; `x` regular).
+pub(crate) fn not(x: &str) -> String {
+    format!("~{}", group(x))
+}
+
 /// `x` as one item (parenthesized unless it already is one).
 pub(crate) fn group(x: &str) -> String {
     if is_atom(x) {

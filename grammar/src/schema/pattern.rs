@@ -327,9 +327,16 @@ fn has_look(h: &Hir) -> bool {
 fn anchor(h: Hir) -> Result<Hir, String> {
     let inner_look = || "anchors (^ $) are supported only at the ends of the pattern".to_string();
     match h.kind() {
-        HirKind::Alternation(xs) => {
-            let xs: Result<Vec<Hir>, String> = xs.iter().cloned().map(anchor).collect();
-            Ok(Hir::alternation(xs?))
+        HirKind::Alternation(xs) if has_look(&h) => {
+            // The unanchored alternatives share one `.*( | ).*` (a copy of `.*` after each
+            // would make the automaton's subset construction exponential in their number).
+            let (free, anchored): (Vec<Hir>, Vec<Hir>) =
+                xs.iter().cloned().partition(|x| !has_look(x));
+            let mut out: Vec<Hir> = anchored.into_iter().map(anchor).collect::<Result<_, _>>()?;
+            if !free.is_empty() {
+                out.push(anchor(Hir::alternation(free))?);
+            }
+            Ok(Hir::alternation(out))
         }
         HirKind::Capture(c) if has_look(&c.sub) => anchor((*c.sub).clone()),
         HirKind::Look(Look::Start | Look::End) => Ok(any_string()),
