@@ -1532,22 +1532,27 @@ impl<'a> Compiler<'a> {
             seq(&[key, ws.to_string(), lit(":"), ws.to_string(), val])
         };
         let mut alts = Vec::new();
-        // Additional properties: keys that are neither named nor match a pattern.
-        if !ap_false {
-            let ap_schema = ap.cloned().unwrap_or(Value::Bool(true));
+        // Additional properties: keys that are neither named nor match a pattern. A pattern
+        // refused (below, with its own members; lenient: deferred) leaves its keys here,
+        // with any value, so that the grammar still accepts every valid object.
+        let mut patterns = Vec::new();
+        let mut refused = false;
+        for (p, _) in pats {
+            match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+                Ok(h) => patterns.push(h),
+                Err(_) => refused = true,
+            }
+        }
+        if !ap_false || refused {
+            let ap_schema = match ap {
+                Some(s) if !refused => s.clone(),
+                _ => Value::Bool(true),
+            };
             if let Some(val) = self.value(
                 &ap_schema,
                 &child(ptr, "additionalProperties"),
                 &format!("{hint}-extra"),
             )? {
-                let mut patterns = Vec::new();
-                for (p, _) in pats {
-                    match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
-                        Ok(h) => patterns.push(h),
-                        // Refused below, with the pattern's own members.
-                        Err(_) => continue,
-                    }
-                }
                 let key = if names.is_empty() && patterns.is_empty() {
                     self.json_string()
                 } else {
@@ -2636,6 +2641,21 @@ mod tests {
         let c = compile_json_schema(r#"{"type":"array","uniqueItems":true}"#, &lenient).unwrap();
         assert_eq!(c.deferred.len(), 1);
         assert_eq!(c.deferred[0].keyword, "uniqueItems");
+        // A pattern property deferred: its keys are still accepted (the grammar a superset).
+        let c = compile_json_schema(
+            r#"{"type":"object","patternProperties":{"^(?!x)a":{"type":"integer"}},"additionalProperties":false}"#,
+            &lenient,
+        )
+        .unwrap();
+        assert_eq!(c.deferred[0].keyword, "patternProperties");
+        for ok in [r#"{"ab":1}"#, r#"{}"#] {
+            assert_eq!(
+                match_bytes(&c.grammar, ok.as_bytes()).unwrap(),
+                MatchOutcome::Accepted,
+                "{ok}\n{}",
+                c.gbnf
+            );
+        }
         let e = compile_json_schema(
             r#"{"oneOf":[{"type":"integer"},{"minimum":0}]}"#,
             &JsonSchemaOptions::default(),
