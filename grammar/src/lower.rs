@@ -166,7 +166,11 @@ pub fn lower(
                 limits.max_grammar_size,
             )
             .map_err(|(value, span)| err(size_limit(value, limits), span))?;
-            if intrinsic[r] {
+            // A regular rule's references are all regular: the same count. Only rules that
+            // reference demoted ones are counted again.
+            if regular[r] {
+                intrinsic_units[r] = u;
+            } else if intrinsic[r] {
                 intrinsic_units[r] = units(
                     &rules[r].body,
                     &index,

@@ -84,6 +84,20 @@ fn invalid(ptr: &str, message: impl Into<String>) -> Fail {
     )
 }
 
+/// A count keyword (`minLength`, `maxItems`, ...): a non-negative integer, if present.
+fn count(m: &Map<String, Value>, ptr: &str, key: &str) -> Res<Option<u64>> {
+    m.get(key)
+        .map(|v| {
+            v.as_u64().ok_or_else(|| {
+                invalid(
+                    &child(ptr, key),
+                    format!("{key} must be a non-negative integer"),
+                )
+            })
+        })
+        .transpose()
+}
+
 fn child(ptr: &str, token: &str) -> String {
     format!("{ptr}/{}", token.replace('~', "~0").replace('/', "~1"))
 }
@@ -1128,24 +1142,8 @@ impl<'a> Compiler<'a> {
     // ---- strings ------------------------------------------------------------------------
 
     fn string(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<String>> {
-        let min = match m.get("minLength") {
-            None => 0,
-            Some(v) => v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "minLength"),
-                    "minLength must be a non-negative integer",
-                )
-            })?,
-        };
-        let max = match m.get("maxLength") {
-            None => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "maxLength"),
-                    "maxLength must be a non-negative integer",
-                )
-            })?),
-        };
+        let min = count(m, ptr, "minLength")?.unwrap_or(0);
+        let max = count(m, ptr, "maxLength")?;
         let mut pattern = None;
         if let Some(p) = m.get("pattern") {
             let p = p
@@ -1204,7 +1202,7 @@ impl<'a> Compiler<'a> {
             // The product automaton has at most the product of the parts' states: refuse
             // (or, lenient, defer) one too large to build.
             let states = parts.iter().try_fold(counter, |acc, h| {
-                LexemeDfa::build(h, self.opts.limits.max_lexeme_bytes)
+                crate::lexeme::cached_build(&h.to_string(), h, self.opts.limits.max_lexeme_bytes)
                     .ok()
                     .map(|d| acc.saturating_mul(d.len().max(1)))
             });
@@ -1249,24 +1247,8 @@ impl<'a> Compiler<'a> {
     // ---- arrays -------------------------------------------------------------------------
 
     fn array(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<String>> {
-        let lo = match m.get("minItems") {
-            None => 0,
-            Some(v) => v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "minItems"),
-                    "minItems must be a non-negative integer",
-                )
-            })?,
-        };
-        let mut hi = match m.get("maxItems") {
-            None => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "maxItems"),
-                    "maxItems must be a non-negative integer",
-                )
-            })?),
-        };
+        let lo = count(m, ptr, "minItems")?.unwrap_or(0);
+        let mut hi = count(m, ptr, "maxItems")?;
         let true_schema = Value::Bool(true);
         let (prefix, prefix_key, rest, rest_key): (&[Value], &str, &Value, &str) =
             match (m.get("prefixItems"), m.get("items")) {
@@ -1403,24 +1385,8 @@ impl<'a> Compiler<'a> {
                 ));
             }
         };
-        let min_p = match m.get("minProperties") {
-            None => 0,
-            Some(v) => v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "minProperties"),
-                    "minProperties must be a non-negative integer",
-                )
-            })?,
-        };
-        let max_p = match m.get("maxProperties") {
-            None => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                invalid(
-                    &child(ptr, "maxProperties"),
-                    "maxProperties must be a non-negative integer",
-                )
-            })?),
-        };
+        let min_p = count(m, ptr, "minProperties")?.unwrap_or(0);
+        let max_p = count(m, ptr, "maxProperties")?;
         // Named properties: `properties` in order, then required names not listed there.
         let mut named: Vec<(String, Value, String, bool)> = Vec::new();
         for (k, v) in &props {

@@ -75,6 +75,13 @@ impl Scan<'_> {
             }
         }
     }
+
+    /// Skips a value and the comma after it (`None`: no next member or element).
+    fn skip_to_next(&mut self) -> Option<()> {
+        self.value()?;
+        self.ws();
+        (self.b.get(self.i) == Some(&b',')).then(|| self.i += 1)
+    }
 }
 
 fn unescape(token: &str) -> String {
@@ -115,13 +122,7 @@ pub(crate) fn locate(text: &str, pointer: &str) -> Span {
                         span = Span::new(key_start, key_end);
                         break;
                     }
-                    if s.value().is_none() {
-                        return span;
-                    }
-                    s.ws();
-                    if s.b.get(s.i) == Some(&b',') {
-                        s.i += 1;
-                    } else {
+                    if s.skip_to_next().is_none() {
                         return span;
                     }
                 }
@@ -132,13 +133,7 @@ pub(crate) fn locate(text: &str, pointer: &str) -> Span {
                 };
                 s.i += 1;
                 for _ in 0..n {
-                    if s.value().is_none() {
-                        return span;
-                    }
-                    s.ws();
-                    if s.b.get(s.i) == Some(&b',') {
-                        s.i += 1;
-                    } else {
+                    if s.skip_to_next().is_none() {
                         return span;
                     }
                 }
