@@ -86,3 +86,89 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<u32>]) -> ReplayReport {
     report.eos_allowed_at_end &= completed > 0;
     report
 }
+
+/// The mask by brute force: every token is stepped on a fork of `a` (and so rolled back),
+/// EOS and stop tokens are allowed exactly when the output is complete. Independent of the
+/// mask computation (no caches, no trie walk): what [`RobustConstrainedAdapter::compute_mask`]
+/// must equal. Runs in parallel over the vocabulary.
+pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSet {
+    use rayon::prelude::*;
+    let space = a.constraint().space().clone();
+    let width = space.width();
+    const CHUNK: usize = 4096;
+    let parts: Vec<Vec<u32>> = (0..width.div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|chunk| {
+            let mut fork = a.fork();
+            let mut allowed = Vec::new();
+            for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(width) {
+                let t = t as u32;
+                if space.eos().contains(&t) {
+                    if a.is_accepting() && !a.is_finished() {
+                        allowed.push(t);
+                    }
+                    continue;
+                }
+                if fork.step_with_token(t).is_ok() {
+                    allowed.push(t);
+                    fork.rollback(1).expect("rollback after a step");
+                }
+            }
+            allowed
+        })
+        .collect();
+    let mut mask = corral_trie::FixedBitSet::with_capacity(width);
+    parts
+        .iter()
+        .flatten()
+        .for_each(|&t| mask.insert(t as usize));
+    mask
+}
+
+/// Where a computed mask and the brute-force mask first differed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaskMismatch {
+    /// Tokens consumed before the step.
+    pub step: usize,
+    /// The output before the step (lossy UTF-8).
+    pub output: String,
+    /// Allowed by the mask, refused by brute force (at most 10 shown).
+    pub extra: Vec<u32>,
+    /// Refused by the mask, allowed by brute force (at most 10 shown).
+    pub missing: Vec<u32>,
+    /// Or the mask computation failed (or a token of `tokens` was refused).
+    pub error: Option<String>,
+}
+
+/// Replays `tokens` through a fresh adapter of `c`, comparing the computed mask with
+/// [`brute_force_mask`] before every token and at the end. Returns the number of masks
+/// checked.
+pub fn check_masks_exact(c: &Arc<Constraint>, tokens: &[u32]) -> Result<usize, MaskMismatch> {
+    let mut a = RobustConstrainedAdapter::new(c.clone());
+    let mut mask = a.new_mask();
+    let fail = |a: &RobustConstrainedAdapter, error: String| MaskMismatch {
+        step: a.tokens_consumed(),
+        output: String::from_utf8_lossy(a.output()).into_owned(),
+        extra: Vec::new(),
+        missing: Vec::new(),
+        error: Some(error),
+    };
+    for i in 0..=tokens.len() {
+        a.compute_mask(&mut mask)
+            .map_err(|e| fail(&a, e.to_string()))?;
+        let brute = brute_force_mask(&a);
+        if mask != brute {
+            return Err(MaskMismatch {
+                step: i,
+                output: String::from_utf8_lossy(a.output()).into_owned(),
+                extra: mask.difference(&brute).take(10).map(|t| t as u32).collect(),
+                missing: brute.difference(&mask).take(10).map(|t| t as u32).collect(),
+                error: None,
+            });
+        }
+        if let Some(&t) = tokens.get(i) {
+            a.step_with_token(t).map_err(|e| fail(&a, e.to_string()))?;
+        }
+    }
+    Ok(tokens.len() + 1)
+}

@@ -513,7 +513,14 @@ impl LexemeDfa {
                 _ => 1,
             })
             .collect();
-        let mut count = 3usize;
+        // Start from the number of round-0 classes actually present: when every live
+        // state accepts there are two, and starting from three would stop the refinement
+        // after its first split (`[ \t\n]{0,32}` would put every count in one class).
+        let mut count = {
+            let mut seen = [false; 3];
+            class.iter().for_each(|&c| seen[c as usize] = true);
+            seen.iter().filter(|&&s| s).count()
+        };
         let mut index: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
         let mut sig = Vec::with_capacity(self.stride + 1);
         for _ in 0..depth {

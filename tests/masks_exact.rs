@@ -1,0 +1,127 @@
+//! Masks equal brute force: at every step of a replay, the computed mask is compared with
+//! stepping every token of the vocabulary on a fork of the adapter and rolling back
+//! (`corral::engine::replay::brute_force_mask`). Over every fetched tokenizer, on
+//! llama.cpp's json.gbnf, on JSON Schema grammars (the default bounded whitespace, with runs
+//! at and near its bound; counted repetitions; patterns; formats) and on a GBNF grammar with
+//! `{m,n}` repetitions walked to their bounds. Replays both the canonical tokenization and a
+//! random one, so states inside tokens' usual boundaries are checked too.
+
+mod common;
+
+use common::{ASSET_TOKENIZERS, asset_tokenizer, conformance_dir};
+use corral::engine::Constraint;
+use corral::engine::replay::check_masks_exact;
+use corral::grammar::{CompileOptions, Grammar, compile_gbnf};
+use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn data(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/exact")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn schema(name: &str) -> Arc<Grammar> {
+    corral::compile_json_schema(&data(name), &Default::default())
+        .unwrap()
+        .grammar
+}
+
+/// Checks `docs` under `grammar` on every fetched tokenizer; returns the masks checked.
+fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
+    let mut checked = 0;
+    for name in ASSET_TOKENIZERS {
+        let Some(path) = asset_tokenizer(name) else {
+            continue;
+        };
+        let hf = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let vocab = Vocabulary::from_tokenizer(&hf).unwrap();
+        let eos = vocab.default_eos().into_iter().collect();
+        let space = Arc::new(TokenSpace::new(vocab, None, eos));
+        let cont = continuation_tokenizer(&hf);
+        let c = Constraint::new(grammar.clone(), space.clone());
+        for (d, doc) in docs.iter().enumerate() {
+            let canonical = cont.encode(doc.as_str(), false).unwrap().get_ids().to_vec();
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ d as u64;
+            let random = space
+                .trie()
+                .random_segmentation(doc.as_bytes(), &mut || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                })
+                .expect("a segmentation");
+            for (how, tokens) in [("canonical", canonical), ("random", random)] {
+                match check_masks_exact(&c, &tokens) {
+                    Ok(n) => checked += n,
+                    Err(m) => panic!(
+                        "{label} doc {d} on {name} ({how}): mask differs from brute force at step {} after {:?}: extra {:?} ({:?}), missing {:?}, error {:?}",
+                        m.step,
+                        m.output,
+                        m.extra,
+                        m.extra
+                            .iter()
+                            .map(|&t| String::from_utf8_lossy(
+                                space.vocab().token_bytes(t).unwrap_or(b"")
+                            )
+                            .into_owned())
+                            .collect::<Vec<_>>(),
+                        m.missing,
+                        m.error
+                    ),
+                }
+            }
+        }
+    }
+    println!("{label}: {checked} masks equal brute force");
+    checked
+}
+
+#[test]
+fn json_gbnf_masks_equal_brute_force() {
+    let Some(dir) = conformance_dir() else { return };
+    let g = compile_gbnf(
+        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let person = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/person.json"),
+    )
+    .unwrap();
+    let mixed = "{\"n\": [-0.5, 12, 3e-7, 1E+22, 1234567890123456], \"s\": \"tab\\t \\\"q\\\" \\u00e9 é 日本 😀\",\n  \"deep\": [[{\"k\": null}]], \"b\": [true,false]}".to_string();
+    check("json.gbnf", &g, &[person.trim_end().to_string(), mixed]);
+}
+
+#[test]
+fn schema_masks_equal_brute_force_with_bounded_whitespace() {
+    // The default whitespace is bounded ([ \t\n\r]{0,32}): runs at and one or two short of
+    // the bound, where a whitespace token that overruns it must be refused.
+    check(
+        "deep_ws",
+        &schema("nested.schema.json"),
+        &[data("deep_ws.json")],
+    );
+}
+
+#[test]
+fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
+    check(
+        "nested",
+        &schema("nested.schema.json"),
+        &[data("nested.json")],
+    );
+}
+
+#[test]
+fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
+    let g = compile_gbnf(&data("counted.gbnf"), &CompileOptions::default()).unwrap();
+    check(
+        "counted.gbnf",
+        &g,
+        &[data("counted.txt"), data("counted_min.txt")],
+    );
+}
