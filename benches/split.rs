@@ -6,7 +6,7 @@
 #[allow(dead_code)]
 mod streams;
 
-use corral::engine::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter};
+use corral::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(t.len() as u64));
         g.bench_function(format!("think-tools/{mb}MB"), |b| {
             b.iter(|| {
-                let mut p = GenericParser::new(Format::hermes());
+                let mut p = GenericParser::new(Format::hermes()).unwrap();
                 feed(&mut p, &t)
             })
         });

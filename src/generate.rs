@@ -6,9 +6,7 @@ use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
 use corral::engine::SamplingOptions;
 use corral::engine::Scope;
-use corral::engine::split::{
-    Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
-};
+use corral::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent};
 use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -105,7 +103,7 @@ fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>
             let p = HarmonyParser::new(HarmonyMode::Lenient);
             Ok((
                 Some(Box::new(p)),
-                Scope::harmony_answer(args.reasoning_budget),
+                corral::scope::harmony_answer(args.reasoning_budget),
             ))
         }
         SplitFormat::Generic => {
@@ -118,11 +116,12 @@ fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>
                 })?
                 .prefilled(args.think_prefilled);
             let scope = match args.scope {
-                ScopeArg::Answer => Scope::answer(&f, args.reasoning_budget),
-                ScopeArg::ToolCalls => Scope::tool_calls(&f),
+                ScopeArg::Answer => corral::scope::answer(&f, args.reasoning_budget),
+                ScopeArg::ToolCalls => corral::scope::tool_calls(&f),
             }
             .ok_or_else(|| anyhow!("format {} has no such region", f.name))?;
-            Ok((Some(Box::new(GenericParser::new(f))), scope))
+            let parser = GenericParser::new(f).context("the tool format's markers")?;
+            Ok((Some(Box::new(parser)), scope))
         }
     }
 }
@@ -240,8 +239,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let schema_valid = match &schema {
         Some((value, _)) => {
             let validator =
-                corral::engine::structured::Validator::new(value).map_err(|e| anyhow!("{e}"))?;
-            match corral::engine::structured::check(&validator, answer.trim()) {
+                corral::schema::validate::Validator::new(value).map_err(|e| anyhow!("{e}"))?;
+            match corral::schema::validate::check(&validator, answer.trim()) {
                 Ok(_) => Some(true),
                 Err(errors) => {
                     for e in &errors {

@@ -3,11 +3,16 @@
 //! A grammar-constrained decoding engine. This crate re-exports the public API of the layer
 //! crates, adds the one-call entry points, and holds the `corral` command-line tool.
 //!
-//! - [`grammar`]: GBNF, JSON Schema and regex front ends, lexemes, the Earley recognizer
-//!   (`corral match`, `corral schema`).
+//! - [`grammar`]: GBNF and regex front ends, lexemes, the Earley recognizer (`corral match`).
+//! - [`schema`]: JSON Schema -> grammar, validation and retry feedback (`corral schema`).
 //! - [`trie`]: token byte strings, the token trie, masks.
 //! - [`engine`]: the `RobustConstrainedAdapter`, sampling, the generation loop.
+//! - [`split`]: stream splitters, post-processing, the tool-call codec (`corral split`).
 //! - [`models`]: candle models (GGUF and safetensors), chat templates.
+//!
+//! What joins layers lives here: [`scope`] (where a grammar applies, from a splitter's
+//! format) and structured output ([`generate_structured`]: the model, the schema's grammar
+//! and the validator).
 //!
 //! ```no_run
 //! use corral::{GenerateOptions, Model, DeviceSpec, compile_gbnf, generate_constrained};
@@ -22,26 +27,28 @@
 pub use corral_engine as engine;
 pub use corral_grammar as grammar;
 pub use corral_models as models;
+pub use corral_schema as schema;
+pub use corral_split as split;
 pub use corral_trie as trie;
 
-pub use corral_engine::structured::{Attempt, StructuredOptions};
 pub use corral_engine::{
-    Constraint, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions,
-};
-pub use corral_grammar::schema::{
-    CompiledSchema, JsonSchemaOptions, PropertyOrder, Whitespace, compile_json_schema,
-    compile_json_schema_value,
+    Constraint, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions, Scope,
 };
 pub use corral_grammar::{
-    CompileOptions, Grammar, GrammarError, Limits, MatchOutcome, Recognizer, compile_gbnf,
-    compile_regex, match_bytes,
+    CompileOptions, DfaCache, Grammar, GrammarError, Limits, MatchOutcome, Recognizer,
+    compile_gbnf, compile_regex, match_bytes,
 };
 pub use corral_models::{DeviceSpec, Model};
+pub use corral_schema::{
+    CompiledSchema, JsonSchemaOptions, PropertyOrder, SchemaError, Whitespace, compile_json_schema,
+    compile_json_schema_value,
+};
 pub use structured::{
-    StructuredError, StructuredOutput, extract, generate_json, generate_structured,
-    schema_constraint,
+    Attempt, StructuredError, StructuredOptions, StructuredOutput, extract, generate_json,
+    generate_structured, schema_constraint,
 };
 
+pub mod scope;
 mod structured;
 
 use std::sync::Arc;
@@ -51,6 +58,8 @@ use std::sync::Arc;
 pub enum Error {
     #[error(transparent)]
     Grammar(Box<GrammarError>),
+    #[error(transparent)]
+    Schema(Box<SchemaError>),
     #[error(transparent)]
     Load(#[from] corral_models::LoadError),
     #[error(transparent)]
@@ -62,6 +71,12 @@ pub enum Error {
 impl From<GrammarError> for Error {
     fn from(e: GrammarError) -> Error {
         Error::Grammar(Box::new(e))
+    }
+}
+
+impl From<SchemaError> for Error {
+    fn from(e: SchemaError) -> Error {
+        Error::Schema(Box::new(e))
     }
 }
 

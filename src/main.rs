@@ -138,7 +138,7 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
             {
                 let value: serde_json::Value = serde_json::from_slice(&input)
                     .map_err(|e| anyhow::anyhow!("{name}: not JSON: {e}"))?;
-                let errors = corral::engine::structured::Validator::new(schema)
+                let errors = corral::schema::validate::Validator::new(schema)
                     .map_err(|e| anyhow::anyhow!("{e}"))?
                     .errors(&value);
                 if !errors.is_empty() {

@@ -2,10 +2,10 @@
 //! `generate`, `replay` and `schema`.
 
 use anyhow::{Context, Result, anyhow};
-use corral::grammar::schema::{
+use corral::grammar::{CompileOptions, Grammar, GrammarError, Limits};
+use corral::schema::{
     CompiledSchema, JsonSchemaOptions, PropertyOrder, Whitespace, compile_json_schema,
 };
-use corral::grammar::{CompileOptions, Grammar, GrammarError, Limits};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

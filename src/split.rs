@@ -4,11 +4,9 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
-use corral::engine::split::postproc::{PostEvent, PostProcessor, PostprocOptions};
-use corral::engine::split::{
-    Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
-};
-use corral::engine::toolcall::{CodecOutcome, ToolCallCodec};
+use corral::split::postproc::{PostEvent, PostProcessor, PostprocOptions};
+use corral::split::toolcall::{CodecOutcome, ToolCallCodec};
+use corral::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent};
 use serde_json::{Value, json};
 use std::io::Read;
 use std::path::PathBuf;
@@ -79,7 +77,10 @@ fn splitter(args: &SplitArgs) -> anyhow::Result<Box<dyn Splitter>> {
                     args.tool_format
                 )
             })?;
-            Box::new(GenericParser::new(f.prefilled(args.think_prefilled)))
+            Box::new(
+                GenericParser::new(f.prefilled(args.think_prefilled))
+                    .context("the tool format's markers")?,
+            )
         }
     })
 }

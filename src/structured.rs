@@ -1,15 +1,67 @@
 //! Typed structured output with self-healing retry, extraction from free text, and
-//! compaction of prompts too long for the model. See `corral_engine::structured` for the
-//! steps of one structured generation.
+//! compaction of prompts too long for the model. The steps of one structured generation
+//! are in [`corral_schema::validate`]: compile and validate with corral-schema, generate
+//! here with the model.
 
 use crate::{Error, Model, Prompt};
-use corral_engine::structured::{Attempt, StructuredOptions, Validator, check, feedback};
-use corral_engine::{Constraint, GenerateOptions, Generation};
-use corral_grammar::schema::compile_json_schema_value;
+use corral_engine::{Constraint, FinishReason, GenerateOptions, Generation};
+use corral_schema::validate::{FeedbackLimits, Rejected, Validator, check, feedback};
+use corral_schema::{JsonSchemaOptions, compile_json_schema_value};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
+
+/// How to generate a structured value.
+#[derive(Clone, Debug)]
+pub struct StructuredOptions {
+    pub generate: GenerateOptions,
+    /// How the schema becomes a grammar. Structured generation closes objects (no
+    /// properties beyond those the schema names) unless the schema itself allows more.
+    pub schema: JsonSchemaOptions,
+    /// Generations before giving up (the first included). Default 3.
+    pub max_attempts: usize,
+    /// Retries sample at this temperature at least (with a new seed each), so that a greedy
+    /// first attempt is not simply repeated. Default 0.7.
+    pub retry_temperature: f32,
+    /// How much of a failed answer a retry's prompt quotes.
+    pub feedback: FeedbackLimits,
+    /// When the prompt is longer than the model's context: summarize it with the same
+    /// model until it fits, keeping what the schema asks for. Default off (an error).
+    pub compaction: bool,
+    /// Rounds of compaction before giving up. Default 4.
+    pub compaction_rounds: usize,
+}
+
+impl Default for StructuredOptions {
+    fn default() -> StructuredOptions {
+        StructuredOptions {
+            generate: GenerateOptions {
+                max_tokens: 512,
+                ..GenerateOptions::default()
+            },
+            schema: JsonSchemaOptions {
+                closed_objects: true,
+                ..JsonSchemaOptions::default()
+            },
+            max_attempts: 3,
+            retry_temperature: 0.7,
+            feedback: FeedbackLimits::default(),
+            compaction: false,
+            compaction_rounds: 4,
+        }
+    }
+}
+
+/// One try at a structured value that was not accepted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    /// The text generated.
+    pub text: String,
+    /// Why it was not accepted (not JSON, or the validation errors).
+    pub errors: Vec<String>,
+    pub finish_reason: FinishReason,
+}
 
 /// Why a structured generation failed.
 #[derive(Debug, thiserror::Error)]
@@ -18,8 +70,8 @@ pub enum StructuredError {
     Attempts(Vec<Attempt>),
     #[error("the value does not deserialize into the type: {0}")]
     Deserialize(String),
-    #[error("{0}")]
-    Validator(String),
+    #[error(transparent)]
+    Validator(#[from] corral_schema::validate::ValidatorError),
     #[error(
         "the prompt takes {tokens} tokens and the model's context is {max} (set compaction to summarize it)"
     )]
@@ -86,12 +138,13 @@ pub fn generate_json(
     let mut prompt = prompt.into();
     let compiled = compile_json_schema_value(schema, &options.schema)?;
     let validator = Validator::new(schema).map_err(StructuredError::Validator)?;
+    let mut last: Option<Rejected> = None;
     let constraint = Constraint::new(compiled.grammar.clone(), model.space().clone());
     fit_prompt(model, &mut prompt, schema, options)?;
     let mut failed: Vec<Attempt> = Vec::new();
     for attempt in 0..options.max_attempts.max(1) {
         let attempt_prompt = Prompt {
-            user: feedback(&prompt.user, &failed),
+            user: feedback(&prompt.user, last.as_ref(), &options.feedback),
             ..prompt.clone()
         };
         let mut generate = options.generate.clone();
@@ -115,11 +168,17 @@ pub fn generate_json(
                     generation,
                 });
             }
-            Err(errors) => failed.push(Attempt {
-                text: generation.text,
-                errors,
-                finish_reason: generation.finish_reason,
-            }),
+            Err(errors) => {
+                last = Some(Rejected {
+                    text: generation.text.clone(),
+                    errors: errors.clone(),
+                });
+                failed.push(Attempt {
+                    text: generation.text,
+                    errors,
+                    finish_reason: generation.finish_reason,
+                });
+            }
         }
     }
     Err(StructuredError::Attempts(failed).into())
@@ -140,7 +199,7 @@ fn fit_prompt(
         Ok(model.encode(&text)?.len())
     };
     // The answer, and the feedback of a failed attempt.
-    let room = options.generate.max_tokens + corral_engine::structured::FEEDBACK_TOKENS;
+    let room = options.generate.max_tokens + options.feedback.tokens();
     let mut n = tokens(model, prompt)?;
     if n + room <= max {
         return Ok(());
@@ -148,8 +207,8 @@ fn fit_prompt(
     if !options.compaction {
         return Err(StructuredError::PromptTooLong { tokens: n, max }.into());
     }
-    let fields = corral_engine::structured::wanted_fields(schema);
-    for _round in 0..4 {
+    let fields = corral_schema::validate::wanted_fields(schema);
+    for _round in 0..options.compaction_rounds {
         let budget = max.saturating_sub(room).max(64);
         prompt.user = compact(model, &prompt.user, &fields, budget, &options.generate)?;
         n = tokens(model, prompt)?;

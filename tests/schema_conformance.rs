@@ -10,9 +10,9 @@ mod common;
 mod maskbench;
 
 use common::{conformance_dir, read_json};
-use corral::engine::structured::Validator;
-use corral::grammar::schema::{JsonSchemaOptions, PropertyOrder, compile_json_schema_value};
 use corral::grammar::{MatchOutcome, match_bytes};
+use corral::schema::validate::Validator;
+use corral::schema::{JsonSchemaOptions, PropertyOrder, compile_json_schema_value};
 
 /// corral's verdict on `text` for `schema`: the grammar, and where a lenient compile left
 /// keywords to validation, the validator on the value.
@@ -30,7 +30,7 @@ impl Judge {
             Err(_) => {
                 let c = compile_json_schema_value(schema, &opts.clone().with_lenient(true))
                     .map_err(|e| e.to_string())?;
-                (c, Some(Validator::new(schema)?))
+                (c, Some(Validator::new(schema).map_err(|e| e.to_string())?))
             }
         };
         let any_order = compile_json_schema_value(

@@ -8,7 +8,7 @@
 mod common;
 
 use corral::engine::SamplingOptions;
-use corral::engine::structured::Validator;
+use corral::schema::validate::Validator;
 use corral::{
     DeviceSpec, Error, FinishReason, GenerateOptions, Model, StructuredError, StructuredOptions,
     extract, generate_json, generate_structured,

@@ -40,9 +40,6 @@ pub mod model;
 pub mod replay;
 pub mod sampling;
 pub mod scope;
-pub mod split;
-pub mod structured;
-pub mod toolcall;
 
 pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
@@ -53,6 +50,3 @@ pub use generate::{
 pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingOptions};
 pub use scope::Scope;
-pub use split::{
-    Format, GenericParser, HarmonyParser, Splitter, Stop, Summary, ToolCallEvent, split_all,
-};

@@ -11,8 +11,6 @@
 //!   grammar applies until it completes, then text is free again (a lazily triggered
 //!   tool-call grammar).
 
-use crate::split::{Format, RegionKind};
-
 /// Where the grammar applies. See the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
@@ -28,43 +26,7 @@ pub enum Scope {
     },
 }
 
-/// Harmony's header of the final channel (gpt-oss): the answer follows it.
-pub const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
-
 impl Scope {
-    /// The answer of a reasoning model: after the format's closing reasoning marker.
-    /// `None` if the format has no reasoning region.
-    pub fn answer(format: &Format, budget: Option<usize>) -> Option<Scope> {
-        let r = format
-            .regions
-            .iter()
-            .find(|r| r.kind == RegionKind::Reasoning)?;
-        Some(Scope::After {
-            trigger: r.close.clone()?,
-            budget,
-        })
-    }
-
-    /// Harmony's final channel.
-    pub fn harmony_answer(budget: Option<usize>) -> Scope {
-        Scope::After {
-            trigger: HARMONY_FINAL.to_string(),
-            budget,
-        }
-    }
-
-    /// Each tool call of the format (the grammar describes one call's body). `None` if the
-    /// format has no tool-call region with an opening marker.
-    pub fn tool_calls(format: &Format) -> Option<Scope> {
-        let r = format
-            .regions
-            .iter()
-            .find(|r| matches!(r.kind, RegionKind::ToolCall(_)))?;
-        Some(Scope::Each {
-            open: r.open.clone(),
-        })
-    }
-
     /// The marker after which the grammar starts, if it does not apply from the start.
     pub fn trigger(&self) -> Option<&str> {
         match self {
@@ -116,19 +78,5 @@ mod tests {
             Some(b"\n{\"a\"".to_vec())
         );
         assert_eq!(w.push("</think>", b"</think>"), Some(Vec::new()));
-        let f = Format::hermes();
-        assert_eq!(
-            Scope::answer(&f, Some(5)),
-            Some(Scope::After {
-                trigger: "</think>".into(),
-                budget: Some(5)
-            })
-        );
-        assert_eq!(
-            Scope::tool_calls(&f),
-            Some(Scope::Each {
-                open: "<tool_call>".into()
-            })
-        );
     }
 }

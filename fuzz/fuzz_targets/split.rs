@@ -1,18 +1,18 @@
 //! Any text through every splitter, whole and in chunks (the first byte picks the chunk
 //! size): no panic, and the same summary either way.
 #![no_main]
-use corral_engine::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, split_all};
-use corral_engine::split::postproc::{PostProcessor, PostprocOptions};
+use corral_split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, split_all};
+use corral_split::postproc::{PostProcessor, PostprocOptions};
 use libfuzzer_sys::fuzz_target;
 
 fn splitters() -> Vec<Box<dyn Splitter>> {
     vec![
         Box::new(HarmonyParser::new(HarmonyMode::Lenient)),
         Box::new(HarmonyParser::new(HarmonyMode::Strict)),
-        Box::new(GenericParser::new(Format::hermes())),
-        Box::new(GenericParser::new(Format::llama3())),
-        Box::new(GenericParser::new(Format::mistral())),
-        Box::new(GenericParser::new(Format::qwen3_coder().prefilled(true))),
+        Box::new(GenericParser::new(Format::hermes()).unwrap()),
+        Box::new(GenericParser::new(Format::llama3()).unwrap()),
+        Box::new(GenericParser::new(Format::mistral()).unwrap()),
+        Box::new(GenericParser::new(Format::qwen3_coder().prefilled(true)).unwrap()),
     ]
 }
 
@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         let sb = split_all(b.as_mut(), chunks.iter().map(String::as_str)).0;
         assert_eq!(sa, sb);
     }
-    let mut p = PostProcessor::new(GenericParser::new(Format::hermes()), PostprocOptions::default());
+    let mut p = PostProcessor::new(GenericParser::new(Format::hermes()).unwrap(), PostprocOptions::default());
     for c in &chunks {
         p.push(c);
     }

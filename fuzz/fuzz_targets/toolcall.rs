@@ -1,7 +1,7 @@
 //! Any payload through the tool-call codec and the JSON repair: a result or a reason, never
 //! a panic.
 #![no_main]
-use corral_engine::toolcall::{NativeCall, ToolCallCodec, ToolSpec, repair_json};
+use corral_split::toolcall::{NativeCall, ToolCallCodec, ToolSpec, repair_json};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -12,11 +12,13 @@
 //! prediction adds with their nullable advances, and the lexemes those items expect).
 
 use crate::ast::TokenAst;
+use crate::dfa_cache::DfaCache;
 use crate::error::ErrorKind;
 use crate::lexeme::{DEAD, LexemeDfa};
 use crate::limits::Limits;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// Index of a rule (nonterminal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,7 +54,12 @@ pub enum Next {
 /// A lexeme: its DFA, whether it also matches the empty string, and how to show it.
 #[derive(Clone, Debug)]
 pub struct Lexeme {
-    pub dfa: LexemeDfa,
+    /// Shared with other grammars compiled through the same [`crate::DfaCache`].
+    pub dfa: Arc<LexemeDfa>,
+    /// The regular expression the DFA was built from (its display form; for `&`/`~`, the
+    /// combination of its operands'): equal keys mean the same DFA, state for state, in
+    /// every grammar, so caches of per-state data can be shared between grammars by it.
+    pub key: Arc<str>,
     /// Matches the empty string; the recognizer treats it as a nullable terminal (the DFA
     /// itself only ever completes after at least one byte).
     pub nullable: bool,
@@ -154,6 +161,7 @@ impl Grammar {
 /// regex) all go through it.
 pub struct GrammarBuilder {
     limits: Limits,
+    cache: Option<DfaCache>,
     rule_names: Vec<String>,
     prods: Vec<(RuleId, Vec<Sym>)>,
     lexemes: Vec<Lexeme>,
@@ -167,6 +175,7 @@ impl GrammarBuilder {
     pub fn new(limits: Limits) -> GrammarBuilder {
         GrammarBuilder {
             limits,
+            cache: None,
             rule_names: Vec::new(),
             prods: Vec::new(),
             lexemes: Vec::new(),
@@ -175,6 +184,26 @@ impl GrammarBuilder {
             token_index: FxHashMap::default(),
             size: 0,
         }
+    }
+
+    /// Builds lexeme DFAs through `cache` (shared with other compiles).
+    pub fn with_cache(mut self, cache: Option<DfaCache>) -> GrammarBuilder {
+        self.cache = cache;
+        self
+    }
+
+    /// The DFA named `key` through this builder's cache, or `build`'s.
+    pub fn cached_dfa(
+        &self,
+        key: &str,
+        build: impl FnOnce() -> Result<LexemeDfa, ErrorKind>,
+    ) -> Result<Arc<LexemeDfa>, ErrorKind> {
+        crate::dfa_cache::build_with(
+            self.cache.as_ref(),
+            key,
+            self.limits.max_lexeme_bytes,
+            build,
+        )
     }
 
     pub fn limits(&self) -> &Limits {
@@ -209,11 +238,13 @@ impl GrammarBuilder {
     /// The lexeme for `hir`, compiled once per distinct regular expression.
     pub fn lexeme(&mut self, hir: &Hir, display: &str) -> Result<LexemeId, ErrorKind> {
         let key = hir.to_string();
+        if let Some(&id) = self.lexeme_index.get(&key) {
+            return Ok(id);
+        }
         let nullable = hir.properties().minimum_len() == Some(0);
         let limit = self.limits.max_lexeme_bytes;
-        self.lexeme_with(&key, display, nullable, || {
-            crate::lexeme::cached_build(&key, hir, limit)
-        })
+        let dfa = self.cached_dfa(&key, || LexemeDfa::build(hir, limit))?;
+        self.lexeme_with(&key, display, nullable, || Ok(dfa))
     }
 
     /// The lexeme named `key` (a regex's display form, or a combination of them), its DFA
@@ -223,7 +254,7 @@ impl GrammarBuilder {
         key: &str,
         display: &str,
         nullable: bool,
-        build: impl FnOnce() -> Result<LexemeDfa, ErrorKind>,
+        build: impl FnOnce() -> Result<Arc<LexemeDfa>, ErrorKind>,
     ) -> Result<LexemeId, ErrorKind> {
         if let Some(&id) = self.lexeme_index.get(key) {
             return Ok(id);
@@ -232,6 +263,7 @@ impl GrammarBuilder {
         let id = LexemeId(self.lexemes.len() as u32);
         self.lexemes.push(Lexeme {
             dfa,
+            key: Arc::from(key),
             nullable,
             display: display.to_string(),
         });

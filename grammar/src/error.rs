@@ -74,16 +74,6 @@ pub enum ErrorKind {
     NotRegularOperand(String),
     #[error("cannot compile lexeme: {0}")]
     Lexeme(String),
-    #[error("invalid schema at #{pointer}: {message}")]
-    Schema { pointer: String, message: String },
-    #[error(
-        "'{keyword}' at #{pointer} cannot be expressed as a grammar: {reason} (lenient mode leaves it to validation after generation)"
-    )]
-    SchemaUnsupported {
-        keyword: String,
-        pointer: String,
-        reason: String,
-    },
 }
 
 /// A grammar error with its position in the source.

@@ -19,7 +19,6 @@ use regex_automata::nfa::thompson::{self, State};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
 
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
@@ -552,14 +551,6 @@ impl LexemeDfa {
     }
 }
 
-/// DFAs already built in this process, by regex: grammars share most of their lexemes
-/// (whitespace and separators, JSON strings, formats), so a server compiling many grammars
-/// builds each once. Bounded: cleared when it holds more than [`DFA_CACHE_STATES`] states.
-static DFA_CACHE: Mutex<Option<DfaCache>> = Mutex::new(None);
-
-/// The cached DFAs by regex, and their total number of states.
-type DfaCache = (FxHashMap<String, Arc<LexemeDfa>>, usize);
-
 /// How [`LexemeDfa::product`] combines two languages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {
@@ -567,51 +558,6 @@ pub enum Combine {
     Both,
     /// Strings in the first and not in the second (`a & ~b`).
     FirstNotSecond,
-}
-
-/// Most DFA states the process-wide lexeme cache holds (about 16 MiB of tables).
-pub const DFA_CACHE_STATES: usize = 1 << 18;
-
-/// [`LexemeDfa::build`] through the process-wide cache; `key` names the regex (its
-/// display form).
-pub(crate) fn cached_build(
-    key: &str,
-    hir: &Hir,
-    size_limit: usize,
-) -> Result<LexemeDfa, ErrorKind> {
-    cached(key, size_limit, || LexemeDfa::build(hir, size_limit))
-}
-
-/// The DFA named `key` from the process-wide cache, or `build`'s (then cached).
-pub(crate) fn cached(
-    key: &str,
-    size_limit: usize,
-    build: impl FnOnce() -> Result<LexemeDfa, ErrorKind>,
-) -> Result<LexemeDfa, ErrorKind> {
-    {
-        let cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((map, _)) = cache.as_ref()
-            && let Some(d) = map.get(key)
-            && d.memory_usage() <= size_limit
-        {
-            return Ok((**d).clone());
-        }
-    }
-    let dfa = build()?;
-    let mut cache = DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let (map, states) = cache.get_or_insert_with(Default::default);
-    if *states + dfa.len() > DFA_CACHE_STATES {
-        map.clear();
-        *states = 0;
-    }
-    *states += dfa.len();
-    map.insert(key.to_string(), Arc::new(dfa.clone()));
-    Ok(dfa)
-}
-
-/// Empties the process-wide lexeme cache (for benchmarks of cold compiles).
-pub fn clear_dfa_cache() {
-    *DFA_CACHE.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// Hopcroft's partition refinement over a DFA whose states `1..n` are live and state 0 is

@@ -47,6 +47,7 @@
 pub mod ast;
 pub mod compiled;
 mod complete;
+pub mod dfa_cache;
 pub mod earley;
 pub mod error;
 pub mod gbnf;
@@ -55,14 +56,14 @@ pub mod limits;
 pub mod lower;
 pub mod matcher;
 pub mod regex;
-pub mod schema;
 
 use std::sync::Arc;
 
 pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
+pub use dfa_cache::{DEFAULT_DFA_CACHE_STATES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
-pub use lexeme::{DEAD, DFA_CACHE_STATES, LexemeDfa, clear_dfa_cache};
+pub use lexeme::{Combine, DEAD, LexemeDfa};
 pub use limits::Limits;
 pub use matcher::{MatchOutcome, match_bytes};
 pub use regex::compile_regex;
@@ -78,6 +79,9 @@ pub struct CompileOptions {
     /// Inline only regular rules of at most this many units into their callers' lexemes
     /// (`None`, the default: inline every regular rule). See [`lower::lower`].
     pub inline_units: Option<usize>,
+    /// Lexeme DFAs come from, and go to, this cache (`None`, the default: every DFA the
+    /// grammar needs is built). See [`DfaCache`].
+    pub dfa_cache: Option<DfaCache>,
 }
 
 impl Default for CompileOptions {
@@ -87,6 +91,7 @@ impl Default for CompileOptions {
             origin: "<grammar>".into(),
             limits: Limits::default(),
             inline_units: None,
+            dfa_cache: None,
         }
     }
 }
@@ -106,19 +111,17 @@ impl CompileOptions {
         self.limits = limits;
         self
     }
+
+    pub fn dfa_cache(mut self, cache: Option<DfaCache>) -> Self {
+        self.dfa_cache = cache;
+        self
+    }
 }
 
 /// Compiles GBNF text.
 pub fn compile_gbnf(text: &str, opts: &CompileOptions) -> Result<Arc<Grammar>, GrammarError> {
     let rules = gbnf::parse(text, &opts.origin, opts.limits.max_nesting_depth)?;
-    let g = lower::lower(
-        &rules,
-        &opts.start,
-        text,
-        &opts.origin,
-        &opts.limits,
-        opts.inline_units,
-    )?;
+    let g = lower::lower(&rules, text, opts)?;
     Ok(Arc::new(g))
 }
 

@@ -16,13 +16,14 @@
 //! GBNF is scannerless, so this split must not change the language: the recognizer keeps
 //! both branches alive wherever a lexeme could end or continue (see [`crate::earley`]).
 
+use crate::CompileOptions;
 use crate::ast::{ClassAst, Expr, ExprKind, RuleAst};
 use crate::compiled::{Grammar, GrammarBuilder, RuleId, Sym};
 use crate::error::{ErrorKind, GrammarError, Span};
 use crate::lexeme::{Combine, LexemeDfa};
-use crate::limits::Limits;
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// Inlining a regular rule deeper than this (in expression levels) makes it non-regular
 /// instead, which bounds the recursion of the regex compiler.
@@ -60,12 +61,15 @@ fn chunking(inner_units: usize, inner_empty: bool, min: u32, max: Option<u32>) -
 /// copy once per path, and their values are best cached once per shape.
 pub fn lower(
     rules: &[RuleAst],
-    start: &str,
     text: &str,
-    origin: &str,
-    limits: &Limits,
-    inline_units: Option<usize>,
+    opts: &CompileOptions,
 ) -> Result<Grammar, GrammarError> {
+    let (start, origin, limits, inline_units) = (
+        opts.start.as_str(),
+        opts.origin.as_str(),
+        &opts.limits,
+        opts.inline_units,
+    );
     let err = |kind: ErrorKind, span: Span| GrammarError::at(kind, span, origin, text);
 
     // 1. Names.
@@ -230,7 +234,7 @@ pub fn lower(
         rule_units: &rule_units,
         rule_empty: &rule_empty,
         rule_hir: &rule_hir,
-        b: GrammarBuilder::new(limits.clone()),
+        b: GrammarBuilder::new(limits.clone()).with_cache(opts.dfa_cache.clone()),
         rule_ids: vec![None; rules.len()],
         anon: 0,
     };
@@ -256,7 +260,7 @@ pub fn lower(
         .map_err(|k| err(k, rules[start_ix].name_span))
 }
 
-fn size_limit(value: usize, limits: &Limits) -> ErrorKind {
+fn size_limit(value: usize, limits: &crate::Limits) -> ErrorKind {
     ErrorKind::Limit {
         what: "the expansion of this expression (repetitions multiplied out)".into(),
         value,
@@ -731,28 +735,12 @@ impl Lowerer<'_> {
     /// expressions, or `&`/`~` expressions themselves. Each step is cached process-wide by
     /// its key.
     fn combined(&mut self, e: &Expr) -> LowerResult<Combined> {
-        let limit = self.b.limits().max_lexeme_bytes;
-        let product = |a: Combined, b: Combined, how: Combine| -> LowerResult<Combined> {
-            let key = match how {
-                Combine::Both => format!("(?:{})&(?:{})", a.key, b.key),
-                Combine::FirstNotSecond => format!("(?:{})&~(?:{})", a.key, b.key),
-            };
-            let dfa = crate::lexeme::cached(&key, limit, || {
-                LexemeDfa::product(&a.dfa, &b.dfa, how, limit)
-            })
-            .map_err(|k| (k, e.span))?;
-            let nullable = match how {
-                Combine::Both => a.nullable && b.nullable,
-                Combine::FirstNotSecond => a.nullable && !b.nullable,
-            };
-            Ok(Combined { key, nullable, dfa })
-        };
         match &e.kind {
             ExprKind::Group(inner) => self.combined(inner),
             ExprKind::Not(inner) => {
                 let any = self.leaf(&any_string(), e.span)?;
                 let x = self.combined(inner)?;
-                product(any, x, Combine::FirstNotSecond)
+                self.product(any, x, Combine::FirstNotSecond, e.span)
             }
             ExprKind::And(xs) => {
                 let mut positive = Vec::new();
@@ -769,11 +757,11 @@ impl Lowerer<'_> {
                 };
                 for x in positive.iter().skip(1) {
                     let b = self.combined(x)?;
-                    acc = product(acc, b, Combine::Both)?;
+                    acc = self.product(acc, b, Combine::Both, e.span)?;
                 }
                 for y in negative {
                     let b = self.combined(y)?;
-                    acc = product(acc, b, Combine::FirstNotSecond)?;
+                    acc = self.product(acc, b, Combine::FirstNotSecond, e.span)?;
                 }
                 Ok(acc)
             }
@@ -784,10 +772,31 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `a` combined with `b` (`&`, or `&~`), through the DFA cache.
+    fn product(&self, a: Combined, b: Combined, how: Combine, span: Span) -> LowerResult<Combined> {
+        let limit = self.b.limits().max_lexeme_bytes;
+        let key = match how {
+            Combine::Both => format!("(?:{})&(?:{})", a.key, b.key),
+            Combine::FirstNotSecond => format!("(?:{})&~(?:{})", a.key, b.key),
+        };
+        let dfa = self
+            .b
+            .cached_dfa(&key, || LexemeDfa::product(&a.dfa, &b.dfa, how, limit))
+            .map_err(|k| (k, span))?;
+        let nullable = match how {
+            Combine::Both => a.nullable && b.nullable,
+            Combine::FirstNotSecond => a.nullable && !b.nullable,
+        };
+        Ok(Combined { key, nullable, dfa })
+    }
+
     fn leaf(&mut self, hir: &Hir, span: Span) -> LowerResult<Combined> {
         let key = hir.to_string();
         let limit = self.b.limits().max_lexeme_bytes;
-        let dfa = crate::lexeme::cached_build(&key, hir, limit).map_err(|k| (k, span))?;
+        let dfa = self
+            .b
+            .cached_dfa(&key, || LexemeDfa::build(hir, limit))
+            .map_err(|k| (k, span))?;
         Ok(Combined {
             key,
             nullable: hir.properties().minimum_len() == Some(0),
@@ -886,7 +895,7 @@ impl Lowerer<'_> {
 struct Combined {
     key: String,
     nullable: bool,
-    dfa: LexemeDfa,
+    dfa: Arc<LexemeDfa>,
 }
 
 /// `.*`: every string (the base of a complement).

@@ -40,7 +40,7 @@ pub fn compile_regex(pattern: &str, opts: &CompileOptions) -> Result<Arc<Grammar
     }
     let err =
         |k: ErrorKind| GrammarError::at(k, Span::new(0, pattern.len()), &opts.origin, pattern);
-    let mut b = GrammarBuilder::new(opts.limits.clone());
+    let mut b = GrammarBuilder::new(opts.limits.clone()).with_cache(opts.dfa_cache.clone());
     let root = b.add_rule("root");
     let display: String = if pattern.chars().count() > 40 {
         format!("{}...", pattern.chars().take(37).collect::<String>())

@@ -5,8 +5,8 @@
 //! `tests/schema_test_suite.rs` and printed by `examples/schema_test_suite.rs`.
 #![allow(dead_code)]
 
-use corral::grammar::schema::{JsonSchemaOptions, compile_json_schema_value};
 use corral::grammar::{MatchOutcome, match_bytes};
+use corral::schema::{JsonSchemaOptions, compile_json_schema_value};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -16,8 +16,8 @@
 mod streams;
 
 use base64::Engine;
-use corral_engine::generate::Utf8Stream;
-use corral_engine::split::{HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter};
+use corral_split::generate::Utf8Stream;
+use corral_split::{HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter};
 use corral_trie::Vocabulary;
 use sha2::Digest;
 use std::path::Path;
@@ -105,7 +105,7 @@ fn main() {
             h.drain_into(&mut content, &mut reasoning);
             n += content.len() + reasoning.len();
             for e in h.take_tool_calls() {
-                if let corral_engine::split::ToolCallEvent::Arguments { delta, .. } = e {
+                if let corral_split::ToolCallEvent::Arguments { delta, .. } = e {
                     n += delta.len();
                 }
             }

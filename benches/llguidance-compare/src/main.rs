@@ -64,7 +64,7 @@ impl Source {
         match self {
             Source::Json { gbnf } => compile_gbnf(gbnf, &CompileOptions::default()).unwrap(),
             Source::Schema { text, .. } => {
-                corral_grammar::schema::compile_json_schema(text, &Default::default())
+                corral_schema::compile_json_schema(text, &Default::default())
                     .unwrap()
                     .grammar
             }

@@ -6,15 +6,15 @@ use super::gbnf::{EPSILON, alt, and, from_hir, lit, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
 use super::pattern::{Spelling, any_char, ecma_to_hir, json_encode, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
-use crate::error::ErrorKind;
-use crate::lexeme::{DEAD, LexemeDfa};
+use crate::error::SchemaErrorKind;
+use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
 /// Regular rules up to this size (counting a repetition's body once) are inlined into
 /// their callers' lexemes; larger ones (strings, numbers, objects) stay rules with lexemes of
-/// their own, shared by every use. See [`crate::lower::lower`].
+/// their own, shared by every use. See [`corral_grammar::lower::lower`].
 pub(crate) const INLINE_UNITS: usize = 16;
 
 /// Most states (estimated before JSON encoding) of an intersection of a string's pattern,
@@ -71,12 +71,12 @@ const ASSERTIONS: &[&str] = &[
     "$recursiveRef",
 ];
 
-type Fail = (ErrorKind, String);
+type Fail = (SchemaErrorKind, String);
 type Res<T> = Result<T, Fail>;
 
 fn invalid(ptr: &str, message: impl Into<String>) -> Fail {
     (
-        ErrorKind::Schema {
+        SchemaErrorKind::Invalid {
             pointer: ptr.to_string(),
             message: message.into(),
         },
@@ -152,6 +152,17 @@ impl Types {
     }
 }
 
+/// How the GBNF of a schema is compiled.
+pub(crate) fn grammar_options(opts: &JsonSchemaOptions) -> CompileOptions {
+    CompileOptions {
+        origin: opts.origin.clone(),
+        limits: opts.limits.clone(),
+        inline_units: Some(INLINE_UNITS),
+        dfa_cache: opts.dfa_cache.clone(),
+        ..CompileOptions::default()
+    }
+}
+
 /// Compiles `schema` into GBNF (start rule `root`) and the keywords left to validation.
 pub(crate) fn to_gbnf(
     schema: &Value,
@@ -195,7 +206,7 @@ struct Compiler<'a> {
     deferred: Vec<Deferred>,
     depth: u32,
     /// Pattern -> DFA over the value (for checks at compile time).
-    pattern_dfas: FxHashMap<String, Option<LexemeDfa>>,
+    pattern_dfas: FxHashMap<String, Option<std::sync::Arc<LexemeDfa>>>,
     ws: String,
 }
 
@@ -233,6 +244,15 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// The DFA of `h`, through the options' DFA cache.
+    fn dfa(&self, h: &Hir) -> Result<std::sync::Arc<LexemeDfa>, corral_grammar::ErrorKind> {
+        LexemeDfa::build_cached(
+            h,
+            self.opts.limits.max_lexeme_bytes,
+            self.opts.dfa_cache.as_ref(),
+        )
+    }
+
     /// A keyword the grammar cannot express: an error, or (lenient) a deferral.
     fn unsupported(&mut self, keyword: &str, ptr: &str, reason: &str) -> Res<()> {
         if self.opts.lenient {
@@ -254,7 +274,7 @@ impl<'a> Compiler<'a> {
                 ptr.to_string()
             };
             Err((
-                ErrorKind::SchemaUnsupported {
+                SchemaErrorKind::Unsupported {
                     keyword: keyword.to_string(),
                     pointer: at.clone(),
                     reason: reason.to_string(),
@@ -941,8 +961,8 @@ impl<'a> Compiler<'a> {
             match self.sub_grammar(&rest, ptr)? {
                 Some(sub) => values.retain(|v| {
                     let text = v.to_string();
-                    crate::match_bytes(&sub, text.as_bytes()).ok()
-                        == Some(crate::MatchOutcome::Accepted)
+                    corral_grammar::match_bytes(&sub, text.as_bytes()).ok()
+                        == Some(corral_grammar::MatchOutcome::Accepted)
                 }),
                 None => values.clear(),
             }
@@ -956,7 +976,7 @@ impl<'a> Compiler<'a> {
         &mut self,
         m: &Map<String, Value>,
         ptr: &str,
-    ) -> Res<Option<std::sync::Arc<crate::Grammar>>> {
+    ) -> Res<Option<std::sync::Arc<corral_grammar::Grammar>>> {
         let mut opts = self.opts.clone();
         opts.whitespace = Whitespace::Compact;
         let mut c = Compiler::new(self.root, &opts);
@@ -973,16 +993,9 @@ impl<'a> Compiler<'a> {
         for (n, b) in &c.rules {
             text.push_str(&format!("{n} ::= {b}\n"));
         }
-        crate::compile_gbnf(
-            &text,
-            &crate::CompileOptions {
-                inline_units: Some(INLINE_UNITS),
-                limits: self.opts.limits.clone(),
-                ..crate::CompileOptions::default()
-            },
-        )
-        .map(Some)
-        .map_err(|e| (e.kind, ptr.to_string()))
+        corral_grammar::compile_gbnf(&text, &grammar_options(self.opts))
+            .map(Some)
+            .map_err(|e| (SchemaErrorKind::Grammar(Box::new(e)), ptr.to_string()))
     }
 
     /// One JSON value exactly (whitespace allowed between tokens).
@@ -1202,9 +1215,7 @@ impl<'a> Compiler<'a> {
             // The product automaton has at most the product of the parts' states: refuse
             // (or, lenient, defer) one too large to build.
             let states = parts.iter().try_fold(counter, |acc, h| {
-                crate::lexeme::cached_build(&h.to_string(), h, self.opts.limits.max_lexeme_bytes)
-                    .ok()
-                    .map(|d| acc.saturating_mul(d.len().max(1)))
+                self.dfa(h).ok().map(|d| acc.saturating_mul(d.len().max(1)))
             });
             if counter > 1 {
                 parts.push(length()?);
@@ -1472,7 +1483,7 @@ impl<'a> Compiler<'a> {
     fn pattern_dfa(&mut self, p: &str, ptr: &str) -> Res<Option<&LexemeDfa>> {
         if !self.pattern_dfas.contains_key(p) {
             let dfa = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
-                Ok(h) => LexemeDfa::build(&h, self.opts.limits.max_lexeme_bytes).ok(),
+                Ok(h) => self.dfa(&h).ok(),
                 Err(e) => {
                     self.unsupported("patternProperties", ptr, &format!("pattern '{p}': {e}"))?;
                     None
@@ -1480,7 +1491,7 @@ impl<'a> Compiler<'a> {
             };
             self.pattern_dfas.insert(p.to_string(), dfa);
         }
-        Ok(self.pattern_dfas[p].as_ref())
+        Ok(self.pattern_dfas[p].as_deref())
     }
 
     /// Members beyond the named properties: `key: value` (one), or `None` if none may appear.
@@ -1605,7 +1616,7 @@ impl<'a> Compiler<'a> {
         let n = items.len();
         if (n as u64 + 1).saturating_mul(cap + 1) > self.opts.max_object_states as u64 {
             return Err((
-                ErrorKind::Limit {
+                SchemaErrorKind::Limit {
                     what: "the property chain of an object (properties x counted properties)"
                         .into(),
                     value: (n + 1) * (cap as usize + 1),
@@ -1724,7 +1735,7 @@ impl<'a> Compiler<'a> {
         let n = items.len();
         if n > self.opts.max_any_order_properties {
             return Err((
-                ErrorKind::Limit {
+                SchemaErrorKind::Limit {
                     what: "properties of an object in any order".into(),
                     value: n,
                     limit_name: "max_any_order_properties",
@@ -2318,7 +2329,7 @@ fn collect_ids(v: &Value, ptr: &str, out: &mut FxHashMap<String, String>, depth:
 #[cfg(test)]
 mod tests {
     use super::super::{CompiledSchema, JsonSchemaOptions, PropertyOrder, compile_json_schema};
-    use crate::{MatchOutcome, match_bytes};
+    use corral_grammar::{MatchOutcome, match_bytes};
 
     fn compile(schema: &str) -> CompiledSchema {
         compile_json_schema(schema, &JsonSchemaOptions::default()).unwrap_or_else(|e| panic!("{e}"))

@@ -3,13 +3,14 @@
 //! where the grammar applies, and the splitter separates reasoning, answer and tool calls.
 //! A vocabulary of single bytes plus the markers as whole tokens.
 
-use corral_engine::split::{Format, GenericParser, split_all};
-use corral_engine::{
+use corral::engine::{
     CausalLm, Constraint, FinishReason, GenerateOptions, Logits, ModelError, SamplingOptions,
     Scope, generate,
 };
-use corral_grammar::{CompileOptions, compile_gbnf};
-use corral_trie::{FixedBitSet, TokenSpace, Vocabulary};
+use corral::grammar::{CompileOptions, compile_gbnf};
+use corral::scope;
+use corral::split::{Format, GenericParser, split_all};
+use corral::trie::{FixedBitSet, TokenSpace, Vocabulary};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -60,7 +61,7 @@ impl Logits for OneHot {
     fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
         let mut v = self.0.clone();
         if let Some(m) = mask {
-            corral_engine::apply_mask_in_place(&mut v, m);
+            corral::engine::apply_mask_in_place(&mut v, m);
         }
         Ok(v)
     }
@@ -136,14 +137,14 @@ const ANSWER: &str = r#"root ::= "{" "\"ok\": " ("true" | "false") "}""#;
 #[test]
 fn the_grammar_applies_after_reasoning_only() {
     let f = Format::hermes().prefilled(true);
-    let scope = Scope::answer(&f, None).unwrap();
+    let scope = scope::answer(&f, None).unwrap();
     // Reasoning the grammar would refuse; then (whitespace first, free) the answer, which
     // it accepts.
     let script = "Hmm, {\"ok\": maybe}? Let me think.</think>\n{\"ok\": true}";
     let (text, finish) = run_with(script, ANSWER, scope.clone(), false);
     assert_eq!(text, script);
     assert_eq!(finish, FinishReason::GrammarComplete);
-    let (sum, _) = split_all(&mut GenericParser::new(f.clone()), [text.as_str()]);
+    let (sum, _) = split_all(&mut GenericParser::new(f.clone()).unwrap(), [text.as_str()]);
     assert_eq!(sum.reasoning, "Hmm, {\"ok\": maybe}? Let me think.");
     assert_eq!(sum.content.trim(), "{\"ok\": true}");
     // With jump-forward, the grammar's forced start comes at once after the trigger.
@@ -155,7 +156,7 @@ fn the_grammar_applies_after_reasoning_only() {
     // An answer the grammar refuses is corrected by the mask, reasoning untouched.
     let (text, _) = run("Sure.</think>{\"ok\": maybe}", ANSWER, scope);
     assert!(text.starts_with("Sure.</think>{\"ok\": "), "{text}");
-    let (sum, _) = split_all(&mut GenericParser::new(f), [text.as_str()]);
+    let (sum, _) = split_all(&mut GenericParser::new(f).unwrap(), [text.as_str()]);
     assert!(
         sum.content == "{\"ok\": true}" || sum.content == "{\"ok\": false}",
         "{text}"
@@ -165,12 +166,12 @@ fn the_grammar_applies_after_reasoning_only() {
 #[test]
 fn a_reasoning_budget_forces_the_answer() {
     let f = Format::hermes().prefilled(true);
-    let scope = Scope::answer(&f, Some(6)).unwrap();
+    let scope = scope::answer(&f, Some(6)).unwrap();
     // The model would reason on and on; after 6 tokens the end of reasoning is forced.
     let (text, finish) = run("thinking and thinking and thinking", ANSWER, scope);
     assert!(text.starts_with("thinki</think>"), "{text}");
     let (sum, _) = split_all(
-        &mut GenericParser::new(Format::hermes().prefilled(true)),
+        &mut GenericParser::new(Format::hermes().prefilled(true)).unwrap(),
         [text.as_str()],
     );
     assert!(sum.content.trim().starts_with("{\"ok\": "), "{text}");
@@ -180,19 +181,19 @@ fn a_reasoning_budget_forces_the_answer() {
 #[test]
 fn tool_call_grammar_is_triggered_by_its_tag() {
     let f = Format::hermes();
-    let scope = Scope::tool_calls(&f).unwrap();
+    let scope = scope::tool_calls(&f).unwrap();
     let call = r#"root ::= "{\"name\": \"" ("get_weather" | "get_time") "\", \"arguments\": {\"city\": \"" [A-Za-z]+ "\"}}""#;
     let script = "Let me look that up. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call> Done.";
     let (text, finish) = run(script, call, scope.clone());
     assert_eq!(text, script);
     assert_eq!(finish, FinishReason::Stop);
-    let (sum, _) = split_all(&mut GenericParser::new(f.clone()), [text.as_str()]);
+    let (sum, _) = split_all(&mut GenericParser::new(f.clone()).unwrap(), [text.as_str()]);
     assert_eq!(sum.tool_calls.len(), 1);
     assert_eq!(sum.tool_calls[0].0, "get_weather");
     // A call naming an unknown tool is steered to a known one; text outside is free.
     let script = "x <tool_call>{\"name\": \"get_tome\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call> {not json} <tool_call>{\"name\": \"get_time\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
     let (text, _) = run(script, call, scope);
-    let (sum, _) = split_all(&mut GenericParser::new(f), [text.as_str()]);
+    let (sum, _) = split_all(&mut GenericParser::new(f).unwrap(), [text.as_str()]);
     assert!(text.contains(" {not json} "), "{text}");
     assert_eq!(sum.tool_calls.len(), 2, "{text}");
     assert!(

@@ -726,7 +726,7 @@ pub(crate) fn multiples_by_last_digits(k: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CompileOptions, MatchOutcome, compile_gbnf, match_bytes};
+    use corral_grammar::{CompileOptions, MatchOutcome, compile_gbnf, match_bytes};
 
     fn accepts(expr: &str, s: &str) -> bool {
         let g = compile_gbnf(&format!("root ::= {expr}"), &CompileOptions::default())

@@ -463,10 +463,10 @@ impl<S: Splitter> PostProcessor<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::split::{Format, GenericParser};
+    use crate::{Format, GenericParser};
 
     fn run(opts: PostprocOptions, chunks: &[&str]) -> (String, String, FinalStats) {
-        let mut p = PostProcessor::new(GenericParser::new(Format::hermes()), opts);
+        let mut p = PostProcessor::new(GenericParser::new(Format::hermes()).unwrap(), opts);
         let mut events = Vec::new();
         for c in chunks {
             events.extend(p.push(c));

@@ -15,10 +15,11 @@ mod generic;
 mod harmony;
 pub mod postproc;
 mod scanner;
+pub mod toolcall;
 
 pub use generic::{BodyKind, Format, GenericParser, Region, RegionKind};
 pub use harmony::{HarmonyMarkers, HarmonyMode, HarmonyParser};
-pub use scanner::MarkerScanner;
+pub use scanner::{MarkerError, MarkerScanner};
 
 /// Why the stream asked to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

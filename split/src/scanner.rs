@@ -35,6 +35,19 @@ pub struct MarkerScanner {
     longest: usize,
 }
 
+/// Why a set of markers cannot be scanned for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MarkerError {
+    #[error("at most 64 markers can be scanned for at once, not {0}")]
+    TooMany(usize),
+    #[error("marker {index} is empty")]
+    Empty { index: usize },
+    #[error(
+        "marker {inner:?} occurs inside marker {outer:?}: markers may contain one another only as a prefix"
+    )]
+    Contains { outer: String, inner: String },
+}
+
 impl Default for MarkerScanner {
     /// No markers: everything is text.
     fn default() -> MarkerScanner {
@@ -49,13 +62,28 @@ impl Default for MarkerScanner {
 }
 
 impl MarkerScanner {
-    /// Up to 64 markers, all active.
-    pub fn new(markers: &[&str]) -> MarkerScanner {
-        assert!(markers.len() <= 64, "at most 64 markers");
-        assert!(
-            markers.iter().all(|m| !m.is_empty()),
-            "markers are not empty"
-        );
+    /// Up to 64 non-empty markers, all active. A marker may contain another only as a
+    /// prefix (see [`MarkerScanner::feed`]); anything else is a [`MarkerError`].
+    pub fn new(markers: &[&str]) -> Result<MarkerScanner, MarkerError> {
+        if markers.len() > 64 {
+            return Err(MarkerError::TooMany(markers.len()));
+        }
+        if let Some(index) = markers.iter().position(|m| m.is_empty()) {
+            return Err(MarkerError::Empty { index });
+        }
+        for outer in markers {
+            for inner in markers {
+                if outer.len() > inner.len()
+                    && !outer.starts_with(inner)
+                    && outer[1..].contains(inner)
+                {
+                    return Err(MarkerError::Contains {
+                        outer: outer.to_string(),
+                        inner: inner.to_string(),
+                    });
+                }
+            }
+        }
         let mut s = MarkerScanner {
             markers: markers.iter().map(|m| Box::from(*m)).collect(),
             active: 0,
@@ -68,7 +96,7 @@ impl MarkerScanner {
         } else {
             (1 << markers.len()) - 1
         });
-        s
+        Ok(s)
     }
 
     pub fn set_active(&mut self, mask: u64) {
@@ -200,7 +228,7 @@ mod tests {
     use super::*;
 
     fn scan(markers: &[&str], chunks: &[&str]) -> Vec<String> {
-        let mut s = MarkerScanner::new(markers);
+        let mut s = MarkerScanner::new(markers).unwrap();
         let mut out: Vec<String> = Vec::new();
         let mut sink = |e: Scan<'_>| {
             match e {

@@ -145,7 +145,7 @@ pub(crate) fn format_hir(name: &str) -> Option<Hir> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LexemeDfa;
+    use corral_grammar::LexemeDfa;
 
     fn check(name: &str, ok: &[&str], bad: &[&str]) {
         let d = LexemeDfa::build(&format_hir(name).unwrap(), 1 << 26).unwrap();

@@ -1,6 +1,9 @@
-//! JSON Schema front end: a schema (draft 2020-12; draft-07 `definitions`, array-form
+//! # corral-schema
+//!
+//! JSON Schema for corral: a schema (draft 2020-12; draft-07 `definitions`, array-form
 //! `items` and draft-04 boolean `exclusiveMinimum` accepted) -> GBNF text -> the same
-//! compiled [`Grammar`] the GBNF front end produces.
+//! compiled [`Grammar`] the GBNF front end produces; and, after generation, validation of
+//! the value against the whole schema with the feedback a retry needs ([`validate`]).
 //!
 //! The GBNF is the single source of truth: `corral schema` prints exactly what is
 //! compiled. How a schema becomes GBNF:
@@ -24,8 +27,12 @@
 //!    No keyword is silently ignored; annotations (`title`, `description`, `default`, ...)
 //!    and unknown keywords are not assertions.
 //!
+//! Key types: [`compile_json_schema`] / [`JsonSchemaOptions`] -> [`CompiledSchema`], or a
+//! positioned [`SchemaError`]; [`validate::Validator`] for what the grammar leaves to
+//! validation.
+//!
 //! ```
-//! use corral_grammar::schema::{compile_json_schema, JsonSchemaOptions};
+//! use corral_schema::{compile_json_schema, JsonSchemaOptions};
 //! use corral_grammar::{match_bytes, MatchOutcome};
 //!
 //! let s = compile_json_schema(
@@ -38,18 +45,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Schema errors carry the source line for their caret display; they are returned once per
+// compile, never on a hot path, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
 mod compile;
+mod error;
 mod formats;
 mod gbnf;
 mod locate;
 mod numbers;
 mod pattern;
+pub mod validate;
 
-use crate::Limits;
-use crate::compiled::Grammar;
-use crate::error::{ErrorKind, GrammarError, Span};
+use corral_grammar::{DfaCache, Grammar, Limits, Span};
 use serde_json::Value;
 use std::sync::Arc;
+
+pub use error::{SchemaError, SchemaErrorKind};
 
 pub use formats::KNOWN as KNOWN_FORMATS;
 
@@ -105,6 +118,9 @@ pub struct JsonSchemaOptions {
     /// file usually ends with a line break). Default false: generation stops right after
     /// the value.
     pub outer_whitespace: bool,
+    /// Lexeme DFAs come from, and go to, this cache (see [`corral_grammar::DfaCache`]).
+    /// Default `None`.
+    pub dfa_cache: Option<DfaCache>,
 }
 
 impl Default for JsonSchemaOptions {
@@ -120,6 +136,7 @@ impl Default for JsonSchemaOptions {
             max_object_states: 10_000,
             closed_objects: false,
             outer_whitespace: false,
+            dfa_cache: None,
         }
     }
 }
@@ -149,6 +166,11 @@ impl JsonSchemaOptions {
         self.outer_whitespace = outer;
         self
     }
+
+    pub fn with_dfa_cache(mut self, cache: Option<DfaCache>) -> Self {
+        self.dfa_cache = cache;
+        self
+    }
 }
 
 /// A keyword left to validation after generation (lenient mode).
@@ -173,14 +195,12 @@ pub struct CompiledSchema {
 pub fn compile_json_schema(
     text: &str,
     opts: &JsonSchemaOptions,
-) -> Result<CompiledSchema, GrammarError> {
+) -> Result<CompiledSchema, SchemaError> {
     let schema: Value = serde_json::from_str(text).map_err(|e| {
         let offset = line_col_offset(text, e.line(), e.column());
-        GrammarError::at(
-            ErrorKind::Schema {
-                pointer: String::new(),
-                message: format!("not valid JSON: {e}"),
-            },
+        SchemaError::at(
+            SchemaErrorKind::NotJson(e.to_string()),
+            String::new(),
             Span::new(offset, offset + 1),
             &opts.origin,
             text,
@@ -188,7 +208,7 @@ pub fn compile_json_schema(
     })?;
     compile_inner(&schema, opts).map_err(|(kind, pointer)| {
         let span = locate::locate(text, &pointer);
-        GrammarError::at(kind, span, &opts.origin, text)
+        SchemaError::at(kind, pointer, span, &opts.origin, text)
     })
 }
 
@@ -196,22 +216,18 @@ pub fn compile_json_schema(
 pub fn compile_json_schema_value(
     schema: &Value,
     opts: &JsonSchemaOptions,
-) -> Result<CompiledSchema, GrammarError> {
-    compile_inner(schema, opts).map_err(|(kind, _)| GrammarError::unplaced(kind, &opts.origin))
+) -> Result<CompiledSchema, SchemaError> {
+    compile_inner(schema, opts)
+        .map_err(|(kind, pointer)| SchemaError::unplaced(kind, pointer, &opts.origin))
 }
 
 fn compile_inner(
     schema: &Value,
     opts: &JsonSchemaOptions,
-) -> Result<CompiledSchema, (ErrorKind, String)> {
+) -> Result<CompiledSchema, (SchemaErrorKind, String)> {
     let (gbnf, deferred) = compile::to_gbnf(schema, opts)?;
-    let copts = crate::CompileOptions {
-        start: "root".into(),
-        origin: opts.origin.clone(),
-        limits: opts.limits.clone(),
-        inline_units: Some(compile::INLINE_UNITS),
-    };
-    let grammar = crate::compile_gbnf(&gbnf, &copts).map_err(|e| (e.kind, String::new()))?;
+    let grammar = corral_grammar::compile_gbnf(&gbnf, &compile::grammar_options(opts))
+        .map_err(|e| (SchemaErrorKind::Grammar(Box::new(e)), String::new()))?;
     Ok(CompiledSchema {
         grammar,
         gbnf,

@@ -1,4 +1,4 @@
-use corral_grammar::schema::{JsonSchemaOptions, compile_json_schema};
+use corral_schema::{JsonSchemaOptions, compile_json_schema};
 use std::time::Instant;
 fn main() {
     let path = std::env::args().nth(1).unwrap();

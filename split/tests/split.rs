@@ -3,7 +3,7 @@
 //! the same summary and the same concatenated deltas) and the every-prefix property (what
 //! was emitted after any prefix of the stream is a prefix of the final result).
 
-use corral_engine::split::{
+use corral_split::{
     Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter, Stop, Summary,
     split_all,
 };
@@ -123,7 +123,7 @@ fn harmony_token_id_path_matches_the_text_path() {
 #[test]
 fn generic_think_prefilled_unclosed_and_custom_markers() {
     let s = run(
-        GenericParser::new(Format::hermes()),
+        GenericParser::new(Format::hermes()).unwrap(),
         "<think>plan</think>Answer",
     );
     assert_eq!(
@@ -131,7 +131,7 @@ fn generic_think_prefilled_unclosed_and_custom_markers() {
         ("plan", "Answer")
     );
     let s = run(
-        GenericParser::new(Format::hermes().prefilled(true)),
+        GenericParser::new(Format::hermes().prefilled(true)).unwrap(),
         "plan</think>Answer",
     );
     assert_eq!(
@@ -139,7 +139,7 @@ fn generic_think_prefilled_unclosed_and_custom_markers() {
         ("plan", "Answer")
     );
     let s = run(
-        GenericParser::new(Format::hermes()),
+        GenericParser::new(Format::hermes()).unwrap(),
         "Hi <think>still thinking",
     );
     assert_eq!(
@@ -147,7 +147,8 @@ fn generic_think_prefilled_unclosed_and_custom_markers() {
         ("still thinking", "Hi ")
     );
     let s = run(
-        GenericParser::new(Format::hermes().with_reasoning_markers("<reasoning>", "</reasoning>")),
+        GenericParser::new(Format::hermes().with_reasoning_markers("<reasoning>", "</reasoning>"))
+            .unwrap(),
         "<reasoning>r</reasoning>c<think>",
     );
     assert_eq!(
@@ -159,7 +160,7 @@ fn generic_think_prefilled_unclosed_and_custom_markers() {
 #[test]
 fn generic_hermes_calls_fences_and_tags_inside_strings() {
     let s = run(
-        GenericParser::new(Format::hermes()),
+        GenericParser::new(Format::hermes()).unwrap(),
         "Sure.<tool_call>{\"name\": \"a\", \"arguments\": {\"x\": 1}}</tool_call><tool_call>\n{\"name\": \"echo\", \"arguments\": {\"text\": \"a </tool_call> b\"}}\n</tool_call>",
     );
     assert_eq!(s.content, "Sure.");
@@ -172,7 +173,7 @@ fn generic_hermes_calls_fences_and_tags_inside_strings() {
     );
     let fenced =
         "Example:\n```xml\n<tool_call>{\"name\": \"a\"}</tool_call> <think>no</think>\n```\nEnd";
-    let s = run(GenericParser::new(Format::hermes()), fenced);
+    let s = run(GenericParser::new(Format::hermes()).unwrap(), fenced);
     assert_eq!(s.content, fenced);
     assert!(s.tool_calls.is_empty() && s.reasoning.is_empty());
 }
@@ -180,23 +181,26 @@ fn generic_hermes_calls_fences_and_tags_inside_strings() {
 #[test]
 fn generic_llama3_python_tag_and_bare_json() {
     let s = run(
-        GenericParser::new(Format::llama3()),
+        GenericParser::new(Format::llama3()).unwrap(),
         "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"rust\"}}",
     );
     assert_eq!(calls(&s), vec![("search", "{\"q\":\"rust\"}")]);
     let s = run(
-        GenericParser::new(Format::llama3()),
+        GenericParser::new(Format::llama3()).unwrap(),
         "  {\"name\": \"search\", \"parameters\": {\"q\": \"x\"}}",
     );
     assert_eq!(calls(&s), vec![("search", "{\"q\":\"x\"}")]);
     // A JSON answer that is not a call stays content; JSON later in the answer is content.
-    let s = run(GenericParser::new(Format::llama3()), "{\"result\": 42}");
+    let s = run(
+        GenericParser::new(Format::llama3()).unwrap(),
+        "{\"result\": 42}",
+    );
     assert_eq!(
         (s.content.as_str(), s.tool_calls.len()),
         ("{\"result\": 42}", 0)
     );
     let s = run(
-        GenericParser::new(Format::llama3()),
+        GenericParser::new(Format::llama3()).unwrap(),
         "The object {\"name\": \"x\", \"parameters\": {}} is shown.",
     );
     assert_eq!(s.tool_calls.len(), 0);
@@ -205,12 +209,12 @@ fn generic_llama3_python_tag_and_bare_json() {
 #[test]
 fn generic_mistral_and_qwen3_coder() {
     let s = run(
-        GenericParser::new(Format::mistral()),
+        GenericParser::new(Format::mistral()).unwrap(),
         "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"k\": \"v\"}}, {\"name\": \"b\", \"arguments\": {}}]",
     );
     assert_eq!(calls(&s), vec![("a", "{\"k\":\"v\"}"), ("b", "{}")]);
     let s = run(
-        GenericParser::new(Format::qwen3_coder()),
+        GenericParser::new(Format::qwen3_coder()).unwrap(),
         "I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
     );
     assert_eq!(s.content, "I'll check.\n");
@@ -232,16 +236,16 @@ fn streams() -> Vec<Stream> {
         Box::new(HarmonyParser::new(HarmonyMode::Strict))
     }
     fn g() -> Box<dyn Splitter> {
-        Box::new(GenericParser::new(Format::hermes()))
+        Box::new(GenericParser::new(Format::hermes()).unwrap())
     }
     fn l() -> Box<dyn Splitter> {
-        Box::new(GenericParser::new(Format::llama3()))
+        Box::new(GenericParser::new(Format::llama3()).unwrap())
     }
     fn m() -> Box<dyn Splitter> {
-        Box::new(GenericParser::new(Format::mistral()))
+        Box::new(GenericParser::new(Format::mistral()).unwrap())
     }
     fn q() -> Box<dyn Splitter> {
-        Box::new(GenericParser::new(Format::qwen3_coder()))
+        Box::new(GenericParser::new(Format::qwen3_coder()).unwrap())
     }
     vec![
         (

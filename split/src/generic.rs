@@ -11,7 +11,7 @@
 //! An unclosed reasoning region at the end is reasoning; a template that pre-fills the
 //! opening tag starts the stream inside reasoning.
 
-use super::scanner::{Flow, MarkerScanner, Scan};
+use super::scanner::{Flow, MarkerError, MarkerScanner, Scan};
 use super::{Outputs, Splitter, Stop, ToolCallEvent};
 use crate::toolcall::repair_json;
 
@@ -274,18 +274,20 @@ pub struct GenericParser {
 }
 
 impl GenericParser {
-    pub fn new(format: Format) -> GenericParser {
+    /// A parser for `format`; an error if its markers cannot be scanned for (empty, more
+    /// than 62 regions, or one inside another).
+    pub fn new(format: Format) -> Result<GenericParser, MarkerError> {
         let mut markers: Vec<&str> = format.regions.iter().map(|r| r.open.as_str()).collect();
         markers.push(FENCE);
         markers.push("{");
-        let scanner = MarkerScanner::new(&markers);
+        let scanner = MarkerScanner::new(&markers)?;
         let closes: Vec<&str> = format
             .regions
             .iter()
             .map(|r| r.close.as_deref().unwrap_or("\u{0}"))
             .chain([FENCE])
             .collect();
-        let inner = MarkerScanner::new(&closes);
+        let inner = MarkerScanner::new(&closes)?;
         let mut p = GenericParser {
             state: State::Answer,
             scanner,
@@ -294,17 +296,27 @@ impl GenericParser {
             out: Outputs::default(),
             format,
         };
-        p.scanner.set_active(p.answer_mask());
-        if p.format.think_prefilled
-            && let Some(r) = p
+        p.start();
+        Ok(p)
+    }
+
+    /// The state at the start of a stream.
+    fn start(&mut self) {
+        self.state = State::Answer;
+        self.answer_blank = true;
+        self.out = Outputs::default();
+        self.scanner.reset();
+        self.inner.reset();
+        self.scanner.set_active(self.answer_mask());
+        if self.format.think_prefilled
+            && let Some(r) = self
                 .format
                 .regions
                 .iter()
                 .position(|r| r.kind == RegionKind::Reasoning)
         {
-            p.enter(r);
+            self.enter(r);
         }
-        p
     }
 
     pub fn format(&self) -> &Format {
@@ -343,7 +355,8 @@ impl GenericParser {
             }
             RegionKind::ToolCall(_) => {
                 let close = match &self.format.regions[r].close {
-                    Some(c) => Box::new(MarkerScanner::new(&[c.as_str()])),
+                    // Checked with the format's other markers in `new`.
+                    Some(c) => Box::new(MarkerScanner::new(&[c.as_str()]).unwrap_or_default()),
                     None => Box::default(),
                 };
                 self.state = State::Tool {
@@ -654,6 +667,6 @@ impl Splitter for GenericParser {
     }
 
     fn reset(&mut self) {
-        *self = GenericParser::new(self.format.clone());
+        self.start();
     }
 }

@@ -5,7 +5,7 @@
 //! pointer's tokens, skipping values it does not enter, and returns the byte span of the
 //! member's key (for an object member) or of the element (for an array index).
 
-use crate::error::Span;
+use corral_grammar::Span;
 
 struct Scan<'a> {
     b: &'a [u8],

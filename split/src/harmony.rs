@@ -150,7 +150,7 @@ impl Default for HarmonyParser {
 impl HarmonyParser {
     pub fn new(mode: HarmonyMode) -> HarmonyParser {
         HarmonyParser {
-            scanner: MarkerScanner::new(&MARKERS),
+            scanner: MarkerScanner::new(&MARKERS).expect("harmony's markers are a valid set"),
             core: Core {
                 mode,
                 state: State::Header { part: Part::Role },

@@ -755,7 +755,7 @@ fn hex_range(a: u32, b: u32, width: u32, prefix: &mut Vec<Hir>, out: &mut Vec<Hi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LexemeDfa;
+    use corral_grammar::LexemeDfa;
 
     fn dfa(h: &Hir) -> LexemeDfa {
         LexemeDfa::build(h, 1 << 26).unwrap()

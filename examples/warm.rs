@@ -1,4 +1,5 @@
-use corral_engine::*;
+use corral::engine::*;
+use corral::{grammar as corral_grammar, schema as corral_schema, trie as corral_trie};
 use std::sync::Arc;
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -7,8 +8,8 @@ fn main() {
     );
     let src = std::fs::read_to_string(&a[2]).unwrap();
     let g = if a[2].ends_with(".json") {
-        let opts = corral_grammar::schema::JsonSchemaOptions::default().with_outer_whitespace(true);
-        corral_grammar::schema::compile_json_schema(&src, &opts)
+        let opts = corral_schema::JsonSchemaOptions::default().with_outer_whitespace(true);
+        corral_schema::compile_json_schema(&src, &opts)
             .unwrap()
             .grammar
     } else {

@@ -1,0 +1,116 @@
+//! Schema errors: what is wrong, the JSON pointer of the subschema, and (when the schema
+//! was given as text) its place in that text, rendered with a caret like grammar errors.
+
+use corral_grammar::{GrammarError, Location, Span};
+use std::fmt;
+
+/// What went wrong, without the place.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaErrorKind {
+    /// The text is not JSON.
+    #[error("invalid schema at #: not valid JSON: {0}")]
+    NotJson(String),
+    /// The schema breaks JSON Schema's rules (a keyword of the wrong type, a dangling
+    /// `$ref`, nothing satisfiable).
+    #[error("invalid schema at #{pointer}: {message}")]
+    Invalid { pointer: String, message: String },
+    /// A keyword the grammar cannot express; lenient mode defers it to validation.
+    #[error(
+        "'{keyword}' at #{pointer} cannot be expressed as a grammar: {reason} (lenient mode leaves it to validation after generation)"
+    )]
+    Unsupported {
+        keyword: String,
+        pointer: String,
+        reason: String,
+    },
+    /// A configured limit of [`crate::JsonSchemaOptions`].
+    #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
+    Limit {
+        what: String,
+        value: usize,
+        limit_name: &'static str,
+        limit: usize,
+    },
+    /// The grammar the schema became could not be compiled (a grammar limit, such as
+    /// `max_lexeme_bytes`).
+    #[error("the schema's grammar: {}", .0.kind)]
+    Grammar(Box<GrammarError>),
+}
+
+/// A schema error with its place. See the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaError {
+    pub kind: SchemaErrorKind,
+    /// JSON pointer of the subschema at fault (empty: the root or unknown).
+    pub pointer: String,
+    /// Its bytes in the schema text, when compiled from text.
+    pub span: Option<Span>,
+    /// Names the schema (a file name, `<schema>`).
+    pub origin: String,
+    /// Line, column and line text of `span`.
+    pub location: Option<Location>,
+}
+
+impl SchemaError {
+    /// An error at `span` of `text`.
+    pub(crate) fn at(
+        kind: SchemaErrorKind,
+        pointer: String,
+        span: Span,
+        origin: &str,
+        text: &str,
+    ) -> SchemaError {
+        SchemaError {
+            kind,
+            pointer,
+            span: Some(span),
+            origin: origin.to_string(),
+            location: Some(Location::of(text, span.start)),
+        }
+    }
+
+    /// An error with no place in a text (the schema was given as a value).
+    pub(crate) fn unplaced(kind: SchemaErrorKind, pointer: String, origin: &str) -> SchemaError {
+        SchemaError {
+            kind,
+            pointer,
+            span: None,
+            origin: origin.to_string(),
+            location: None,
+        }
+    }
+
+    /// The keyword this error is about, where it names one (unsupported keywords).
+    pub fn keyword(&self) -> Option<&str> {
+        match &self.kind {
+            SchemaErrorKind::Unsupported { keyword, .. } => Some(keyword),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Some(loc) => write!(
+                f,
+                "{}:{}:{}: {}\n{}",
+                self.origin,
+                loc.line,
+                loc.col,
+                self.kind,
+                loc.caret_lines()
+            ),
+            None => write!(f, "{}: {}", self.origin, self.kind),
+        }
+    }
+}
+
+impl std::error::Error for SchemaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            SchemaErrorKind::Grammar(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
