@@ -1,0 +1,169 @@
+//! `enum` and `const`: the literal values, written every way JSON allows.
+
+use super::*;
+
+impl Compiler<'_> {
+    pub(super) fn enumeration(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        hint: &str,
+    ) -> Res<Option<String>> {
+        let mut values = enum_values(m, ptr)?;
+        let types = self.types(m, ptr)?;
+        values.retain(|v| types.0 & Types::of(v) != 0);
+        // Other constraints beside enum: keep the values the rest of the schema accepts.
+        let mut rest = m.clone();
+        rest.shift_remove("enum");
+        rest.shift_remove("const");
+        rest.shift_remove("type");
+        if rest.keys().any(|k| ASSERTIONS.contains(&k.as_str())) && !values.is_empty() {
+            match self.sub_grammar(&rest, ptr)? {
+                Some(sub) => values.retain(|v| {
+                    let text = v.to_string();
+                    corral_grammar::match_bytes(&sub, text.as_bytes()).ok()
+                        == Some(corral_grammar::MatchOutcome::Accepted)
+                }),
+                None => values.clear(),
+            }
+        }
+        let exprs: Vec<String> = values.iter().map(|v| self.literal(v)).collect();
+        Ok(alt(exprs).map(|b| self.rule(hint, b)))
+    }
+
+    /// A grammar of one subschema (same document, same options), for checks at compile time.
+    pub(super) fn sub_grammar(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+    ) -> Res<Option<std::sync::Arc<corral_grammar::Grammar>>> {
+        let mut opts = self.opts.clone();
+        opts.whitespace = Whitespace::Compact;
+        let mut c = Compiler::new(self.root, &opts);
+        c.depth = self.depth;
+        let Some(root) = c.value(&Value::Object(m.clone()), ptr, "root")? else {
+            return Ok(None);
+        };
+        for d in c.deferred {
+            if !self.deferred.contains(&d) {
+                self.deferred.push(d);
+            }
+        }
+        let mut text = format!("root ::= {root}\n");
+        for (n, b) in &c.rules {
+            text.push_str(&format!("{n} ::= {b}\n"));
+        }
+        corral_grammar::compile_gbnf(&text, &grammar_options(self.opts))
+            .map(Some)
+            .map_err(|e| (SchemaErrorKind::Grammar(Box::new(e)), ptr.to_string()))
+    }
+
+    /// One JSON value exactly (whitespace allowed between tokens).
+    pub(super) fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::Array(xs) if !xs.is_empty() => {
+                let items: Vec<String> = xs.iter().map(|x| self.literal(x)).collect();
+                seq(&[
+                    lit("["),
+                    self.ws.clone(),
+                    items.join(&format!(" {} ", self.sep())),
+                    self.ws.clone(),
+                    lit("]"),
+                ])
+            }
+            Value::Object(m) if !m.is_empty() => {
+                let items: Vec<String> = m
+                    .iter()
+                    .map(|(k, x)| {
+                        seq(&[
+                            lit(&Value::String(k.clone()).to_string()),
+                            self.ws.clone(),
+                            lit(":"),
+                            self.ws.clone(),
+                            self.literal(x),
+                        ])
+                    })
+                    .collect();
+                seq(&[
+                    lit("{"),
+                    self.ws.clone(),
+                    items.join(&format!(" {} ", self.sep())),
+                    self.ws.clone(),
+                    lit("}"),
+                ])
+            }
+            Value::Array(_) => seq(&[lit("["), self.ws.clone(), lit("]")]),
+            Value::Object(_) => seq(&[lit("{"), self.ws.clone(), lit("}")]),
+            Value::Number(n) => number_literal(&n.to_string()),
+            v => lit(&v.to_string()),
+        }
+    }
+}
+
+/// Every way to write the number `n` without an exponent (`2`, `2.0`, `2.00` are one value
+/// in JSON Schema); with an exponent, only as written.
+pub(super) fn number_literal(n: &str) -> String {
+    let Some(d) = SDec::parse(n) else {
+        return lit(n);
+    };
+    let digits = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let sign = if d.neg {
+        lit("-")
+    } else if d.mag.int == b"0" && d.mag.frac.is_empty() {
+        opt(&lit("-"))
+    } else {
+        EPSILON.to_string()
+    };
+    let int = lit(&digits(&d.mag.int));
+    let plain = if d.mag.frac.is_empty() {
+        seq(&[sign, int, opt(&seq(&[lit("."), "\"0\"+".to_string()]))])
+    } else {
+        seq(&[
+            sign,
+            int,
+            lit(&format!(".{}", digits(&d.mag.frac))),
+            "\"0\"*".to_string(),
+        ])
+    };
+    if n.contains(['e', 'E']) {
+        alt(vec![plain, lit(n)]).expect("two")
+    } else {
+        plain
+    }
+}
+
+/// The values `enum` and `const` allow (both must hold where both are given).
+pub(super) fn enum_values(m: &Map<String, Value>, ptr: &str) -> Res<Vec<Value>> {
+    let mut values: Option<Vec<Value>> = None;
+    if let Some(e) = m.get("enum") {
+        let Value::Array(xs) = e else {
+            return Err(invalid(&child(ptr, "enum"), "enum must be an array"));
+        };
+        values = Some(xs.clone());
+    }
+    if let Some(c) = m.get("const") {
+        values = Some(match values {
+            None => vec![c.clone()],
+            Some(xs) => xs.into_iter().filter(|x| json_eq(x, c)).collect(),
+        });
+    }
+    Ok(values.unwrap_or_default())
+}
+
+/// JSON equality as JSON Schema means it (1 == 1.0).
+pub(super) fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            SDec::parse(&x.to_string()) == SDec::parse(&y.to_string())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}

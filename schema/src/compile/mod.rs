@@ -1,0 +1,675 @@
+//! Schema -> GBNF text. See the module docs of [`super`] for the plan; the functions here
+//! follow it: [`Compiler::value`] is the entry for any subschema and returns a GBNF
+//! expression (usually a rule name) or `None` when no value is valid.
+
+use super::gbnf::{EPSILON, alt, and, from_hir, lit, not, opt, repeat, seq};
+use super::numbers::{self, Bound, SDec};
+use super::pattern::{Spelling, any_char, ecma_to_hir, json_encode, restrict_length};
+use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
+use crate::error::SchemaErrorKind;
+use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::{Map, Value};
+
+/// Regular rules up to this size (counting a repetition's body once) are inlined into
+/// their callers' lexemes; larger ones (strings, numbers, objects) stay rules with lexemes of
+/// their own, shared by every use. See [`corral_grammar::lower::lower`].
+pub(crate) const INLINE_UNITS: usize = 16;
+
+/// Most states (estimated before JSON encoding) of an intersection of a string's pattern,
+/// format and length; larger ones are refused (lenient: deferred) rather than built.
+const MAX_PRODUCT_STATES: usize = 20_000;
+
+/// Deepest nesting of subschemas followed while compiling (reference chains, merges).
+const MAX_DEPTH: u32 = 256;
+
+/// Keywords that constrain instances (everything else is an annotation or unknown).
+const ASSERTIONS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$ref",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+type Fail = (SchemaErrorKind, String);
+type Res<T> = Result<T, Fail>;
+
+fn invalid(ptr: &str, message: impl Into<String>) -> Fail {
+    (
+        SchemaErrorKind::Invalid {
+            pointer: ptr.to_string(),
+            message: message.into(),
+        },
+        ptr.to_string(),
+    )
+}
+
+/// A count keyword (`minLength`, `maxItems`, ...): a non-negative integer, if present.
+fn count(m: &Map<String, Value>, ptr: &str, key: &str) -> Res<Option<u64>> {
+    m.get(key)
+        .map(|v| {
+            v.as_u64().ok_or_else(|| {
+                invalid(
+                    &child(ptr, key),
+                    format!("{key} must be a non-negative integer"),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn child(ptr: &str, token: &str) -> String {
+    format!("{ptr}/{}", token.replace('~', "~0").replace('/', "~1"))
+}
+
+/// JSON types as a bit set; `integer` is a subset of `number`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Types(u8);
+
+impl Types {
+    const NULL: u8 = 1;
+    const BOOL: u8 = 2;
+    const OBJECT: u8 = 4;
+    const ARRAY: u8 = 8;
+    const NUMBER: u8 = 16;
+    const INTEGER: u8 = 32;
+    const STRING: u8 = 64;
+    const ALL: Types = Types(127);
+
+    fn parse(name: &str) -> Option<u8> {
+        Some(match name {
+            "null" => Types::NULL,
+            "boolean" => Types::BOOL,
+            "object" => Types::OBJECT,
+            "array" => Types::ARRAY,
+            "number" => Types::NUMBER | Types::INTEGER,
+            "integer" => Types::INTEGER,
+            "string" => Types::STRING,
+            _ => return None,
+        })
+    }
+
+    fn of(v: &Value) -> u8 {
+        match v {
+            Value::Null => Types::NULL,
+            Value::Bool(_) => Types::BOOL,
+            Value::Object(_) => Types::OBJECT,
+            Value::Array(_) => Types::ARRAY,
+            Value::String(_) => Types::STRING,
+            Value::Number(n) => {
+                let d = SDec::parse(&n.to_string());
+                if d.is_some_and(|d| d.is_integer()) {
+                    Types::NUMBER | Types::INTEGER
+                } else {
+                    Types::NUMBER
+                }
+            }
+        }
+    }
+
+    fn has(self, t: u8) -> bool {
+        self.0 & t != 0
+    }
+}
+
+/// How the GBNF of a schema is compiled.
+pub(crate) fn grammar_options(opts: &JsonSchemaOptions) -> CompileOptions {
+    CompileOptions {
+        origin: opts.origin.clone(),
+        limits: opts.limits.clone(),
+        inline_units: Some(INLINE_UNITS),
+        dfa_cache: opts.dfa_cache.clone(),
+        ..CompileOptions::default()
+    }
+}
+
+/// Compiles `schema` into GBNF (start rule `root`) and the keywords left to validation.
+pub(crate) fn to_gbnf(
+    schema: &Value,
+    opts: &JsonSchemaOptions,
+) -> Result<(String, Vec<Deferred>), Fail> {
+    let mut c = Compiler::new(schema, opts);
+    let root = c.value(schema, "", "root")?;
+    let Some(root) = root else {
+        return Err(invalid("", "no JSON value satisfies this schema"));
+    };
+    let mut out = String::new();
+    if opts.outer_whitespace {
+        out.push_str(&format!("root ::= [ \\t\\n\\r]* {root} [ \\t\\n\\r]*\n"));
+    } else {
+        out.push_str(&format!("root ::= {root}\n"));
+    }
+    if let Whitespace::Flexible { max } = opts.whitespace {
+        out.push_str(&format!(
+            "ws ::= {}\n",
+            repeat("[ \\t\\n\\r]", 0, Some(max))
+        ));
+    }
+    for (name, body) in &c.rules {
+        out.push_str(&format!("{name} ::= {body}\n"));
+    }
+    Ok((out, c.deferred))
+}
+
+struct Compiler<'a> {
+    root: &'a Value,
+    opts: &'a JsonSchemaOptions,
+    /// Draft-07 and earlier: `$ref` replaces its siblings.
+    old_ref: bool,
+    /// `$id`s and anchors of the document -> JSON pointer.
+    ids: FxHashMap<String, String>,
+    rules: Vec<(String, String)>,
+    names: FxHashSet<String>,
+    by_body: FxHashMap<String, String>,
+    /// `$ref` target pointer -> its rule (`None` once known to be unsatisfiable).
+    refs: FxHashMap<String, Option<String>>,
+    deferred: Vec<Deferred>,
+    depth: u32,
+    /// Pattern -> DFA over the value (for checks at compile time).
+    pattern_dfas: FxHashMap<String, Option<std::sync::Arc<LexemeDfa>>>,
+    ws: String,
+}
+
+impl<'a> Compiler<'a> {
+    fn new(root: &'a Value, opts: &'a JsonSchemaOptions) -> Compiler<'a> {
+        let old_ref = root
+            .get("$schema")
+            .and_then(Value::as_str)
+            .is_some_and(|s| {
+                ["draft-03", "draft-04", "draft-06", "draft-07"]
+                    .iter()
+                    .any(|d| s.contains(d))
+            });
+        let mut ids = FxHashMap::default();
+        collect_ids(root, "", &mut ids, 0);
+        let mut names = FxHashSet::default();
+        names.insert("root".to_string());
+        names.insert("ws".to_string());
+        Compiler {
+            root,
+            opts,
+            old_ref,
+            ids,
+            rules: Vec::new(),
+            names,
+            by_body: FxHashMap::default(),
+            refs: FxHashMap::default(),
+            deferred: Vec::new(),
+            depth: 0,
+            pattern_dfas: FxHashMap::default(),
+            ws: match opts.whitespace {
+                Whitespace::Compact => EPSILON.to_string(),
+                Whitespace::Flexible { .. } => "ws".to_string(),
+            },
+        }
+    }
+
+    /// The DFA of `h`, through the options' DFA cache.
+    fn dfa(&self, h: &Hir) -> Result<std::sync::Arc<LexemeDfa>, corral_grammar::ErrorKind> {
+        LexemeDfa::build_cached(
+            h,
+            self.opts.limits.max_lexeme_bytes,
+            self.opts.dfa_cache.as_ref(),
+        )
+    }
+
+    /// A keyword the grammar cannot express: an error, or (lenient) a deferral.
+    fn unsupported(&mut self, keyword: &str, ptr: &str, reason: &str) -> Res<()> {
+        if self.opts.lenient {
+            let d = Deferred {
+                keyword: keyword.to_string(),
+                pointer: ptr.to_string(),
+                reason: reason.to_string(),
+            };
+            if !self.deferred.contains(&d) {
+                self.deferred.push(d);
+            }
+            Ok(())
+        } else {
+            // Point at the keyword itself where the schema has it.
+            let at = child(ptr, keyword);
+            let at = if self.root.pointer(&at).is_some() {
+                at
+            } else {
+                ptr.to_string()
+            };
+            Err((
+                SchemaErrorKind::Unsupported {
+                    keyword: keyword.to_string(),
+                    pointer: at.clone(),
+                    reason: reason.to_string(),
+                },
+                at,
+            ))
+        }
+    }
+
+    fn fresh_name(&mut self, hint: &str) -> String {
+        let mut base: String = hint
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>()
+            .split('-')
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join("-");
+        base.truncate(40);
+        if base.is_empty() {
+            base = "v".into();
+        }
+        let mut name = base.clone();
+        let mut k = 2;
+        while self.names.contains(&name) {
+            name = format!("{base}-{k}");
+            k += 1;
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// A rule for `body` (one per distinct body), or `body` itself if it is a single name or
+    /// literal already.
+    fn rule(&mut self, hint: &str, body: String) -> String {
+        if is_simple(&body) {
+            return body;
+        }
+        if let Some(n) = self.by_body.get(&body) {
+            return n.clone();
+        }
+        let name = self.fresh_name(hint);
+        self.by_body.insert(body.clone(), name.clone());
+        self.rules.push((name.clone(), body));
+        name
+    }
+
+    /// A fixed rule (`json-value`, ...), defined on first use.
+    fn fixed_rule(&mut self, name: &str, body: impl FnOnce(&mut Self) -> String) -> String {
+        if !self.names.contains(name) {
+            self.names.insert(name.to_string());
+            let b = body(self);
+            self.rules.push((name.to_string(), b));
+        }
+        name.to_string()
+    }
+
+    fn sep(&self) -> String {
+        seq(&[self.ws.clone(), lit(","), self.ws.clone()])
+    }
+
+    /// Any JSON value.
+    fn any_value(&mut self) -> String {
+        if self.names.contains("json-value") {
+            return "json-value".into();
+        }
+        self.names.insert("json-value".into());
+        let string = self.json_string();
+        let number = self.fixed_rule("json-number", |_| numbers::JSON_NUMBER.to_string());
+        let ws = self.ws.clone();
+        let sep = self.sep();
+        let object = self.fixed_rule("json-object", |_| {
+            let member = seq(&[
+                string.clone(),
+                ws.clone(),
+                lit(":"),
+                ws.clone(),
+                "json-value".into(),
+            ]);
+            seq(&[
+                lit("{"),
+                ws.clone(),
+                opt(&seq(&[
+                    member.clone(),
+                    repeat(&seq(&[sep.clone(), member]), 0, None),
+                    ws.clone(),
+                ])),
+                lit("}"),
+            ])
+        });
+        let array = self.fixed_rule("json-array", |_| {
+            let v = "json-value".to_string();
+            seq(&[
+                lit("["),
+                ws.clone(),
+                opt(&seq(&[
+                    v.clone(),
+                    repeat(&seq(&[sep.clone(), v]), 0, None),
+                    ws.clone(),
+                ])),
+                lit("]"),
+            ])
+        });
+        let body = alt(vec![
+            object,
+            array,
+            string,
+            number,
+            lit("true"),
+            lit("false"),
+            lit("null"),
+        ])
+        .expect("non-empty");
+        self.rules.push(("json-value".into(), body));
+        "json-value".into()
+    }
+
+    /// Any JSON string.
+    fn json_string(&mut self) -> String {
+        self.fixed_rule("json-string", |_| {
+            let ch = from_hir(&json_encode(&any_char(), Spelling::Any)).expect("non-empty");
+            seq(&[lit("\""), repeat(&ch, 0, None), lit("\"")])
+        })
+    }
+
+    /// The GBNF of the values `s` accepts; `None` if none.
+    fn value(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<String>> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth -= 1;
+            return Err(invalid(
+                ptr,
+                "subschemas nest too deeply (a reference cycle without progress?)",
+            ));
+        }
+        let r = self.value_inner(s, ptr, hint);
+        self.depth -= 1;
+        r
+    }
+
+    fn value_inner(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<String>> {
+        let m = match s {
+            Value::Bool(true) => return Ok(Some(self.any_value())),
+            Value::Bool(false) => return Ok(None),
+            Value::Object(m) => m,
+            _ => return Err(invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        if let Some(r) = m.get("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| invalid(ptr, "$ref must be a string"))?;
+            let target = self.resolve(r, ptr)?;
+            let only_ref = !m
+                .keys()
+                .any(|k| k != "$ref" && ASSERTIONS.contains(&k.as_str()));
+            if self.old_ref || only_ref {
+                return match target {
+                    Some(t) => self.ref_rule(&t),
+                    // A remote reference left to validation: anything here.
+                    None => Ok(Some(self.any_value())),
+                };
+            }
+        }
+        let flat = self.flatten(m, ptr)?;
+        self.body(&flat, ptr, hint)
+    }
+
+    /// `m` with its `$ref` and `allOf` merged in (recursively), so neither is at the top.
+    fn flatten(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth -= 1;
+            return Err(invalid(
+                ptr,
+                "subschemas nest too deeply (a reference cycle without progress?)",
+            ));
+        }
+        let r = self.flatten_inner(m, ptr);
+        self.depth -= 1;
+        r
+    }
+
+    fn flatten_inner(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
+        let mut base = m.clone();
+        let mut parts: Vec<Map<String, Value>> = Vec::new();
+        if let Some(r) = base.shift_remove("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| invalid(ptr, "$ref must be a string"))?;
+            let target = self.resolve(r, ptr)?;
+            if self.old_ref {
+                base = Map::new();
+            }
+            if let Some(target) = target {
+                let t = self.root.pointer(&target).expect("resolved").clone();
+                parts.push(self.as_map(&t, &target)?);
+            }
+        }
+        if let Some(all) = base.shift_remove("allOf") {
+            let Value::Array(items) = all else {
+                return Err(invalid(ptr, "allOf must be an array"));
+            };
+            for (i, it) in items.iter().enumerate() {
+                let p = child(&child(ptr, "allOf"), &i.to_string());
+                parts.push(self.as_map(it, &p)?);
+            }
+        }
+        let mut out = base;
+        for p in parts {
+            out = self.merge(out, p, ptr)?;
+        }
+        Ok(out)
+    }
+
+    /// A subschema as a flattened map (`true` is `{}`, `false` a schema with no values).
+    fn as_map(&mut self, s: &Value, ptr: &str) -> Res<Map<String, Value>> {
+        match s {
+            Value::Bool(true) => Ok(Map::new()),
+            Value::Bool(false) => {
+                let mut m = Map::new();
+                m.insert("enum".into(), Value::Array(Vec::new()));
+                Ok(m)
+            }
+            Value::Object(m) => self.flatten(m, ptr),
+            _ => Err(invalid(ptr, "a schema must be an object or a boolean")),
+        }
+    }
+
+    /// Checks for keywords the grammar cannot express.
+    fn check_keywords(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<()> {
+        for (k, v) in m {
+            let reason = match k.as_str() {
+                "not" => "a negated subschema is not expressible as a grammar",
+                "if" => "conditional subschemas (if/then/else) depend on the instance",
+                "dependentRequired" | "dependentSchemas" | "dependencies" => {
+                    "dependencies between properties"
+                }
+                "contains" => "'an item matching somewhere in the array'",
+                "propertyNames" => "constraints on property names",
+                "unevaluatedProperties" | "unevaluatedItems" => {
+                    "what other subschemas did not evaluate"
+                }
+                "$dynamicRef" | "$recursiveRef" => "dynamic references",
+                "uniqueItems" if v == &Value::Bool(true) => {
+                    "all items different is not a context-free property"
+                }
+                _ => continue,
+            };
+            self.unsupported(k, ptr, reason)?;
+        }
+        Ok(())
+    }
+
+    /// The values of a flattened schema.
+    fn body(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<String>> {
+        self.check_keywords(m, ptr)?;
+        if !m.keys().any(|k| ASSERTIONS.contains(&k.as_str())) {
+            return Ok(Some(self.any_value()));
+        }
+        if m.contains_key("anyOf") {
+            return self.alternatives(m, "anyOf", ptr, hint);
+        }
+        if m.contains_key("oneOf") {
+            return self.alternatives(m, "oneOf", ptr, hint);
+        }
+        if m.contains_key("enum") || m.contains_key("const") {
+            return self.enumeration(m, ptr, hint);
+        }
+        let types = self.types(m, ptr)?;
+        let mut alts = Vec::new();
+        if types.has(Types::OBJECT)
+            && let Some(e) = self.object(m, ptr, hint)?
+        {
+            alts.push(e);
+        }
+        if types.has(Types::ARRAY)
+            && let Some(e) = self.array(m, ptr, hint)?
+        {
+            alts.push(e);
+        }
+        if types.has(Types::STRING)
+            && let Some(e) = self.string(m, ptr, hint)?
+        {
+            alts.push(e);
+        }
+        if types.has(Types::NUMBER | Types::INTEGER)
+            && let Some(e) = self.number(m, ptr, !types.has(Types::NUMBER), hint)?
+        {
+            alts.push(e);
+        }
+        if types.has(Types::BOOL) {
+            alts.push(alt(vec![lit("true"), lit("false")]).expect("two"));
+        }
+        if types.has(Types::NULL) {
+            alts.push(lit("null"));
+        }
+        Ok(alt(alts).map(|b| self.rule(hint, b)))
+    }
+
+    fn types(&self, m: &Map<String, Value>, ptr: &str) -> Res<Types> {
+        let bad = || {
+            invalid(
+                &child(ptr, "type"),
+                "unknown type (known: null boolean object array number integer string)",
+            )
+        };
+        match m.get("type") {
+            None => Ok(Types::ALL),
+            Some(Value::String(s)) => Types::parse(s).map(Types).ok_or_else(bad),
+            Some(Value::Array(xs)) => {
+                let mut t = 0;
+                for x in xs {
+                    t |= x.as_str().and_then(Types::parse).ok_or_else(bad)?;
+                }
+                Ok(Types(t))
+            }
+            Some(_) => Err(bad()),
+        }
+    }
+
+    /// `anyOf` / `oneOf`: each branch merged with the schema around it.
+    fn alternatives(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        ptr: &str,
+        hint: &str,
+    ) -> Res<Option<String>> {
+        let Some(Value::Array(branches)) = m.get(key) else {
+            return Err(invalid(ptr, format!("{key} must be an array")));
+        };
+        let mut base = m.clone();
+        base.shift_remove(key);
+        let base_asserts = base.keys().any(|k| ASSERTIONS.contains(&k.as_str()));
+        let mut merged: Vec<(Value, String)> = Vec::new();
+        for (i, b) in branches.iter().enumerate() {
+            let bp = child(&child(ptr, key), &i.to_string());
+            if base_asserts {
+                let fb = self.as_map(b, &bp)?;
+                let mm = self.merge(base.clone(), fb, &bp)?;
+                merged.push((Value::Object(mm), bp));
+            } else {
+                merged.push((b.clone(), bp));
+            }
+        }
+        if key == "oneOf" {
+            let mut overlap = false;
+            'pairs: for i in 0..merged.len() {
+                for j in i + 1..merged.len() {
+                    if !self.disjoint(&merged[i].0, &merged[j].0, 0) {
+                        overlap = true;
+                        break 'pairs;
+                    }
+                }
+            }
+            if overlap {
+                self.unsupported(
+                    "oneOf",
+                    ptr,
+                    "its branches may overlap, and a value valid for two branches must be refused",
+                )?;
+            }
+        }
+        let mut exprs = Vec::new();
+        for (b, bp) in &merged {
+            if let Some(e) = self.value(b, bp, hint)? {
+                exprs.push(e);
+            }
+        }
+        Ok(alt(exprs).map(|b| self.rule(hint, b)))
+    }
+}
+
+/// Whether a GBNF expression is one name or one literal (no rule needed).
+fn is_simple(e: &str) -> bool {
+    e.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+        || (e.starts_with('"')
+            && e.ends_with('"')
+            && e.len() >= 2
+            && !e[1..e.len() - 1].contains("\" "))
+}
+
+mod arrays;
+mod disjoint;
+mod enums;
+mod merge;
+mod number;
+mod objects;
+mod refs;
+mod strings;
+#[cfg(test)]
+mod tests;
+
+use enums::{enum_values, json_eq};
+use merge::{normalize_bounds, num, single};
+use number::{bounds, gcd};
+use refs::collect_ids;
+use strings::dfas_intersect;

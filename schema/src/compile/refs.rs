@@ -1,0 +1,155 @@
+//! `$ref`: local JSON pointers, `$anchor`s and `$id`s resolved to rules (recursion is rule
+//! recursion).
+
+use super::*;
+
+impl Compiler<'_> {
+    /// The JSON pointer a `$ref` names; `None` for a remote reference left to validation
+    /// (lenient mode).
+    pub(super) fn resolve(&mut self, r: &str, ptr: &str) -> Res<Option<String>> {
+        let (base, frag) = match r.find('#') {
+            Some(i) => (&r[..i], &r[i + 1..]),
+            None => (r, ""),
+        };
+        let mut prefix = String::new();
+        if !base.is_empty() {
+            match self.ids.get(base).filter(|p| *p != AMBIGUOUS) {
+                Some(p) => prefix = p.clone(),
+                None => {
+                    self.unsupported(
+                        "$ref",
+                        ptr,
+                        &format!("'{r}' is a remote reference (only references into this document are followed)"),
+                    )?;
+                    return Ok(None);
+                }
+            }
+        }
+        let frag = percent_decode(frag);
+        let target = if frag.is_empty() || frag.starts_with('/') {
+            format!("{prefix}{frag}")
+        } else {
+            match self.ids.get(&format!("#{frag}")) {
+                Some(p) if p == AMBIGUOUS => {
+                    self.unsupported(
+                        "$ref",
+                        ptr,
+                        &format!(
+                            "anchor '{frag}' is defined more than once (under different base URIs)"
+                        ),
+                    )?;
+                    return Ok(None);
+                }
+                Some(p) => p.clone(),
+                None => {
+                    return Err(invalid(
+                        ptr,
+                        format!("$ref '{r}': no anchor named '{frag}'"),
+                    ));
+                }
+            }
+        };
+        if self.root.pointer(&target).is_none() {
+            return Err(invalid(
+                ptr,
+                format!("$ref '{r}' points to nothing in this schema"),
+            ));
+        }
+        Ok(Some(target))
+    }
+
+    /// The rule of the subschema at `target` (compiled once; recursion refers back to it).
+    pub(super) fn ref_rule(&mut self, target: &str) -> Res<Option<String>> {
+        if let Some(r) = self.refs.get(target) {
+            return Ok(r.clone());
+        }
+        let hint = target.rsplit('/').next().unwrap_or("ref").to_string();
+        let name = self.fresh_name(if hint.is_empty() { "root-ref" } else { &hint });
+        self.refs.insert(target.to_string(), Some(name.clone()));
+        let schema = self.root.pointer(target).expect("resolved").clone();
+        let body = self.value(&schema, target, &name)?;
+        match body {
+            Some(b) => {
+                self.rules.push((name.clone(), b));
+                Ok(Some(name))
+            }
+            None => {
+                // Recursive uses may already name it: a rule that derives nothing.
+                self.rules.push((name.clone(), name.clone()));
+                self.refs.insert(target.to_string(), None);
+                Ok(None)
+            }
+        }
+    }
+}
+
+pub(super) fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && b[i + 1].is_ascii_hexdigit()
+            && b[i + 2].is_ascii_hexdigit()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Marks an `$id` or anchor defined more than once.
+pub(super) const AMBIGUOUS: &str = "\0ambiguous";
+
+/// `$id`s (absolute, and without a trailing `#`) and anchors (`$anchor`, draft-07 `$id: "#x"`)
+/// of the document, to their JSON pointers.
+pub(super) fn collect_ids(v: &Value, ptr: &str, out: &mut FxHashMap<String, String>, depth: u32) {
+    if depth > 200 {
+        return;
+    }
+    // A name defined twice (anchors scoped by nested base URIs) resolves to nothing.
+    let mut define = |name: String| {
+        out.entry(name)
+            .and_modify(|p| *p = AMBIGUOUS.to_string())
+            .or_insert_with(|| ptr.to_string());
+    };
+    match v {
+        Value::Object(m) => {
+            for key in ["$id", "id"] {
+                if let Some(Value::String(id)) = m.get(key) {
+                    if let Some(anchor) = id.strip_prefix('#') {
+                        if !anchor.is_empty() {
+                            define(format!("#{anchor}"));
+                        }
+                    } else {
+                        define(id.trim_end_matches('#').to_string());
+                    }
+                }
+            }
+            if let Some(Value::String(a)) = m.get("$anchor") {
+                define(format!("#{a}"));
+            }
+            for (k, x) in m {
+                if matches!(
+                    k.as_str(),
+                    "enum" | "const" | "default" | "examples" | "example"
+                ) {
+                    continue;
+                }
+                collect_ids(x, &child(ptr, k), out, depth + 1);
+            }
+        }
+        Value::Array(xs) => {
+            for (i, x) in xs.iter().enumerate() {
+                collect_ids(x, &child(ptr, &i.to_string()), out, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,153 @@
+//! Strings: `pattern`, `format` and lengths intersected into one regular expression over the
+//! JSON text.
+
+use super::*;
+
+impl Compiler<'_> {
+    pub(super) fn string(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        hint: &str,
+    ) -> Res<Option<String>> {
+        let min = count(m, ptr, "minLength")?.unwrap_or(0);
+        let max = count(m, ptr, "maxLength")?;
+        let (pattern, format) = self.pattern_and_format(m, ptr)?;
+        let to_u32 =
+            |x: u64| u32::try_from(x).map_err(|_| invalid(ptr, "string length bound too large"));
+        let length = || -> Res<Hir> {
+            Ok(Hir::repetition(Repetition {
+                min: to_u32(min)?,
+                max: max.map(to_u32).transpose()?,
+                greedy: true,
+                sub: Box::new(any_char()),
+            }))
+        };
+        // What the string's characters must match: each of these (more than one: an
+        // intersection of automata, GBNF's `&`).
+        let mut parts: Vec<Hir> = pattern.into_iter().chain(format).collect();
+        let bounded = min > 0 || max.is_some();
+        // The states of a length counter, if the length is a part of its own.
+        let mut counter = 1usize;
+        match parts.as_mut_slice() {
+            [] if !bounded => return Ok(Some(self.json_string())),
+            [] => parts.push(length()?),
+            _ if !bounded => {}
+            [one] => match restrict_length(one, min, max) {
+                Ok(Some(h)) => *one = h,
+                Ok(None) => return Ok(None),
+                Err(()) => counter = max.unwrap_or(min).saturating_add(1) as usize,
+            },
+            _ => counter = max.unwrap_or(min).saturating_add(1) as usize,
+        }
+        if parts.len() > 1 || counter > 1 {
+            let length = if counter > 1 { Some(length()?) } else { None };
+            self.refuse_large_product(&mut parts, counter, length, (min, max), ptr)?;
+        }
+        let mut operands = Vec::with_capacity(parts.len());
+        for h in &parts {
+            let Some(body) = from_hir(&json_encode(h, Spelling::Any)) else {
+                return Ok(None);
+            };
+            operands.push(seq(&[lit("\""), body, lit("\"")]));
+        }
+        let body = match operands.as_slice() {
+            [one] => one.clone(),
+            _ => and(&operands),
+        };
+        Ok(Some(self.rule(&format!("{hint}-string"), body)))
+    }
+
+    /// The regular expressions of `pattern` and `format`, where given and supported.
+    fn pattern_and_format(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+    ) -> Res<(Option<Hir>, Option<Hir>)> {
+        let mut pattern = None;
+        if let Some(p) = m.get("pattern") {
+            let p = p
+                .as_str()
+                .ok_or_else(|| invalid(&child(ptr, "pattern"), "pattern must be a string"))?;
+            match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+                Ok(h) => pattern = Some(h),
+                Err(e) => self.unsupported("pattern", ptr, &e)?,
+            }
+        }
+        let mut format = None;
+        if let Some(f) = m.get("format") {
+            let f = f
+                .as_str()
+                .ok_or_else(|| invalid(&child(ptr, "format"), "format must be a string"))?;
+            match formats::format_hir(f) {
+                Some(h) => format = Some(h),
+                None => self.unsupported(
+                    "format",
+                    ptr,
+                    &format!(
+                        "unknown format '{f}' (known: {})",
+                        formats::KNOWN.join(", ")
+                    ),
+                )?,
+            }
+        }
+        Ok((pattern, format))
+    }
+
+    /// Checks that the intersection of `parts` (and of a length counter of `counter` states,
+    /// appended as `length`) is small enough to build; if not, refuses it (lenient: defers
+    /// the length or format, keeping only the first part).
+    fn refuse_large_product(
+        &mut self,
+        parts: &mut Vec<Hir>,
+        counter: usize,
+        length: Option<Hir>,
+        (min, max): (u64, Option<u64>),
+        ptr: &str,
+    ) -> Res<()> {
+        // The product automaton has at most the product of the parts' states.
+        let states = parts.iter().try_fold(counter, |acc, h| {
+            self.dfa(h).ok().map(|d| acc.saturating_mul(d.len().max(1)))
+        });
+        parts.extend(length);
+        if states.is_none_or(|s| s > MAX_PRODUCT_STATES) {
+            let bounded = min > 0 || max.is_some();
+            let keyword = match (bounded, max) {
+                (true, Some(_)) => "maxLength",
+                (true, None) => "minLength",
+                _ => "format",
+            };
+            self.unsupported(
+                keyword,
+                ptr,
+                &format!(
+                    "the intersection of this string's pattern, format and length has more than {MAX_PRODUCT_STATES} automaton states"
+                ),
+            )?;
+            parts.truncate(1);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `a` and `b` (DFAs over the same bytes) accept a common string.
+pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa) -> bool {
+    const MAX_PAIRS: usize = 200_000;
+    let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
+    let mut stack = vec![(a.start(), b.start())];
+    while let Some((x, y)) = stack.pop() {
+        if x == DEAD || y == DEAD || !seen.insert((x, y)) {
+            continue;
+        }
+        if a.is_accepting(x) && b.is_accepting(y) {
+            return true;
+        }
+        if seen.len() > MAX_PAIRS {
+            return true; // unsure: assume they overlap
+        }
+        for byte in 0..=255u8 {
+            stack.push((a.next(x, byte), b.next(y, byte)));
+        }
+    }
+    false
+}

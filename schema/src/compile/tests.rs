@@ -1,0 +1,315 @@
+//! Schema -> grammar, checked by matching instances.
+use crate::{CompiledSchema, JsonSchemaOptions, PropertyOrder, compile_json_schema};
+use corral_grammar::{MatchOutcome, match_bytes};
+
+fn compile(schema: &str) -> CompiledSchema {
+    compile_json_schema(schema, &JsonSchemaOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn check(schema: &str, pass: &[&str], fail: &[&str]) {
+    let c = compile(schema);
+    for p in pass {
+        assert_eq!(
+            match_bytes(&c.grammar, p.as_bytes()).unwrap(),
+            MatchOutcome::Accepted,
+            "{schema}\nshould accept {p}\n{}",
+            c.gbnf
+        );
+    }
+    for f in fail {
+        assert_ne!(
+            match_bytes(&c.grammar, f.as_bytes()).unwrap(),
+            MatchOutcome::Accepted,
+            "{schema}\nshould refuse {f}\n{}",
+            c.gbnf
+        );
+    }
+}
+
+#[test]
+fn objects_in_schema_order() {
+    check(
+        r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},"required":["b"],"additionalProperties":false}"#,
+        &[
+            r#"{"b":"x"}"#,
+            r#"{"a":1,"b":"x"}"#,
+            r#"{"a": 1, "b": "x", "c": true}"#,
+            r#"{"b":"x","c":false}"#,
+        ],
+        &[
+            r#"{}"#,
+            r#"{"a":1}"#,
+            r#"{"b":"x","a":1}"#,
+            r#"{"b":"x","d":1}"#,
+            r#"{"b":1}"#,
+            r#"{"a":1,,"b":"x"}"#,
+        ],
+    );
+}
+
+#[test]
+fn additional_properties() {
+    check(
+        r#"{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}}"#,
+        &[r#"{}"#, r#"{"a":1,"x":"y"}"#, r#"{"zz":"y","q":""}"#],
+        &[r#"{"x":1}"#, r#"{"a":"s"}"#],
+    );
+    check(
+        r#"{"type":"object","patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":false}"#,
+        &[r#"{}"#, r#"{"x-a":1,"x-b":2}"#],
+        &[r#"{"y":1}"#, r#"{"x-a":"s"}"#],
+    );
+    // Additional properties beside patterns: keys that match neither a name nor a
+    // pattern (however escaped) take the additional schema.
+    check(
+        r#"{"type":"object","properties":{"id":{"type":"integer"}},"patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":{"type":"string"}}"#,
+        &[
+            r#"{"id":1,"x-a":2,"y":"s"}"#,
+            r#"{"x":"s","x-":3}"#,
+            r#"{"id":1}"#,
+        ],
+        &[
+            r#"{"x-a":"s"}"#,
+            r#"{"y":1}"#,
+            r#"{"id":"s"}"#,
+            r#"{"\u0078-a":"s"}"#,
+        ],
+    );
+    check(
+        r#"{"type":"object","patternProperties":{"^[0-9]+$":{"type":"boolean"}}}"#,
+        &[r#"{"12":true,"a":[1]}"#, r#"{"1a":null}"#],
+        &[r#"{"12":1}"#],
+    );
+    // Overlapping patterns: a key matching both needs both schemas (refused).
+    assert!(
+        compile_json_schema(
+            r#"{"type":"object","patternProperties":{"a*":{"type":"integer"},"aaa*":{"maximum":20}}}"#,
+            &JsonSchemaOptions::default()
+        )
+        .is_err()
+    );
+    // A named property that matches a pattern takes both schemas, and only once.
+    check(
+        r#"{"type":"object","properties":{"a":{"type":"integer"}},"patternProperties":{"^[a-z]$":{"minimum":0}},"additionalProperties":false}"#,
+        &[r#"{"a":1,"b":2}"#, r#"{"b":0}"#],
+        &[
+            r#"{"a":-1}"#,
+            r#"{"b":-1}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"b":1,"a":1}"#,
+        ],
+    );
+}
+
+#[test]
+fn counted_properties() {
+    check(
+        r#"{"type":"object","properties":{"a":{},"b":{},"c":{}},"minProperties":1,"maxProperties":2,"additionalProperties":false}"#,
+        &[r#"{"a":1}"#, r#"{"a":1,"c":3}"#, r#"{"b":null,"c":3}"#],
+        &[r#"{}"#, r#"{"a":1,"b":2,"c":3}"#],
+    );
+}
+
+#[test]
+fn any_order() {
+    let opts = JsonSchemaOptions {
+        property_order: PropertyOrder::Any,
+        ..JsonSchemaOptions::default()
+    };
+    let c = compile_json_schema(
+        r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"],"additionalProperties":false}"#,
+        &opts,
+    )
+    .unwrap();
+    for (s, ok) in [
+        (r#"{"a":1,"b":"x"}"#, true),
+        (r#"{"b":"x","a":1}"#, true),
+        (r#"{"a":1}"#, true),
+        (r#"{"b":"x"}"#, false),
+        (r#"{"a":1,"a":2}"#, false),
+    ] {
+        assert_eq!(
+            match_bytes(&c.grammar, s.as_bytes()).unwrap() == MatchOutcome::Accepted,
+            ok,
+            "{s}\n{}",
+            c.gbnf
+        );
+    }
+}
+
+#[test]
+fn arrays() {
+    check(
+        r#"{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3}"#,
+        &["[1]", "[1, 2, 3]"],
+        &["[]", "[1,2,3,4]", "[\"a\"]"],
+    );
+    check(
+        r#"{"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false}"#,
+        &["[]", "[\"a\"]", "[\"a\",1]"],
+        &["[1]", "[\"a\",1,2]"],
+    );
+    check(
+        r#"{"type":"array","items":[{"type":"string"}],"additionalItems":{"type":"boolean"},"minItems":2}"#,
+        &["[\"a\",true]", "[\"a\",true,false]"],
+        &["[\"a\"]", "[\"a\",1]"],
+    );
+}
+
+#[test]
+fn strings() {
+    check(
+        r#"{"type":"string","minLength":2,"maxLength":3}"#,
+        &[r#""ab""#, r#""abc""#, r#""\u00e9\n""#, r#""😀😀""#],
+        &[r#""a""#, r#""abcd""#, r#""\x""#],
+    );
+    check(
+        r#"{"type":"string","pattern":"^[a-z]+$","maxLength":4}"#,
+        &[r#""abcd""#, r#""\u0061""#],
+        &[r#""abcde""#, r#""""#, r#""A""#],
+    );
+    check(
+        r#"{"type":"string","format":"date"}"#,
+        &[r#""2024-02-29""#],
+        &[r#""2023-02-29""#],
+    );
+    check(
+        r#"{"type":"string","pattern":"b"}"#,
+        &[r#""abc""#, r#""b""#],
+        &[r#""ac""#],
+    );
+    // Intersections: a pattern whose length no single repetition carries, a format with
+    // a pattern.
+    check(
+        r#"{"type":"string","pattern":"[0-9a-f]+","minLength":4,"maxLength":4}"#,
+        &[r#""zz0z""#, r#""beef""#, r#""AAaA""#],
+        &[r#""zzzz""#, r#""beefs""#, r#""abc""#],
+    );
+    check(
+        r#"{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","maxLength":5}"#,
+        &[r#""ab-cd""#, r#""abcde""#, r#""a""#],
+        &[r#""ab-cde""#, r#""ab-""#, r#""abcdef""#],
+    );
+    check(
+        r#"{"type":"string","format":"date","pattern":"^2024-"}"#,
+        &[r#""2024-02-29""#],
+        &[r#""2023-02-28""#, r#""2024-02-30""#, r#""2024-""#],
+    );
+    check(
+        r#"{"type":"string","format":"email","maxLength":8}"#,
+        &[r#""a@b.com""#],
+        &[r#""ab@cd.com""#, r#""abcdefgh""#],
+    );
+}
+
+#[test]
+fn numbers() {
+    check(
+        r#"{"type":"integer","minimum":-5,"exclusiveMaximum":10}"#,
+        &["-5", "0", "9", "-0"],
+        &["-6", "10", "1.5", "1e2"],
+    );
+    check(
+        r#"{"type":"number","minimum":0.5,"maximum":2}"#,
+        &["0.5", "1", "2.0", "1.99"],
+        &["0.49", "2.01", "-1"],
+    );
+    check(
+        r#"{"type":"integer","multipleOf":5}"#,
+        &["0", "15", "-20"],
+        &["7"],
+    );
+    check(
+        r#"{"type":"integer","multipleOf":3,"minimum":0,"maximum":10}"#,
+        &["0", "3", "9"],
+        &["10", "4"],
+    );
+    check(
+        r#"{"type":"number","multipleOf":0.01}"#,
+        &["1.25", "3", "1.50"],
+        &["1.255"],
+    );
+    check(
+        r#"{"type":"number"}"#,
+        &["-1.5e-3", "0", "10"],
+        &["01", "1.", ".5"],
+    );
+}
+
+#[test]
+fn combinators_and_refs() {
+    check(
+        r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/node"}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"}"##,
+        &[r#"{"v":1}"#, r#"{"v":1,"next":{"v":2,"next":{"v":3}}}"#],
+        &[r#"{"v":1,"next":{}}"#],
+    );
+    check(
+        r#"{"anyOf":[{"type":"string"},{"type":"integer"}]}"#,
+        &[r#""x""#, "3"],
+        &["1.5", "null"],
+    );
+    check(
+        r#"{"oneOf":[{"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["kind"]},{"type":"object","properties":{"kind":{"const":"b"}},"required":["kind"]}]}"#,
+        &[r#"{"kind":"a","x":1}"#, r#"{"kind":"b"}"#],
+        &[r#"{"kind":"c"}"#],
+    );
+    check(
+        r#"{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"required":["b"]}]}"#,
+        &[r#"{"a":1,"b":"x"}"#],
+        &[r#"{"a":1}"#, r#"{"b":"x"}"#],
+    );
+    check(
+        r#"{"enum":["a",1,null,{"k":[true]}]}"#,
+        &[r#""a""#, "1", "null", r#"{"k": [true]}"#],
+        &[r#""b""#, "2"],
+    );
+    check(
+        r#"{"type":"string","enum":["a","bb",3],"maxLength":1}"#,
+        &[r#""a""#],
+        &[r#""bb""#, "3"],
+    );
+}
+
+#[test]
+fn unsupported_keywords_are_positioned_errors() {
+    let e = compile_json_schema(
+        "{\n  \"type\": \"array\",\n  \"uniqueItems\": true\n}",
+        &JsonSchemaOptions::default().with_origin("s.json"),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("s.json:3:3: 'uniqueItems' at #/uniqueItems cannot"),
+        "{msg}"
+    );
+    let lenient = JsonSchemaOptions {
+        lenient: true,
+        ..JsonSchemaOptions::default()
+    };
+    let c = compile_json_schema(r#"{"type":"array","uniqueItems":true}"#, &lenient).unwrap();
+    assert_eq!(c.deferred.len(), 1);
+    assert_eq!(c.deferred[0].keyword, "uniqueItems");
+    // A pattern property deferred: its keys are still accepted (the grammar a superset).
+    let c = compile_json_schema(
+        r#"{"type":"object","patternProperties":{"^(?!x)a":{"type":"integer"}},"additionalProperties":false}"#,
+        &lenient,
+    )
+    .unwrap();
+    assert_eq!(c.deferred[0].keyword, "patternProperties");
+    for ok in [r#"{"ab":1}"#, r#"{}"#] {
+        assert_eq!(
+            match_bytes(&c.grammar, ok.as_bytes()).unwrap(),
+            MatchOutcome::Accepted,
+            "{ok}\n{}",
+            c.gbnf
+        );
+    }
+    let e = compile_json_schema(
+        r#"{"oneOf":[{"type":"integer"},{"minimum":0}]}"#,
+        &JsonSchemaOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("'oneOf'"), "{e}");
+    let e = compile_json_schema(r#"{"type": "strin"}"#, &JsonSchemaOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("unknown type"), "{e}");
+}
