@@ -293,7 +293,6 @@ impl Compiler<'_> {
             ));
         }
         let sep = self.sep();
-        let ws = self.ws.clone();
         let mut memo: FxHashMap<(usize, u64), Option<String>> = FxHashMap::default();
         // Built from the end, so every state's successors exist.
         for i in (0..=n).rev() {
