@@ -47,7 +47,13 @@ fn bench(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("mask/llama3_1");
     for (name, prefix) in states {
-        let ids = cont.encode(prefix, false).unwrap().get_ids().to_vec();
+        let ids = cont
+            .encode(prefix, false)
+            .unwrap()
+            .get_ids()
+            .iter()
+            .map(|&t| corral::trie::TokenId(t))
+            .collect::<Vec<_>>();
         let mut a = RobustConstrainedAdapter::new(constraint.clone());
         a.step_with_tokens(&ids).unwrap();
         let mut mask = a.new_mask();
@@ -78,8 +84,10 @@ fn bench(c: &mut Criterion) {
         .take(64)
         .map(|p| {
             let mut a = RobustConstrainedAdapter::new(constraint.clone());
-            a.step_with_tokens(cont.encode(*p, false).unwrap().get_ids())
-                .unwrap();
+            a.step_with_tokens(&corral::trie::TokenId::all(
+                cont.encode(*p, false).unwrap().get_ids(),
+            ))
+            .unwrap();
             a
         })
         .collect();

@@ -14,7 +14,13 @@ fn main() {
     let text = std::fs::read_to_string(&a[3]).unwrap();
     let text = text.trim_end();
     let cont = corral_trie::continuation_tokenizer(&hf);
-    let toks = cont.encode(text, false).unwrap().get_ids().to_vec();
+    let toks = cont
+        .encode(text, false)
+        .unwrap()
+        .get_ids()
+        .iter()
+        .map(|&t| corral::trie::TokenId(t))
+        .collect::<Vec<_>>();
     let repeat: usize = a.get(4).map_or(1, |r| r.parse().unwrap());
     for _ in 0..repeat {
         let t0 = Instant::now();

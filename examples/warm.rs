@@ -21,7 +21,9 @@ fn main() {
         .encode(std::str::from_utf8(&text).unwrap(), false)
         .unwrap()
         .get_ids()
-        .to_vec();
+        .iter()
+        .map(|&t| corral::trie::TokenId(t))
+        .collect::<Vec<_>>();
     let c = Constraint::new(g, space.clone());
     for pass in 0..3 {
         let mut ad = RobustConstrainedAdapter::new(c.clone());

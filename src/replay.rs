@@ -9,7 +9,7 @@ use clap::ValueEnum;
 use corral::engine::Constraint;
 use corral::engine::replay::{replay, stats};
 use corral::grammar::MatchOutcome;
-use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
+use corral::trie::{TokenId, TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,7 +49,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     let tok = tokenizers::Tokenizer::from_file(&args.tokenizer)
         .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", args.tokenizer.display()))?;
     let vocab = Vocabulary::from_tokenizer(&tok).map_err(anyhow::Error::from)?;
-    let eos = match args.eos.or_else(|| vocab.default_eos()) {
+    let eos = match args.eos.map(TokenId).or_else(|| vocab.default_eos()) {
         Some(e) => vec![e],
         None => Err(anyhow!(
             "the tokenizer has no usual end-of-sequence token; pass --eos ID"
@@ -68,14 +68,14 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
         Err(anyhow!("--runs must be at least 1"))?;
     }
 
-    let runs: Vec<Vec<u32>> = match args.tokenization {
+    let runs: Vec<Vec<TokenId>> = match args.tokenization {
         Tokenization::Canonical => {
             let s = std::str::from_utf8(&text)
                 .context("the text is not UTF-8, so it has no canonical tokenization")?;
             let enc = continuation_tokenizer(&tok)
                 .encode(s, false)
                 .map_err(|e| anyhow!("tokenizing: {e}"))?;
-            let ids = enc.get_ids().to_vec();
+            let ids = TokenId::all(enc.get_ids());
             if space.vocab().decode_bytes(&ids) != text {
                 Err(anyhow!(
                     "the tokenizer does not reproduce the text byte for byte (it normalizes it); use --tokenization random"

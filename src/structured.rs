@@ -232,10 +232,7 @@ fn compact(
     let piece = (budget / 2).max(32);
     let mut out = String::new();
     for chunk in ids.chunks(piece) {
-        let chunk_text = model
-            .tokenizer()
-            .decode(chunk, false)
-            .map_err(|e| crate::Error::Load(corral_models::LoadError::Tokenizer(e.to_string())))?;
+        let chunk_text = model.decode(chunk)?;
         let p = Prompt {
             system: Some("You summarize text faithfully.".into()),
             user: format!(

@@ -43,7 +43,13 @@ fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
         let cont = continuation_tokenizer(&hf);
         let c = Constraint::new(grammar.clone(), space.clone());
         for (d, doc) in docs.iter().enumerate() {
-            let canonical = cont.encode(doc.as_str(), false).unwrap().get_ids().to_vec();
+            let canonical = cont
+                .encode(doc.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .iter()
+                .map(|&t| corral::trie::TokenId(t))
+                .collect::<Vec<_>>();
             let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ d as u64;
             let random = space
                 .trie()

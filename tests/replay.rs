@@ -104,7 +104,9 @@ fn json_documents_replay_on_every_tokenizer() {
                 .encode(doc.as_str(), false)
                 .unwrap()
                 .get_ids()
-                .to_vec();
+                .iter()
+                .map(|&t| corral::trie::TokenId(t))
+                .collect::<Vec<_>>();
             assert_eq!(
                 s.space.vocab().decode_bytes(&canonical),
                 doc.as_bytes(),
@@ -293,7 +295,15 @@ fn other_shipped_grammars_replay() {
             let c = Constraint::new(g, s.space.clone());
             for input in *inputs {
                 let mut next = rng(input.len() as u64);
-                let mut runs = vec![s.tok.encode(*input, false).unwrap().get_ids().to_vec()];
+                let mut runs = vec![
+                    s.tok
+                        .encode(*input, false)
+                        .unwrap()
+                        .get_ids()
+                        .iter()
+                        .map(|&t| corral::trie::TokenId(t))
+                        .collect::<Vec<_>>(),
+                ];
                 for _ in 0..20 {
                     runs.push(
                         s.space

@@ -10,7 +10,7 @@ use corral::engine::{
 use corral::grammar::{CompileOptions, compile_gbnf};
 use corral::scope;
 use corral::split::{Format, GenericParser, split_all};
-use corral::trie::{FixedBitSet, TokenSpace, Vocabulary};
+use corral::trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -19,12 +19,13 @@ const EOS: u32 = 300;
 const WIDTH: usize = 304;
 
 fn space() -> Arc<TokenSpace> {
-    let mut tokens: Vec<(u32, Vec<u8>)> = (0..=255u8).map(|b| (b as u32, vec![b])).collect();
+    let mut tokens: Vec<(TokenId, Vec<u8>)> =
+        (0..=255u8).map(|b| (TokenId(b as u32), vec![b])).collect();
     for (i, m) in MARKERS.iter().enumerate() {
-        tokens.push((256 + i as u32, m.as_bytes().to_vec()));
+        tokens.push((TokenId(256 + i as u32), m.as_bytes().to_vec()));
     }
-    let vocab = Vocabulary::from_parts(tokens, [(EOS, "</s>".to_string())]);
-    Arc::new(TokenSpace::new(vocab, Some(WIDTH), vec![EOS]))
+    let vocab = Vocabulary::from_parts(tokens, [(TokenId(EOS), "</s>".to_string())]);
+    Arc::new(TokenSpace::new(vocab, Some(WIDTH), vec![TokenId(EOS)]))
 }
 
 /// Tokens of `text`: markers whole, everything else byte by byte; EOS at the end.
@@ -68,7 +69,7 @@ impl Logits for OneHot {
 }
 
 impl CausalLm for Scripted {
-    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
+    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
         if pos == 0 {
             self.out.clear();
         } else {
@@ -124,7 +125,7 @@ fn run_with(script: &str, grammar: &str, scope: Scope, jump: bool) -> (String, F
         &mut lm,
         &space,
         Some(&c),
-        &[b'>' as u32],
+        &[TokenId(b'>' as u32)],
         &opts,
         &mut |_| {},
     )

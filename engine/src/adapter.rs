@@ -22,7 +22,7 @@
 use crate::lexcache::LexCache;
 use corral_grammar::ast::{TokenAst, TokenTarget};
 use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, TokenRefId};
-use corral_trie::{ByteRecognizer, FixedBitSet, TokenSpace};
+use corral_trie::{ByteRecognizer, FixedBitSet, TokenId, TokenSpace};
 use std::sync::Arc;
 
 /// A grammar bound to a token space, with the caches every adapter of it shares.
@@ -32,7 +32,7 @@ pub struct Constraint {
     space: Arc<TokenSpace>,
     cache: LexCache,
     /// Token references resolved to ids (`None`: names no token of this vocabulary).
-    refs: Vec<Option<u32>>,
+    refs: Vec<Option<TokenId>>,
 }
 
 impl Constraint {
@@ -41,7 +41,7 @@ impl Constraint {
             .token_refs()
             .iter()
             .map(|t| match &t.target {
-                TokenTarget::Id(id) => Some(*id),
+                TokenTarget::Id(id) => Some(TokenId(*id)),
                 TokenTarget::Text(name) => space.vocab().token_by_text(name),
             })
             .collect();
@@ -74,7 +74,7 @@ impl Constraint {
     }
 
     /// Whether token `id` satisfies token reference `r`.
-    fn ref_matches(&self, r: TokenRefId, id: u32) -> bool {
+    fn ref_matches(&self, r: TokenRefId, id: TokenId) -> bool {
         let ast: &TokenAst = &self.grammar.token_refs()[r.0 as usize];
         match self.refs[r.0 as usize] {
             Some(target) => (target == id) != ast.negated,
@@ -87,9 +87,9 @@ impl Constraint {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
     #[error("token {token} is not allowed at byte {position}")]
-    TokenNotAllowed { token: u32, position: u64 },
+    TokenNotAllowed { token: TokenId, position: u64 },
     #[error("token {token} is outside the vocabulary (mask width {width})")]
-    UnknownToken { token: u32, width: usize },
+    UnknownToken { token: TokenId, width: usize },
     #[error(
         "the grammar cannot continue and does not accept at byte {position} (no token can produce what it needs)"
     )]
@@ -145,7 +145,7 @@ pub struct RobustConstrainedAdapter {
     key: Vec<u64>,
     /// Tokens found by walks after a lexeme's end: `(uid of the set the lexeme started
     /// in, lexeme, end state, trie node)` -> tokens (at most [`MAX_REMEMBERED_WALKS`]).
-    walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<u32>>,
+    walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
     scratch: FixedBitSet,
 }
 
@@ -298,7 +298,7 @@ impl RobustConstrainedAdapter {
                 for &(_, node) in &sets.subtrees[k..group_end] {
                     let key = (from, run.lexeme.0, end_state, node);
                     if let Some(tokens) = self.walks.get(&key) {
-                        tokens.iter().for_each(|&t| mask.insert(t as usize));
+                        tokens.iter().for_each(|&t| mask.insert(t.index()));
                         continue;
                     }
                     if *pushed.get_or_insert_with(|| push_end(&mut walker, run, end_state)) {
@@ -313,7 +313,8 @@ impl RobustConstrainedAdapter {
                             lo + n.subtree as usize,
                             n.depth as usize,
                         );
-                        let tokens: Vec<u32> = scratch.ones().map(|t| t as u32).collect();
+                        let tokens: Vec<TokenId> =
+                            scratch.ones().map(|t| TokenId(t as u32)).collect();
                         mask.union_with(scratch);
                         if self.walks.len() >= MAX_REMEMBERED_WALKS {
                             self.walks.clear();
@@ -336,12 +337,12 @@ impl RobustConstrainedAdapter {
             for r in refs {
                 let t = &g.token_refs()[r.0 as usize];
                 match (t.negated, c.refs[r.0 as usize]) {
-                    (false, Some(id)) if (id as usize) < width => mask.insert(id as usize),
+                    (false, Some(id)) if id.index() < width => mask.insert(id.index()),
                     (false, _) => {}
                     (true, except) => {
-                        for id in 0..vocab_len {
-                            if Some(id as u32) != except && !space.eos().contains(&(id as u32)) {
-                                mask.insert(id);
+                        for id in (0..vocab_len as u32).map(TokenId) {
+                            if Some(id) != except && !space.eos().contains(&id) {
+                                mask.insert(id.index());
                             }
                         }
                     }
@@ -350,8 +351,8 @@ impl RobustConstrainedAdapter {
         }
         if self.rec.is_accepting() {
             for &e in space.eos() {
-                if (e as usize) < width {
-                    mask.insert(e as usize);
+                if e.index() < width {
+                    mask.insert(e.index());
                 }
             }
         }
@@ -376,21 +377,21 @@ impl RobustConstrainedAdapter {
     }
 
     /// The allowed tokens as a list (convenience over [`Self::compute_mask`]).
-    pub fn allowed_token_ids(&mut self) -> Result<Vec<u32>, AdapterError> {
+    pub fn allowed_token_ids(&mut self) -> Result<Vec<TokenId>, AdapterError> {
         let mut mask = self.new_mask();
         self.compute_mask(&mut mask)?;
-        Ok(mask.ones().map(|i| i as u32).collect())
+        Ok(mask.ones().map(|i| TokenId(i as u32)).collect())
     }
 
     /// Feeds a sampled token. Not allowed: [`AdapterError::TokenNotAllowed`], nothing
     /// changes. An EOS/stop token is taken only when the grammar accepts; it ends the output.
-    pub fn step_with_token(&mut self, token: u32) -> Result<(), AdapterError> {
+    pub fn step_with_token(&mut self, token: TokenId) -> Result<(), AdapterError> {
         self.check()?;
         if self.finished {
             return Err(AdapterError::Finished);
         }
         let width = self.c.space.width();
-        if token as usize >= width {
+        if token.index() >= width {
             return Err(AdapterError::UnknownToken { token, width });
         }
         let position = self.rec.position();
@@ -434,7 +435,7 @@ impl RobustConstrainedAdapter {
     }
 
     /// Feeds several tokens; stops at the first refusal.
-    pub fn step_with_tokens(&mut self, tokens: &[u32]) -> Result<(), AdapterError> {
+    pub fn step_with_tokens(&mut self, tokens: &[TokenId]) -> Result<(), AdapterError> {
         tokens.iter().try_for_each(|&t| self.step_with_token(t))
     }
 
@@ -522,7 +523,7 @@ impl RobustConstrainedAdapter {
 
     /// Tokens for [`Self::forced_bytes`]: greedily the longest token that is a prefix of what
     /// is left (each is therefore allowed). Canonical tokenization is the caller's choice.
-    pub fn forced_tokens(&mut self) -> Result<Vec<u32>, AdapterError> {
+    pub fn forced_tokens(&mut self) -> Result<Vec<TokenId>, AdapterError> {
         let bytes = self.forced_bytes()?;
         Ok(self.c.space.trie().greedy_tokens(&bytes).0)
     }
@@ -531,7 +532,7 @@ impl RobustConstrainedAdapter {
     /// longest token each; every tokenization of a valid output is allowed): empty when
     /// complete already, `None` when no text completes it (only token references could).
     /// Generation under a token budget steers to it before the budget runs out.
-    pub fn completion_tokens(&mut self) -> Result<Option<Vec<u32>>, AdapterError> {
+    pub fn completion_tokens(&mut self) -> Result<Option<Vec<TokenId>>, AdapterError> {
         self.check()?;
         if self.finished {
             return Ok(Some(Vec::new()));

@@ -1,14 +1,17 @@
 //! The generation loop: a model, an optional constraint, a prompt.
 //!
-//! Per step:
-//! 1. the constraint's mask (computed while the previous forward pass ran, if
-//!    `overlap_mask`) is applied to the logits where they live, and the sampler picks a
-//!    token;
-//! 2. the adapter steps; the text delta is streamed (UTF-8 split across tokens is held back
-//!    in a window of at most 3 bytes, never re-decoding the output);
-//! 3. jump-forward: while the grammar admits exactly one continuation, its tokens are
-//!    appended without sampling, and fed to the model together in the next forward pass;
-//! 4. the model runs on the new tokens.
+//! A [`Decoder`] holds everything of one generation but the model: the phase (free text,
+//! or constrained by an adapter), the sampler, the budget, the text streamed so far. It is
+//! driven one step at a time, so a server can drive many of them around one batched
+//! forward pass; [`generate`] drives one with one model. Per step:
+//! 1. [`Decoder::prepare`]: the constraint's mask for the next token (on another thread
+//!    while the forward pass runs, if `overlap_mask`);
+//! 2. [`Decoder::advance`] with the forward pass's logits: the mask is applied where the
+//!    logits live, the sampler picks a token, the adapter steps, the text delta is streamed
+//!    (UTF-8 split across tokens is held back in a window of at most 3 bytes, never
+//!    re-decoding the output); jump-forward: while the grammar admits exactly one
+//!    continuation, its tokens are appended without sampling;
+//! 3. the model runs on the tokens `advance` returned, all in one forward pass.
 //!
 //! It stops when the grammar is complete and admits nothing more (`grammar_complete`), when
 //! the model emits an end-of-sequence or stop token (`stop`, allowed by the mask only where
@@ -21,11 +24,11 @@
 //! `max_tokens` at all, generation refuses to start ([`GenerateError::BudgetTooSmall`]).
 
 use crate::adapter::{AdapterError, Constraint, RobustConstrainedAdapter};
-use crate::model::{CausalLm, ModelError};
+use crate::model::{CausalLm, Logits, ModelError};
 use crate::replay::stats;
-use crate::sampling::{Sampler, SamplingOptions};
+use crate::sampling::{Sampler, SamplingError, SamplingOptions};
 use crate::scope::{Scope, TriggerWatch};
-use corral_trie::{FixedBitSet, TokenSpace};
+use corral_trie::{FixedBitSet, TokenId, TokenSpace};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,7 +114,7 @@ pub struct GenerationStats {
 #[derive(Clone, Debug)]
 pub struct Generation {
     pub text: String,
-    pub tokens: Vec<u32>,
+    pub tokens: Vec<TokenId>,
     pub finish_reason: FinishReason,
     pub stats: GenerationStats,
 }
@@ -125,6 +128,8 @@ pub enum GenerateError {
     Constraint(#[from] AdapterError),
     #[error("the prompt is empty")]
     EmptyPrompt,
+    #[error("sampling: {0}")]
+    Sampling(#[from] SamplingError),
     #[error("every token is masked: nothing to sample")]
     NothingToSample,
     #[error(
@@ -192,8 +197,431 @@ impl Utf8Stream {
     }
 }
 
+/// Where the decoder is: free text (the grammar not applying yet, or between tool calls),
+/// or constrained by an adapter.
+#[derive(Clone, Debug)]
+enum Phase {
+    Free,
+    Constrained(Box<RobustConstrainedAdapter>),
+}
+
+/// What to do after [`Decoder::advance`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Run the model on these tokens (at the positions after what it has seen) and call
+    /// `advance` again with its logits.
+    Feed(Vec<TokenId>),
+    /// Generation ended.
+    Done(FinishReason),
+}
+
+/// One generation's state apart from the model. See the module docs.
+pub struct Decoder {
+    space: Arc<TokenSpace>,
+    constraint: Option<Arc<Constraint>>,
+    opts: GenerateOptions,
+    phase: Phase,
+    sampler: Sampler,
+    /// The mask for the next sample, and whether it is computed already (`prepare`).
+    mask: FixedBitSet,
+    mask_ready: bool,
+    mask_times: Vec<f64>,
+    stream: Utf8Stream,
+    text: String,
+    tokens: Vec<TokenId>,
+    /// Prompt and output: what the repetition penalty looks at.
+    history: Vec<TokenId>,
+    /// Under a grammar, the output completes within `max_tokens` (see the module docs).
+    budgeted: bool,
+    max_tokens: usize,
+    /// Positions the model has seen, and the most it supports.
+    pos: usize,
+    max_pos: usize,
+    /// Free text before the grammar applies: the trigger being watched for, and the free
+    /// tokens so far (for a reasoning budget).
+    watch: TriggerWatch,
+    free_tokens: usize,
+    stats: GenerationStats,
+}
+
+impl Decoder {
+    /// A decoder for the output after `prompt` (which the caller feeds to the model first),
+    /// constrained by `constraint` where `opts.scope` says. `max_positions` is the model's
+    /// context. Refuses an empty prompt, one that fills the context, bad sampling settings,
+    /// and a budget no output of the grammar fits in.
+    pub fn new(
+        space: Arc<TokenSpace>,
+        constraint: Option<Arc<Constraint>>,
+        prompt: &[TokenId],
+        max_positions: usize,
+        opts: &GenerateOptions,
+    ) -> Result<Decoder, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        opts.sampling.validate()?;
+        if prompt.len() >= max_positions {
+            return Err(ModelError::Context {
+                what: "the prompt",
+                needed: prompt.len() + 1,
+                max: max_positions,
+            }
+            .into());
+        }
+        let width = space.width();
+        let mut d = Decoder {
+            budgeted: opts.complete_within_budget && constraint.is_some(),
+            // The budget: max_tokens, or what the context leaves after the prompt.
+            max_tokens: opts.max_tokens.min(max_positions - prompt.len() - 1),
+            phase: Phase::Free,
+            sampler: Sampler::new(opts.sampling.clone()),
+            mask: FixedBitSet::with_capacity(width),
+            mask_ready: false,
+            mask_times: Vec::new(),
+            stream: Utf8Stream::default(),
+            text: String::new(),
+            tokens: Vec::new(),
+            history: prompt.to_vec(),
+            pos: prompt.len(),
+            max_pos: max_positions,
+            watch: TriggerWatch::default(),
+            free_tokens: 0,
+            stats: GenerationStats {
+                prompt_tokens: prompt.len(),
+                forward_passes: 1,
+                ..GenerationStats::default()
+            },
+            space,
+            constraint,
+            opts: opts.clone(),
+        };
+        if d.opts.scope == Scope::Whole {
+            d.phase = d.fresh_phase();
+        }
+        if d.budgeted
+            && let Phase::Constrained(a) = &mut d.phase
+            && let Some(need) = a.completion_tokens()?
+            && need.len() > d.max_tokens
+        {
+            return Err(GenerateError::BudgetTooSmall {
+                needed: need.len(),
+                max_tokens: d.max_tokens,
+            });
+        }
+        Ok(d)
+    }
+
+    /// Grows the masks to the model's logit width (when it exceeds the vocabulary's).
+    pub fn with_logit_width(mut self, width: usize) -> Decoder {
+        if self.mask.len() < width {
+            self.mask.grow(width);
+        }
+        self
+    }
+
+    fn fresh_phase(&self) -> Phase {
+        match &self.constraint {
+            Some(c) => Phase::Constrained(Box::new(RobustConstrainedAdapter::new(c.clone()))),
+            None => Phase::Free,
+        }
+    }
+
+    /// Tokens generated so far.
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
+    }
+
+    /// The text so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Computes the mask for the next token now (if the grammar applies), so that
+    /// [`Decoder::advance`] need not: call it while the model runs.
+    pub fn prepare(&mut self) -> Result<(), GenerateError> {
+        if let Phase::Constrained(a) = &mut self.phase
+            && !self.mask_ready
+        {
+            let t = Instant::now();
+            a.compute_mask(&mut self.mask)?;
+            self.mask_times.push(t.elapsed().as_secs_f64() * 1e6);
+            self.mask_ready = true;
+        }
+        Ok(())
+    }
+
+    /// One step from the logits of the last position fed: a token (and what jump-forward
+    /// appends after it), or the end. `on_delta` gets the text as it completes.
+    pub fn advance(
+        &mut self,
+        logits: &dyn Logits,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<Next, GenerateError> {
+        if self.tokens.len() >= self.max_tokens {
+            return Ok(Next::Done(FinishReason::Length));
+        }
+        if let Some(forced) = self.reasoning_budget_spent() {
+            return Ok(self.force_trigger(forced, on_delta));
+        }
+        let masked = match self.mask_for_sampling()? {
+            Ok(masked) => masked,
+            Err(done) => return Ok(Next::Done(done)),
+        };
+        let mut v = logits.to_masked_vec(masked.then_some(&self.mask))?;
+        if self.opts.ignore_eos {
+            for &e in self.space.eos() {
+                if let Some(l) = v.get_mut(e.index()) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let tok = self.sample(&mut v)?;
+        if self.space.eos().contains(&tok) {
+            return Ok(Next::Done(FinishReason::Stop));
+        }
+        if masked && self.step_constraint(tok, on_delta)? {
+            return Ok(Next::Done(FinishReason::BudgetCompleted));
+        }
+        self.emit(tok, on_delta);
+        self.push(tok);
+        let mut feed = vec![tok];
+        if self.opts.jump_forward {
+            self.jump_forward(&mut feed, on_delta)?;
+        }
+        Ok(self.feed(feed))
+    }
+
+    /// The end: the text held back, the statistics.
+    pub fn finish(
+        mut self,
+        finish_reason: FinishReason,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Generation {
+        let rest = self.stream.finish();
+        if !rest.is_empty() {
+            on_delta(&rest);
+            self.text.push_str(&rest);
+        }
+        let mut st = self.stats;
+        st.generated_tokens = self.tokens.len();
+        let (mean, _, p99) = stats(&self.mask_times);
+        st.mask_us_mean = mean;
+        st.mask_us_p99 = p99;
+        st.masks = self.mask_times.len();
+        Generation {
+            text: self.text,
+            tokens: self.tokens,
+            finish_reason,
+            stats: st,
+        }
+    }
+
+    /// Tokens to feed next, unless the budget or the context ends here.
+    fn feed(&mut self, feed: Vec<TokenId>) -> Next {
+        if self.tokens.len() >= self.max_tokens || self.pos + feed.len() >= self.max_pos {
+            return Next::Done(FinishReason::Length);
+        }
+        self.pos += feed.len();
+        self.stats.forward_passes += 1;
+        Next::Feed(feed)
+    }
+
+    fn push(&mut self, t: TokenId) {
+        self.tokens.push(t);
+        self.history.push(t);
+    }
+
+    /// Streams a token's text.
+    fn emit(&mut self, t: TokenId, on_delta: &mut dyn FnMut(&str)) {
+        if let Some(b) = self.space.vocab().token_bytes(t) {
+            let delta = self.stream.push(b);
+            if !delta.is_empty() {
+                on_delta(&delta);
+                self.text.push_str(&delta);
+            }
+        }
+    }
+
+    /// The trigger's tokens, if a reasoning budget is used up in free text.
+    fn reasoning_budget_spent(&self) -> Option<Vec<TokenId>> {
+        let Scope::After {
+            trigger,
+            budget: Some(b),
+        } = &self.opts.scope
+        else {
+            return None;
+        };
+        if !matches!(self.phase, Phase::Free) || self.constraint.is_none() || self.free_tokens < *b
+        {
+            return None;
+        }
+        Some(match self.space.vocab().token_by_text(trigger) {
+            Some(id) => vec![id],
+            None => self.space.trie().greedy_tokens(trigger.as_bytes()).0,
+        })
+    }
+
+    /// Appends the trigger without sampling; the grammar applies from there.
+    fn force_trigger(&mut self, forced: Vec<TokenId>, on_delta: &mut dyn FnMut(&str)) -> Next {
+        if self.tokens.len() + forced.len() > self.max_tokens {
+            return Next::Done(FinishReason::Length);
+        }
+        for &f in &forced {
+            self.emit(f, on_delta);
+            self.push(f);
+            self.stats.forced_tokens += 1;
+        }
+        self.phase = self.fresh_phase();
+        self.mask_ready = false;
+        self.watch.clear();
+        self.free_tokens = 0;
+        if self.pos + forced.len() >= self.max_pos {
+            return Next::Done(FinishReason::Length);
+        }
+        self.pos += forced.len();
+        self.stats.forward_passes += 1;
+        Next::Feed(forced)
+    }
+
+    /// Under the grammar: the mask ready in `self.mask` (`Ok(true)`), or the grammar is
+    /// complete and admits nothing more (`Err(GrammarComplete)`, or, for tool calls, free
+    /// text again: `Ok(false)`). In free text: `Ok(false)`.
+    fn mask_for_sampling(&mut self) -> Result<Result<bool, FinishReason>, GenerateError> {
+        self.prepare()?;
+        self.mask_ready = false;
+        let Phase::Constrained(a) = &mut self.phase else {
+            return Ok(Ok(false));
+        };
+        let eos = self.space.eos();
+        if a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32))) {
+            if !matches!(self.opts.scope, Scope::Each { .. }) {
+                return Ok(Err(FinishReason::GrammarComplete));
+            }
+            self.phase = Phase::Free;
+            self.watch.clear();
+            return Ok(Ok(false));
+        }
+        // Between a trigger and the grammar's first byte, whitespace tokens are free.
+        if a.output().is_empty() && self.opts.scope != Scope::Whole {
+            for &t in self.space.whitespace_tokens() {
+                self.mask.insert(t.index());
+            }
+        }
+        Ok(Ok(true))
+    }
+
+    /// Samples from `v` (masked logits). In free text, a token that completes the trigger
+    /// starts the grammar on what it brings after the trigger (whitespace first is free);
+    /// a token whose rest the grammar refuses is not taken.
+    fn sample(&mut self, v: &mut [f32]) -> Result<TokenId, GenerateError> {
+        loop {
+            let tok = self
+                .sampler
+                .sample(v, &self.history)
+                .ok_or(GenerateError::NothingToSample)?;
+            let watching = matches!(self.phase, Phase::Free) && self.constraint.is_some();
+            let Some(trigger) = self.opts.scope.trigger().filter(|_| watching) else {
+                return Ok(tok);
+            };
+            let before = self.watch.clone();
+            let Some(rest) = self.watch.push(trigger, &token_text(&self.space, tok)) else {
+                self.free_tokens += 1;
+                return Ok(tok);
+            };
+            let Phase::Constrained(mut a) = self.fresh_phase() else {
+                unreachable!("a constraint gives a constrained phase");
+            };
+            let taken = match rest.iter().position(|b| !b.is_ascii_whitespace()) {
+                Some(i) => a.push_bytes(&rest[i..])?,
+                None => true,
+            };
+            if taken {
+                self.phase = Phase::Constrained(a);
+                self.free_tokens = 0;
+                return Ok(tok);
+            }
+            self.watch = before;
+            v[tok.index()] = f32::NEG_INFINITY;
+        }
+    }
+
+    /// Steps the adapter with `tok`; under a budget, if no completion fits after it, rolls
+    /// it back and appends the shortest completion instead (`Ok(true)`: the output ends).
+    fn step_constraint(
+        &mut self,
+        tok: TokenId,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<bool, GenerateError> {
+        let Phase::Constrained(a) = &mut self.phase else {
+            return Ok(false);
+        };
+        if a.output().is_empty()
+            && self.opts.scope != Scope::Whole
+            && self.space.whitespace_tokens().binary_search(&tok).is_ok()
+        {
+            return Ok(false);
+        }
+        a.step_with_token(tok)?;
+        if !self.budgeted {
+            return Ok(false);
+        }
+        let left = self.max_tokens - self.tokens.len() - 1;
+        if a.completion_tokens()?.is_some_and(|c| c.len() <= left) {
+            return Ok(false);
+        }
+        a.rollback(1)?;
+        let completion = a.completion_tokens()?.unwrap_or_default();
+        for &t in &completion {
+            if let Phase::Constrained(a) = &mut self.phase {
+                a.step_with_token(t)?;
+            }
+            self.emit(t, on_delta);
+            self.tokens.push(t);
+            self.stats.forced_tokens += 1;
+        }
+        Ok(true)
+    }
+
+    /// Jump-forward: the tokens of the continuation the grammar forces, appended to `feed`
+    /// (as many as leave room to complete within the budget).
+    fn jump_forward(
+        &mut self,
+        feed: &mut Vec<TokenId>,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<(), GenerateError> {
+        let room = self.max_tokens.saturating_sub(self.tokens.len());
+        let Phase::Constrained(a) = &mut self.phase else {
+            return Ok(());
+        };
+        let mut forced = a.forced_tokens()?;
+        forced.truncate(room);
+        // The forced bytes start every completion, but their tokens may split them
+        // differently: keep only as many as leave room to complete.
+        if self.budgeted {
+            while !forced.is_empty() {
+                a.step_with_tokens(&forced)?;
+                let left = room - forced.len();
+                let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
+                a.rollback(forced.len())?;
+                if fits {
+                    break;
+                }
+                forced.pop();
+            }
+        }
+        a.step_with_tokens(&forced)?;
+        for f in forced {
+            self.emit(f, on_delta);
+            self.push(f);
+            feed.push(f);
+            self.stats.forced_tokens += 1;
+        }
+        Ok(())
+    }
+}
+
 /// A token's text for trigger detection: its bytes, or a special token's name.
-fn token_text(space: &TokenSpace, t: u32) -> Vec<u8> {
+fn token_text(space: &TokenSpace, t: TokenId) -> Vec<u8> {
     match space.vocab().token_bytes(t) {
         Some(b) => b.to_vec(),
         None => space
@@ -206,310 +634,59 @@ fn token_text(space: &TokenSpace, t: u32) -> Vec<u8> {
     }
 }
 
-/// Generates after `prompt` (token ids), constrained by `constraint` if given (where
-/// `opts.scope` says), calling `on_delta` with each piece of text as it decodes.
+/// Generates after `prompt` (token ids) with one model, constrained by `constraint` if
+/// given (where `opts.scope` says), calling `on_delta` with each piece of text as it
+/// decodes.
 pub fn generate(
     lm: &mut dyn CausalLm,
-    space: &TokenSpace,
+    space: &Arc<TokenSpace>,
     constraint: Option<&Arc<Constraint>>,
-    prompt: &[u32],
+    prompt: &[TokenId],
     opts: &GenerateOptions,
     on_delta: &mut dyn FnMut(&str),
 ) -> Result<Generation, GenerateError> {
-    if prompt.is_empty() {
-        return Err(GenerateError::EmptyPrompt);
-    }
-    let max_pos = lm.max_positions();
-    if prompt.len() >= max_pos {
-        return Err(ModelError::Context {
-            what: "the prompt",
-            needed: prompt.len() + 1,
-            max: max_pos,
-        }
-        .into());
-    }
-    let scope = &opts.scope;
-    let fresh = || constraint.map(|c| RobustConstrainedAdapter::new(c.clone()));
-    // The adapter while the grammar applies (from the start unless the scope waits for a
-    // trigger).
-    let mut adapter = if *scope == Scope::Whole {
-        fresh()
-    } else {
-        None
-    };
-    let budgeted = opts.complete_within_budget && constraint.is_some();
-    // The budget: max_tokens, or what the context leaves after the prompt.
-    let max_tokens = opts.max_tokens.min(max_pos - prompt.len() - 1);
-    if budgeted
-        && let Some(a) = adapter.as_mut()
-        && let Some(need) = a.completion_tokens()?
-        && need.len() > max_tokens
-    {
-        return Err(GenerateError::BudgetTooSmall {
-            needed: need.len(),
-            max_tokens,
-        });
-    }
-    let mut sampler = Sampler::new(opts.sampling.clone());
-    let mut mask = FixedBitSet::with_capacity(lm.logit_width().max(space.width()));
-    let mut mask_times: Vec<f64> = Vec::new();
-    let mut stream = Utf8Stream::default();
-    let mut text = String::new();
-    let mut tokens: Vec<u32> = Vec::new();
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut st = GenerationStats {
-        prompt_tokens: prompt.len(),
-        ..GenerationStats::default()
-    };
-    let mut emit = |t: u32, text: &mut String, on_delta: &mut dyn FnMut(&str)| {
-        if let Some(b) = space.vocab().token_bytes(t) {
-            let delta = stream.push(b);
-            if !delta.is_empty() {
-                on_delta(&delta);
-                text.push_str(&delta);
-            }
-        }
-    };
-    // Free text before the grammar applies: the trigger being watched for, and the free
-    // tokens so far (for a reasoning budget).
-    let mut watch = TriggerWatch::default();
-    let mut free_tokens = 0usize;
-    // Between a trigger and the grammar's first byte, whitespace tokens are free.
-    let ws_tokens: Vec<u32> = if *scope == Scope::Whole {
-        Vec::new()
-    } else {
-        space
-            .vocab()
-            .text_tokens()
-            .filter(|(_, b)| !b.is_empty() && b.iter().all(u8::is_ascii_whitespace))
-            .map(|(id, _)| id)
-            .collect()
-    };
-
+    let mut d = Decoder::new(
+        space.clone(),
+        constraint.cloned(),
+        prompt,
+        lm.max_positions(),
+        opts,
+    )?
+    .with_logit_width(lm.logit_width());
     let t0 = Instant::now();
     let mut logits = lm.forward(prompt, 0)?;
     let prefill = t0.elapsed();
-    st.forward_passes = 1;
-    st.prompt_tok_s = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
-    let mut pos = prompt.len();
     let decode_start = Instant::now();
     let mut forward_time = Duration::ZERO;
-    // A mask computed during the last forward pass, ready for this step.
-    let mut mask_ready = false;
-
+    let mut pos = prompt.len();
     let finish = loop {
-        if tokens.len() >= max_tokens {
-            break FinishReason::Length;
-        }
-        // A reasoning budget used up: the trigger is forced, and the grammar applies.
-        if adapter.is_none()
-            && constraint.is_some()
-            && let Scope::After {
-                trigger,
-                budget: Some(b),
-            } = scope
-            && free_tokens >= *b
-        {
-            let forced = match space.vocab().token_by_text(trigger) {
-                Some(id) => vec![id],
-                None => space.trie().greedy_tokens(trigger.as_bytes()).0,
-            };
-            if tokens.len() + forced.len() > max_tokens {
-                break FinishReason::Length;
-            }
-            for &f in &forced {
-                emit(f, &mut text, on_delta);
-                tokens.push(f);
-                history.push(f);
-                st.forced_tokens += 1;
-            }
-            adapter = fresh();
-            watch.clear();
-            free_tokens = 0;
-            if pos + forced.len() >= max_pos {
-                break FinishReason::Length;
-            }
-            let t = Instant::now();
-            logits = lm.forward(&forced, pos)?;
-            forward_time += t.elapsed();
-            st.forward_passes += 1;
-            pos += forced.len();
-            continue;
-        }
-        let masked = match adapter.as_mut() {
-            Some(a) => {
-                if !mask_ready {
-                    let t = Instant::now();
-                    a.compute_mask(&mut mask)?;
-                    mask_times.push(t.elapsed().as_secs_f64() * 1e6);
-                }
-                mask_ready = false;
-                // Complete, and nothing but end-of-sequence allowed: done (or, for tool
-                // calls, back to free text).
-                if a.is_accepting() && mask.ones().all(|t| space.eos().contains(&(t as u32))) {
-                    if !matches!(scope, Scope::Each { .. }) {
-                        break FinishReason::GrammarComplete;
-                    }
-                    adapter = None;
-                    watch.clear();
-                    None
-                } else {
-                    if a.output().is_empty() {
-                        ws_tokens.iter().for_each(|&t| mask.insert(t as usize));
-                    }
-                    Some(&mask)
-                }
-            }
-            None => None,
+        let feed = match d.advance(&*logits, on_delta)? {
+            Next::Done(r) => break r,
+            Next::Feed(f) => f,
         };
-        let mut v = logits.to_masked_vec(masked)?;
-        if opts.ignore_eos {
-            for &e in space.eos() {
-                if let Some(l) = v.get_mut(e as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
-        let tok = loop {
-            let tok = sampler
-                .sample(&mut v, &history)
-                .ok_or(GenerateError::NothingToSample)?;
-            // Free text: does this token complete the trigger? Then the grammar applies to
-            // what it brings after the trigger (whitespace first is free); a token whose
-            // rest the grammar refuses is not taken.
-            if adapter.is_none()
-                && constraint.is_some()
-                && let Some(trigger) = scope.trigger()
-            {
-                let before = watch.clone();
-                if let Some(rest) = watch.push(trigger, &token_text(space, tok)) {
-                    let mut a = fresh().expect("a constraint");
-                    let start = rest.iter().position(|b| !b.is_ascii_whitespace());
-                    let taken = match start {
-                        Some(i) => a.push_bytes(&rest[i..])?,
-                        None => true,
-                    };
-                    if !taken {
-                        watch = before;
-                        v[tok as usize] = f32::NEG_INFINITY;
-                        continue;
-                    }
-                    adapter = Some(a);
-                    free_tokens = 0;
-                } else {
-                    free_tokens += 1;
-                }
-            }
-            break tok;
-        };
-        if space.eos().contains(&tok) {
-            break FinishReason::Stop;
-        }
-        if let Some(a) = adapter.as_mut()
-            && masked.is_some()
-            && !(a.output().is_empty() && ws_tokens.contains(&tok))
-        {
-            a.step_with_token(tok)?;
-            // Room left to complete after this token? If not, complete instead of it.
-            if budgeted {
-                let left = max_tokens - tokens.len() - 1;
-                let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
-                if !fits {
-                    a.rollback(1)?;
-                    if let Some(c) = a.completion_tokens()? {
-                        for &t in &c {
-                            a.step_with_token(t)?;
-                            emit(t, &mut text, on_delta);
-                            tokens.push(t);
-                            st.forced_tokens += 1;
-                        }
-                    }
-                    break FinishReason::BudgetCompleted;
-                }
-            }
-        }
-        emit(tok, &mut text, on_delta);
-        tokens.push(tok);
-        history.push(tok);
-        let mut feed = vec![tok];
-        if opts.jump_forward
-            && let Some(a) = adapter.as_mut()
-        {
-            let mut forced = a.forced_tokens()?;
-            forced.truncate(max_tokens.saturating_sub(tokens.len()));
-            // The forced bytes start every completion, but their tokens may split them
-            // differently: keep only as many as leave room to complete.
-            if budgeted {
-                while !forced.is_empty() {
-                    a.step_with_tokens(&forced)?;
-                    let left = max_tokens - tokens.len() - forced.len();
-                    let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
-                    a.rollback(forced.len())?;
-                    if fits {
-                        break;
-                    }
-                    forced.pop();
-                }
-            }
-            for f in forced {
-                a.step_with_token(f)?;
-                emit(f, &mut text, on_delta);
-                tokens.push(f);
-                history.push(f);
-                feed.push(f);
-                st.forced_tokens += 1;
-            }
-        }
-        if tokens.len() >= max_tokens {
-            break FinishReason::Length;
-        }
-        if pos + feed.len() >= max_pos {
-            break FinishReason::Length;
-        }
         let t = Instant::now();
-        if opts.overlap_mask
-            && let Some(a) = adapter.as_mut()
-        {
-            // The next mask depends only on the tokens so far: compute it while the model runs.
-            let (fwd, (res, dt)) = std::thread::scope(|s| {
-                let h = s.spawn(|| {
-                    let t = Instant::now();
-                    let r = a.compute_mask(&mut mask);
-                    (r, t.elapsed())
-                });
+        logits = if opts.overlap_mask {
+            // The next mask depends only on the tokens so far: compute it while the model
+            // runs.
+            let (fwd, prepared) = std::thread::scope(|s| {
+                let h = s.spawn(|| d.prepare());
                 let fwd = lm.forward(&feed, pos);
                 (fwd, h.join().expect("mask thread"))
             });
-            res?;
-            mask_times.push(dt.as_secs_f64() * 1e6);
-            mask_ready = true;
-            logits = fwd?;
+            prepared?;
+            fwd?
         } else {
-            logits = lm.forward(&feed, pos)?;
-        }
+            lm.forward(&feed, pos)?
+        };
         forward_time += t.elapsed();
-        st.forward_passes += 1;
         pos += feed.len();
     };
-    let rest = stream.finish();
-    if !rest.is_empty() {
-        on_delta(&rest);
-        text.push_str(&rest);
-    }
     let decode = decode_start.elapsed();
-    st.generated_tokens = tokens.len();
-    st.decode_tok_s = tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
-    st.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
-    let (mean, _, p99) = stats(&mask_times);
-    st.mask_us_mean = mean;
-    st.mask_us_p99 = p99;
-    st.masks = mask_times.len();
-    Ok(Generation {
-        text,
-        tokens,
-        finish_reason: finish,
-        stats: st,
-    })
+    let mut g = d.finish(finish, on_delta);
+    g.stats.prompt_tok_s = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
+    g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
+    g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
+    Ok(g)
 }
 
 #[cfg(test)]

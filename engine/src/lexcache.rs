@@ -27,7 +27,7 @@
 
 use corral_grammar::DEAD;
 use corral_grammar::{Grammar, LexemeDfa, LexemeId};
-use corral_trie::{FixedBitSet, TokenSpace, TokenTrie};
+use corral_trie::{FixedBitSet, TokenId, TokenSpace, TokenTrie};
 use std::sync::{Arc, OnceLock};
 
 /// The token sets of one `(lexeme, DFA state)`. See the module docs.
@@ -41,7 +41,7 @@ pub struct LexTokens {
 }
 
 /// The bytes of a token after a lexeme's end, and the token.
-type Suffix = (Vec<u8>, u32);
+type Suffix = (Vec<u8>, TokenId);
 
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
 const MERGE_SUBTREE: u32 = 256;

@@ -12,24 +12,24 @@
 //! ```
 //! use corral_engine::{Constraint, RobustConstrainedAdapter};
 //! use corral_grammar::{CompileOptions, compile_gbnf};
-//! use corral_trie::{TokenSpace, Vocabulary};
+//! use corral_trie::{TokenId, TokenSpace, Vocabulary};
 //! use std::sync::Arc;
 //!
 //! // A tiny vocabulary: 0 "{", 1 "}", 2 "\"a\"", 3 ":", 4 "1", 5 "\"", 6 "a", 7 EOS.
 //! let words: [&[u8]; 7] = [b"{", b"}", b"\"a\"", b":", b"1", b"\"", b"a"];
 //! let vocab = Vocabulary::from_parts(
-//!     words.iter().enumerate().map(|(i, w)| (i as u32, w.to_vec())),
-//!     [(7, "</s>".to_string())],
+//!     words.iter().enumerate().map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+//!     [(TokenId(7), "</s>".to_string())],
 //! );
-//! let space = Arc::new(TokenSpace::new(vocab, Some(16), vec![7]));
+//! let space = Arc::new(TokenSpace::new(vocab, Some(16), vec![TokenId(7)]));
 //! let g = compile_gbnf(r#"root ::= "{" "\"a\"" ":" [0-9]+ "}""#, &CompileOptions::default())?;
 //! let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
-//! assert_eq!(a.allowed_token_ids()?, vec![0]);
-//! a.step_with_token(0)?;
+//! assert_eq!(a.allowed_token_ids()?, vec![TokenId(0)]);
+//! a.step_with_token(TokenId(0))?;
 //! // `"a"` as one token, or `"` then `a`: every tokenization is allowed.
-//! assert_eq!(a.allowed_token_ids()?, vec![2, 5]);
-//! a.step_with_tokens(&[5, 6, 5, 3, 4, 1])?;
-//! assert_eq!(a.allowed_token_ids()?, vec![7]); // only EOS
+//! assert_eq!(a.allowed_token_ids()?, vec![TokenId(2), TokenId(5)]);
+//! a.step_with_tokens(&[5, 6, 5, 3, 4, 1].map(TokenId))?;
+//! assert_eq!(a.allowed_token_ids()?, vec![TokenId(7)]); // only EOS
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -45,8 +45,9 @@ pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
 pub use generate::{
-    FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Utf8Stream, generate,
+    Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
+    Utf8Stream, generate,
 };
 pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
-pub use sampling::{Sampler, SamplingOptions};
+pub use sampling::{Sampler, SamplingError, SamplingOptions};
 pub use scope::Scope;

@@ -2,7 +2,7 @@
 //! family in corral-models (the only crate that links candle). The loop never matches on
 //! the model kind.
 
-use corral_trie::FixedBitSet;
+use corral_trie::{FixedBitSet, TokenId};
 use std::any::Any;
 
 /// Why a model call failed.
@@ -28,7 +28,7 @@ pub trait CausalLm: Send {
     /// Runs `tokens` at positions `pos..pos + tokens.len()` and returns the logits of the
     /// last one. `pos == 0` starts over (clears the cache); otherwise `pos` must be the
     /// number of positions already in the cache.
-    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Box<dyn Logits>, ModelError>;
+    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError>;
     /// Number of logits per position (may exceed the tokenizer's vocabulary).
     fn logit_width(&self) -> usize;
     /// Most positions (prompt plus output) the model supports.

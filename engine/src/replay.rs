@@ -3,6 +3,7 @@
 //! it, step. At the end: is EOS allowed?
 
 use crate::adapter::{Constraint, RobustConstrainedAdapter};
+use corral_trie::TokenId;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,7 +48,7 @@ pub fn stats(xs: &[f64]) -> (f64, f64, f64) {
 }
 
 /// Replays each token sequence from the start of the output.
-pub fn replay(c: &Arc<Constraint>, runs: &[Vec<u32>]) -> ReplayReport {
+pub fn replay(c: &Arc<Constraint>, runs: &[Vec<TokenId>]) -> ReplayReport {
     let mut report = ReplayReport {
         runs: runs.len(),
         eos_allowed_at_end: true,
@@ -64,7 +65,7 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<u32>]) -> ReplayReport {
             let ok = a.compute_mask(&mut mask).is_ok();
             report.mask_us.push(t0.elapsed().as_secs_f64() * 1e6);
             report.tokens += 1;
-            if !ok || !mask.contains(t as usize) || a.step_with_token(t).is_err() {
+            if !ok || !mask.contains(t.index()) || a.step_with_token(t).is_err() {
                 if report.first_reject.is_none() {
                     report.first_reject = Some(Rejection {
                         run: r,
@@ -79,7 +80,7 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<u32>]) -> ReplayReport {
         if !refused {
             completed += 1;
             let ok =
-                a.compute_mask(&mut mask).is_ok() && eos.iter().any(|&e| mask.contains(e as usize));
+                a.compute_mask(&mut mask).is_ok() && eos.iter().any(|&e| mask.contains(e.index()));
             report.eos_allowed_at_end &= ok;
         }
     }
@@ -96,13 +97,13 @@ pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSe
     let space = a.constraint().space().clone();
     let width = space.width();
     const CHUNK: usize = 4096;
-    let parts: Vec<Vec<u32>> = (0..width.div_ceil(CHUNK))
+    let parts: Vec<Vec<TokenId>> = (0..width.div_ceil(CHUNK))
         .into_par_iter()
         .map(|chunk| {
             let mut fork = a.fork();
             let mut allowed = Vec::new();
             for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(width) {
-                let t = t as u32;
+                let t = TokenId(t as u32);
                 if space.eos().contains(&t) {
                     if a.is_accepting() && !a.is_finished() {
                         allowed.push(t);
@@ -118,10 +119,7 @@ pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSe
         })
         .collect();
     let mut mask = corral_trie::FixedBitSet::with_capacity(width);
-    parts
-        .iter()
-        .flatten()
-        .for_each(|&t| mask.insert(t as usize));
+    parts.iter().flatten().for_each(|&t| mask.insert(t.index()));
     mask
 }
 
@@ -133,9 +131,9 @@ pub struct MaskMismatch {
     /// The output before the step (lossy UTF-8).
     pub output: String,
     /// Allowed by the mask, refused by brute force (at most 10 shown).
-    pub extra: Vec<u32>,
+    pub extra: Vec<TokenId>,
     /// Refused by the mask, allowed by brute force (at most 10 shown).
-    pub missing: Vec<u32>,
+    pub missing: Vec<TokenId>,
     /// Or the mask computation failed (or a token of `tokens` was refused).
     pub error: Option<String>,
 }
@@ -143,7 +141,7 @@ pub struct MaskMismatch {
 /// Replays `tokens` through a fresh adapter of `c`, comparing the computed mask with
 /// [`brute_force_mask`] before every token and at the end. Returns the number of masks
 /// checked.
-pub fn check_masks_exact(c: &Arc<Constraint>, tokens: &[u32]) -> Result<usize, MaskMismatch> {
+pub fn check_masks_exact(c: &Arc<Constraint>, tokens: &[TokenId]) -> Result<usize, MaskMismatch> {
     let mut a = RobustConstrainedAdapter::new(c.clone());
     let mut mask = a.new_mask();
     let fail = |a: &RobustConstrainedAdapter, error: String| MaskMismatch {
@@ -161,8 +159,16 @@ pub fn check_masks_exact(c: &Arc<Constraint>, tokens: &[u32]) -> Result<usize, M
             return Err(MaskMismatch {
                 step: i,
                 output: String::from_utf8_lossy(a.output()).into_owned(),
-                extra: mask.difference(&brute).take(10).map(|t| t as u32).collect(),
-                missing: brute.difference(&mask).take(10).map(|t| t as u32).collect(),
+                extra: mask
+                    .difference(&brute)
+                    .take(10)
+                    .map(|t| TokenId(t as u32))
+                    .collect(),
+                missing: brute
+                    .difference(&mask)
+                    .take(10)
+                    .map(|t| TokenId(t as u32))
+                    .collect(),
                 error: None,
             });
         }

@@ -6,7 +6,10 @@
 //! purpose: "same seed, same output" must hold across dependency upgrades, which a
 //! general-purpose RNG crate does not promise for its default generators.
 
-/// Sampling settings.
+use corral_trie::TokenId;
+
+/// Sampling settings. [`SamplingOptions::validate`] says which values make sense.
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingOptions {
     /// 0 means greedy (argmax).
@@ -38,7 +41,56 @@ impl Default for SamplingOptions {
     }
 }
 
+/// A sampling setting out of its range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name} is {value}: {expected}")]
+pub struct SamplingError {
+    pub name: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
 impl SamplingOptions {
+    /// Checks every setting: temperature finite and at least 0, top-p in (0, 1], min-p in
+    /// [0, 1], top-k at least 1, repetition penalty finite and above 0.
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        let bad = |name, value: String, expected| {
+            Err(SamplingError {
+                name,
+                value,
+                expected,
+            })
+        };
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad(
+                "temperature",
+                self.temperature.to_string(),
+                "a finite number >= 0 (0 is greedy)",
+            );
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return bad("top_p", p.to_string(), "a number in (0, 1]");
+        }
+        if let Some(p) = self.min_p
+            && !(0.0..=1.0).contains(&p)
+        {
+            return bad("min_p", p.to_string(), "a number in [0, 1]");
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k", "0".into(), "at least 1");
+        }
+        if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
+            return bad(
+                "repetition_penalty",
+                self.repetition_penalty.to_string(),
+                "a finite number > 0 (1 is off)",
+            );
+        }
+        Ok(())
+    }
+
     /// Greedy decoding.
     pub fn greedy() -> SamplingOptions {
         SamplingOptions {
@@ -109,15 +161,15 @@ impl Sampler {
 
     /// Picks a token. `logits` may be changed (penalties); minus infinity is never picked.
     /// `None` if every logit is minus infinity.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Option<u32> {
+    pub fn sample(&mut self, logits: &mut [f32], history: &[TokenId]) -> Option<TokenId> {
         let o = &self.opts;
         if o.repetition_penalty != 1.0 && o.repetition_penalty > 0.0 {
             let start = history.len().saturating_sub(o.repetition_window);
-            let mut seen: Vec<u32> = history[start..].to_vec();
+            let mut seen: Vec<TokenId> = history[start..].to_vec();
             seen.sort_unstable();
             seen.dedup();
             for t in seen {
-                if let Some(l) = logits.get_mut(t as usize)
+                if let Some(l) = logits.get_mut(t.index())
                     && l.is_finite()
                 {
                     *l = if *l > 0.0 {
@@ -179,22 +231,22 @@ impl Sampler {
         for x in c.iter() {
             r -= x.1 as f64;
             if r < 0.0 {
-                return Some(x.0);
+                return Some(TokenId(x.0));
             }
         }
-        Some(c[c.len() - 1].0)
+        Some(TokenId(c[c.len() - 1].0))
     }
 }
 
 /// Index of the largest finite logit (lowest index on ties).
-pub fn argmax(logits: &[f32]) -> Option<u32> {
+pub fn argmax(logits: &[f32]) -> Option<TokenId> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &l) in logits.iter().enumerate() {
         if l.is_finite() && best.is_none_or(|(_, b)| l > b) {
             best = Some((i, l));
         }
     }
-    best.map(|(i, _)| i as u32)
+    best.map(|(i, _)| TokenId(i as u32))
 }
 
 #[cfg(test)]
@@ -206,7 +258,7 @@ mod tests {
         let mut l = vec![1.0, 5.0, f32::NEG_INFINITY, 3.0];
         assert_eq!(
             Sampler::new(SamplingOptions::greedy()).sample(&mut l, &[]),
-            Some(1)
+            Some(TokenId(1))
         );
         let mut l = vec![f32::NEG_INFINITY; 3];
         assert_eq!(
@@ -233,7 +285,7 @@ mod tests {
                 ..SamplingOptions::default()
             });
             (0..200)
-                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap())
+                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap().get())
                 .collect::<Vec<_>>()
         };
         let a = draw(1);
@@ -248,7 +300,7 @@ mod tests {
         let run = |opts: SamplingOptions| {
             let mut s = Sampler::new(opts);
             let mut seen: Vec<u32> = (0..300)
-                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap())
+                .map(|_| s.sample(&mut logits.clone(), &[]).unwrap().get())
                 .collect();
             seen.sort_unstable();
             seen.dedup();
@@ -283,13 +335,56 @@ mod tests {
     }
 
     #[test]
+    fn out_of_range_settings_are_errors() {
+        assert!(SamplingOptions::default().validate().is_ok());
+        assert!(SamplingOptions::greedy().validate().is_ok());
+        let bad = [
+            SamplingOptions {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            SamplingOptions {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingOptions {
+                top_p: Some(2.0),
+                ..Default::default()
+            },
+            SamplingOptions {
+                top_p: Some(0.0),
+                ..Default::default()
+            },
+            SamplingOptions {
+                min_p: Some(5.0),
+                ..Default::default()
+            },
+            SamplingOptions {
+                top_k: Some(0),
+                ..Default::default()
+            },
+            SamplingOptions {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
+        ];
+        for o in bad {
+            let e = o.validate().unwrap_err();
+            assert!(e.to_string().contains(e.name), "{e}");
+        }
+    }
+
+    #[test]
     fn repetition_penalty_lowers_repeated_tokens() {
         let mut l = vec![2.0, 1.9, -1.0];
         let opts = SamplingOptions {
             repetition_penalty: 2.0,
             ..SamplingOptions::greedy()
         };
-        assert_eq!(Sampler::new(opts).sample(&mut l, &[0, 2]), Some(1));
+        assert_eq!(
+            Sampler::new(opts).sample(&mut l, &[TokenId(0), TokenId(2)]),
+            Some(TokenId(1))
+        );
         assert_eq!(l, vec![1.0, 1.9, -2.0]);
     }
 }

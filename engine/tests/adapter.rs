@@ -1,11 +1,13 @@
 //! The adapter on tiny hand-written vocabularies: multi-byte tokens, tokens spanning
 //! lexemes, partial UTF-8 tokens, a padded logit width, token references, rollback, forced
 //! continuations, and the mask agreeing with brute force (a token is in the mask iff
-//! stepping with it succeeds) over random documents and random tokenizations.
+//! stepping with it succeeds) over random documents and random tokenizations. (llama.cpp's
+//! token-segment grammar cases run with the other grammar cases, in the root crate's
+//! tests/llama_cpp_conformance.rs.)
 
 use corral_engine::{AdapterError, Constraint, RobustConstrainedAdapter};
 use corral_grammar::{CompileOptions, compile_gbnf};
-use corral_trie::{TokenSpace, Vocabulary};
+use corral_trie::{TokenId, TokenSpace, Vocabulary};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -17,10 +19,10 @@ fn space(words: &[&[u8]]) -> Arc<TokenSpace> {
         words
             .iter()
             .enumerate()
-            .map(|(i, w)| (i as u32, w.to_vec())),
-        [(EOS, "</s>".to_string())],
+            .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+        [(TokenId(EOS), "</s>".to_string())],
     );
-    Arc::new(TokenSpace::new(vocab, Some(128), vec![EOS]))
+    Arc::new(TokenSpace::new(vocab, Some(128), vec![TokenId(EOS)]))
 }
 
 fn adapter(grammar: &str, words: &[&[u8]]) -> RobustConstrainedAdapter {
@@ -31,12 +33,16 @@ fn adapter(grammar: &str, words: &[&[u8]]) -> RobustConstrainedAdapter {
 /// Tokens whose step succeeds, by trying each one on a fork.
 fn brute_force(a: &RobustConstrainedAdapter) -> Vec<u32> {
     (0..128u32)
-        .filter(|&t| a.fork().step_with_token(t).is_ok())
+        .filter(|&t| a.fork().step_with_token(TokenId(t)).is_ok())
         .collect()
 }
 
 fn mask(a: &mut RobustConstrainedAdapter) -> Vec<u32> {
-    a.allowed_token_ids().unwrap()
+    a.allowed_token_ids()
+        .unwrap()
+        .into_iter()
+        .map(TokenId::get)
+        .collect()
 }
 
 const JSON: &str = r#"
@@ -122,7 +128,7 @@ fn tokens_spanning_lexemes_and_partial_utf8() {
     for t in ids(doc) {
         assert_eq!(mask(&mut a), brute_force(&a), "before token {t}");
         assert!(mask(&mut a).contains(&t), "token {t} should be allowed");
-        a.step_with_token(t).unwrap();
+        a.step_with_token(TokenId(t)).unwrap();
     }
     assert!(a.is_accepting());
     assert_eq!(
@@ -130,7 +136,7 @@ fn tokens_spanning_lexemes_and_partial_utf8() {
         "{\"é\": \"ab\", \"x\\n\":[1.5, true]}".as_bytes()
     );
     assert!(mask(&mut a).contains(&EOS));
-    a.step_with_token(EOS).unwrap();
+    a.step_with_token(TokenId(EOS)).unwrap();
     assert!(a.is_finished());
 }
 
@@ -140,11 +146,11 @@ fn partial_utf8_token_carries_the_dfa_state() {
         r#"root ::= "\"" [é]+ "\"""#,
         &[b"\"", b"\xc3", b"\xa9", b"\xc3\xa9", b"\xa9\"", b"e"],
     );
-    a.step_with_token(0).unwrap();
+    a.step_with_token(TokenId(0)).unwrap();
     assert_eq!(mask(&mut a), vec![1, 3]); // only the lead byte, or the whole é
-    a.step_with_token(1).unwrap();
+    a.step_with_token(TokenId(1)).unwrap();
     assert_eq!(mask(&mut a), vec![2, 4]); // the continuation byte, alone or with the quote
-    a.step_with_token(4).unwrap();
+    a.step_with_token(TokenId(4)).unwrap();
     assert_eq!(mask(&mut a), vec![EOS]);
 }
 
@@ -156,16 +162,16 @@ fn padded_width_and_eos_only_when_accepting() {
     a.compute_mask(&mut m).unwrap();
     assert_eq!(m.ones().collect::<Vec<_>>(), vec![0, 3, 4]);
     assert!(!m.contains(EOS as usize));
-    a.step_with_token(3).unwrap();
+    a.step_with_token(TokenId(3)).unwrap();
     assert_eq!(mask(&mut a), vec![2, EOS]);
     // A mask narrower than the width is grown; ids past the vocabulary are refused.
     let mut small = corral_trie::new_mask(4);
     a.compute_mask(&mut small).unwrap();
     assert_eq!(small.len(), 128);
     assert_eq!(
-        a.step_with_token(500),
+        a.step_with_token(TokenId(500)),
         Err(AdapterError::UnknownToken {
-            token: 500,
+            token: TokenId(500),
             width: 128
         })
     );
@@ -176,18 +182,18 @@ fn rejected_token_changes_nothing_and_rollback_undoes() {
     let mut a = adapter(JSON, JSON_WORDS);
     let before = mask(&mut a);
     assert_eq!(
-        a.step_with_token(9),
+        a.step_with_token(TokenId(9)),
         Err(AdapterError::TokenNotAllowed {
-            token: 9,
+            token: TokenId(9),
             position: 0
         })
     );
     assert_eq!(mask(&mut a), before);
-    a.step_with_token(26).unwrap(); // {"
-    a.step_with_token(9).unwrap(); // a
+    a.step_with_token(TokenId(26)).unwrap(); // {"
+    a.step_with_token(TokenId(9)).unwrap(); // a
     let after_a = mask(&mut a);
-    a.step_with_token(27).unwrap(); // ":
-    a.step_with_token(11).unwrap(); // 1
+    a.step_with_token(TokenId(27)).unwrap(); // ":
+    a.step_with_token(TokenId(11)).unwrap(); // 1
     assert_eq!(a.output(), b"{\"a\":1");
     a.rollback(2).unwrap();
     assert_eq!(a.output(), b"{\"a");
@@ -210,10 +216,10 @@ fn forced_continuations() {
         ],
     );
     assert_eq!(a.forced_bytes().unwrap(), b"{\"name\": \"");
-    assert_eq!(a.forced_tokens().unwrap(), vec![6]);
-    a.step_with_token(6).unwrap();
+    assert_eq!(a.forced_tokens().unwrap(), vec![TokenId(6)]);
+    a.step_with_token(TokenId(6)).unwrap();
     assert_eq!(a.forced_bytes().unwrap(), b"");
-    a.step_with_token(3).unwrap();
+    a.step_with_token(TokenId(3)).unwrap();
     assert_eq!(
         a.forced_bytes().unwrap(),
         b"",
@@ -226,7 +232,7 @@ fn forced_continuations() {
 fn no_continuation_is_a_typed_error() {
     // The grammar needs a 'z' and no token has one.
     let mut a = adapter(r#"root ::= "a" "z""#, &[b"a", b"b"]);
-    a.step_with_token(0).unwrap();
+    a.step_with_token(TokenId(0)).unwrap();
     let mut m = a.new_mask();
     assert_eq!(
         a.compute_mask(&mut m),
@@ -234,7 +240,7 @@ fn no_continuation_is_a_typed_error() {
     );
     // Sticky.
     assert_eq!(
-        a.step_with_token(1),
+        a.step_with_token(TokenId(1)),
         Err(AdapterError::NoContinuation { position: 1 })
     );
 }
@@ -242,7 +248,7 @@ fn no_continuation_is_a_typed_error() {
 #[test]
 fn state_info_shows_partial_lexemes() {
     let mut a = adapter(JSON, JSON_WORDS);
-    a.step_with_tokens(&[26, 9]).unwrap(); // {"a
+    a.step_with_tokens(&[TokenId(26), TokenId(9)]).unwrap(); // {"a
     let info = a.state_info();
     assert_eq!(info.position, 3);
     assert_eq!(info.tokens, 2);
@@ -253,209 +259,6 @@ fn state_info_shows_partial_lexemes() {
             .any(|p| p.matched == b"\"a" && !p.can_end),
         "{info:?}"
     );
-}
-
-/// The two token-segment cases of llama.cpp's grammar_cases.json: text is fed one code point
-/// at a time (each a token), special tokens by id; `!<[N]>` matches any token but N.
-#[test]
-fn token_reference_cases_from_llama_cpp() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/conformance/llama_cpp/grammar_cases.json"
-    );
-    let Ok(text) = std::fs::read_to_string(path) else {
-        eprintln!("{path} missing: skipping");
-        return;
-    };
-    let cases: Vec<Value> = parse_json(&text);
-    let mut checked = 0;
-    for case in cases
-        .iter()
-        .filter(|c| get(c, "input_kind").and_then(as_str) == Some("segments"))
-    {
-        let grammar = get(case, "grammar").and_then(as_str).unwrap();
-        for (key, want) in [("pass", true), ("fail", false)] {
-            for input in as_array(get(case, key).unwrap()) {
-                // Vocabulary: special tokens 0..=30 by id; characters from 1000 up.
-                let mut chars: Vec<char> = Vec::new();
-                let mut ids = Vec::new();
-                for seg in as_array(input) {
-                    match seg {
-                        Value::Str(s) => {
-                            for ch in s.chars() {
-                                let i = chars.iter().position(|&c| c == ch).unwrap_or_else(|| {
-                                    chars.push(ch);
-                                    chars.len() - 1
-                                });
-                                ids.push(1000 + i as u32);
-                            }
-                        }
-                        Value::Obj(_) => ids.push(as_num(get(seg, "token").unwrap()) as u32),
-                        _ => unreachable!(),
-                    }
-                }
-                let vocab = Vocabulary::from_parts(
-                    chars
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| (1000 + i as u32, c.to_string().into_bytes())),
-                    (0..=30u32)
-                        .map(|i| (i, format!("<special_{i}>")))
-                        .chain([(2000, "</s>".to_string())]),
-                );
-                let space = Arc::new(TokenSpace::new(vocab, None, vec![2000]));
-                let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
-                let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
-                let mut ok = true;
-                for &t in &ids {
-                    let allowed = a
-                        .allowed_token_ids()
-                        .map(|m| m.contains(&t))
-                        .unwrap_or(false);
-                    let stepped = a.step_with_token(t).is_ok();
-                    assert_eq!(
-                        allowed, stepped,
-                        "mask and step disagree on {t} in {input:?}"
-                    );
-                    if !stepped {
-                        ok = false;
-                        break;
-                    }
-                }
-                let got = ok && a.is_accepting();
-                assert_eq!(got, want, "{grammar} on {input:?}");
-                checked += 1;
-            }
-        }
-    }
-    eprintln!("token-segment cases: {checked} inputs agree");
-    assert_eq!(checked, 20);
-}
-
-// A minimal JSON reader for the case file (the engine has no serde dependency).
-#[derive(Debug, Clone)]
-enum Value {
-    Str(String),
-    Num(f64),
-    Arr(Vec<Value>),
-    Obj(Vec<(String, Value)>),
-    Other,
-}
-
-fn get<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
-    match v {
-        Value::Obj(kv) => kv.iter().find(|(key, _)| key == k).map(|(_, v)| v),
-        _ => None,
-    }
-}
-fn as_str(v: &Value) -> Option<&str> {
-    match v {
-        Value::Str(s) => Some(s),
-        _ => None,
-    }
-}
-fn as_array(v: &Value) -> &[Value] {
-    match v {
-        Value::Arr(a) => a,
-        _ => &[],
-    }
-}
-fn as_num(v: &Value) -> f64 {
-    match v {
-        Value::Num(n) => *n,
-        _ => f64::NAN,
-    }
-}
-fn parse_json(s: &str) -> Vec<Value> {
-    let mut p = s.chars().peekable();
-    fn ws(p: &mut std::iter::Peekable<std::str::Chars>) {
-        while p.peek().is_some_and(|c| c.is_whitespace()) {
-            p.next();
-        }
-    }
-    fn val(p: &mut std::iter::Peekable<std::str::Chars>) -> Value {
-        ws(p);
-        match p.peek().copied() {
-            Some('"') => {
-                p.next();
-                let mut s = String::new();
-                while let Some(c) = p.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => match p.next().unwrap() {
-                            'n' => s.push('\n'),
-                            't' => s.push('\t'),
-                            'r' => s.push('\r'),
-                            'u' => {
-                                let h: String = (0..4).map(|_| p.next().unwrap()).collect();
-                                s.push(
-                                    char::from_u32(u32::from_str_radix(&h, 16).unwrap())
-                                        .unwrap_or('?'),
-                                );
-                            }
-                            c => s.push(c),
-                        },
-                        c => s.push(c),
-                    }
-                }
-                Value::Str(s)
-            }
-            Some('[') => {
-                p.next();
-                let mut a = Vec::new();
-                loop {
-                    ws(p);
-                    if p.peek() == Some(&']') {
-                        p.next();
-                        break;
-                    }
-                    a.push(val(p));
-                    ws(p);
-                    if p.peek() == Some(&',') {
-                        p.next();
-                    }
-                }
-                Value::Arr(a)
-            }
-            Some('{') => {
-                p.next();
-                let mut kv = Vec::new();
-                loop {
-                    ws(p);
-                    if p.peek() == Some(&'}') {
-                        p.next();
-                        break;
-                    }
-                    let Value::Str(k) = val(p) else { panic!("key") };
-                    ws(p);
-                    p.next(); // :
-                    kv.push((k, val(p)));
-                    ws(p);
-                    if p.peek() == Some(&',') {
-                        p.next();
-                    }
-                }
-                Value::Obj(kv)
-            }
-            Some(c) if c == '-' || c.is_ascii_digit() => {
-                let mut n = String::new();
-                while p.peek().is_some_and(|c| "-+.eE0123456789".contains(*c)) {
-                    n.push(p.next().unwrap());
-                }
-                Value::Num(n.parse().unwrap())
-            }
-            _ => {
-                while p.peek().is_some_and(|c| c.is_alphabetic()) {
-                    p.next();
-                }
-                Value::Other
-            }
-        }
-    }
-    match val(&mut p) {
-        Value::Arr(a) => a,
-        _ => panic!("array expected"),
-    }
 }
 
 /// Random documents in the JSON grammar, from a seed.
@@ -550,7 +353,7 @@ proptest! {
             let m = mask(&mut a);
             prop_assert_eq!(&m, &brute_force(&a), "doc {:?} at {:?}", doc, String::from_utf8_lossy(a.output()));
             prop_assert!(m.contains(&t), "token {} refused in {:?} at {:?}", t, doc, String::from_utf8_lossy(a.output()));
-            a.step_with_token(t).unwrap();
+            a.step_with_token(TokenId(t)).unwrap();
         }
         prop_assert!(mask(&mut a).contains(&EOS));
     }

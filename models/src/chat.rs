@@ -43,7 +43,7 @@ impl ChatTemplate {
             },
         );
         env.add_template_owned("chat", source.to_string())
-            .map_err(|e| LoadError::Format(format!("chat template: {e}")))?;
+            .map_err(LoadError::Template)?;
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.into(),
@@ -60,7 +60,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         })
-        .map_err(|e| LoadError::Format(format!("chat template: {e}")))
+        .map_err(LoadError::Template)
     }
 }
 

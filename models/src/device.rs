@@ -38,7 +38,7 @@ impl DeviceSpec {
                         "this build has no CUDA support: rebuild with `--features cuda` (needs the CUDA toolkit)".into(),
                     ));
                 }
-                Device::new_cuda(n).map_err(|e| LoadError::Device(format!("cuda:{n}: {e}")))
+                Device::new_cuda(n).map_err(|e| LoadError::candle(format!("device cuda:{n}"), e))
             }
         }
     }

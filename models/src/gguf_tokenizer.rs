@@ -38,15 +38,13 @@ fn meta<'a>(c: &'a Content, key: &str) -> Option<&'a Value> {
 }
 
 fn strings(c: &Content, key: &str) -> Result<Vec<String>, LoadError> {
-    let v = meta(c, key).ok_or_else(|| LoadError::Format(format!("GGUF has no {key}")))?;
-    let arr = v
-        .to_vec()
-        .map_err(|e| LoadError::Format(format!("{key}: {e}")))?;
+    let v = meta(c, key).ok_or_else(|| LoadError::Format(format!("the GGUF file has no {key}")))?;
+    let arr = v.to_vec().map_err(|e| LoadError::candle(key, e))?;
     arr.iter()
         .map(|x| {
             x.to_string()
                 .cloned()
-                .map_err(|e| LoadError::Format(format!("{key}: {e}")))
+                .map_err(|e| LoadError::candle(key, e))
         })
         .collect()
 }
@@ -72,7 +70,7 @@ fn split(regex: &str) -> Result<PreTokenizerWrapper, LoadError> {
         false,
     )
     .map(Into::into)
-    .map_err(|e| LoadError::Format(format!("pre-tokenizer: {e}")))
+    .map_err(|e| LoadError::tokenizer("the GGUF pre-tokenizer", e))
 }
 
 /// Builds the tokenizer of a GGUF file from its metadata.
@@ -103,7 +101,7 @@ pub fn tokenizer_from_gguf(c: &Content) -> Result<(Tokenizer, GgufTokenizerInfo)
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .build()
-        .map_err(|e| LoadError::Format(format!("BPE: {e}")))?;
+        .map_err(|e| LoadError::tokenizer("the GGUF BPE model", e))?;
     let mut tok = Tokenizer::new(bpe);
     let pre = meta(c, "tokenizer.ggml.pre")
         .and_then(|v| v.to_string().ok())
@@ -123,7 +121,7 @@ pub fn tokenizer_from_gguf(c: &Content) -> Result<(Tokenizer, GgufTokenizerInfo)
         .into(),
         "qwen2" => {
             tok.with_normalizer(Some(NFC))
-                .map_err(|e| LoadError::Format(e.to_string()))?;
+                .map_err(|e| LoadError::tokenizer("the GGUF normalizer", e))?;
             Sequence::new(vec![
                 split(QWEN2_SPLIT)?,
                 ByteLevel::new(false, false, false).into(),
@@ -152,7 +150,7 @@ pub fn tokenizer_from_gguf(c: &Content) -> Result<(Tokenizer, GgufTokenizerInfo)
             .map(|t| AddedToken::from(t.clone(), true))
             .collect();
         tok.add_special_tokens(specials)
-            .map_err(|e| LoadError::Format(e.to_string()))?;
+            .map_err(|e| LoadError::tokenizer("the GGUF special tokens", e))?;
     }
     let info = GgufTokenizerInfo {
         bos: meta(c, "tokenizer.ggml.bos_token_id").and_then(u32_of),

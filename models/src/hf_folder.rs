@@ -17,9 +17,11 @@ pub struct HfFolder {
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LoadError::Io(format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| LoadError::Format(format!("{}: {e}", path.display())))
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| LoadError::Json {
+        what: format!("{} is not valid JSON", path.display()),
+        source: e,
+    })
 }
 
 impl HfFolder {
@@ -40,7 +42,7 @@ impl HfFolder {
         let config = read_json(&get("config.json")?)?;
         let tok_path = get("tokenizer.json")?;
         let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
-            .map_err(|e| LoadError::Format(format!("{}: {e}", tok_path.display())))?;
+            .map_err(|e| LoadError::tokenizer(tok_path.display().to_string(), e))?;
         let tokenizer_config = get("tokenizer_config.json")
             .ok()
             .map(|p| read_json(&p))
@@ -81,8 +83,13 @@ impl HfFolder {
 
     /// The config as a typed struct.
     pub fn config_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, LoadError> {
-        serde_json::from_value(self.config.clone())
-            .map_err(|e| LoadError::Format(format!("{}: config.json: {e}", self.name)))
+        serde_json::from_value(self.config.clone()).map_err(|e| LoadError::Json {
+            what: format!(
+                "{}: config.json does not describe this architecture",
+                self.name
+            ),
+            source: e,
+        })
     }
 
     /// The weights, memory-mapped.
@@ -95,7 +102,7 @@ impl HfFolder {
         // changed while the model is loaded (the same condition as every mmap-based loader;
         // the Hub cache never rewrites a file in place).
         unsafe { VarBuilder::from_mmaped_safetensors(&self.weights, dtype, device) }
-            .map_err(|e| LoadError::Format(format!("{}: weights: {e}", self.name)))
+            .map_err(|e| LoadError::candle(format!("{}: cannot map the weights", self.name), e))
     }
 
     /// The chat template and the special tokens it may use, from `tokenizer_config.json`.

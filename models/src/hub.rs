@@ -31,10 +31,14 @@ pub fn fetch(repo_id: &str, file: &str) -> Result<PathBuf, LoadError> {
     let api = ApiBuilder::from_env()
         .with_progress(true)
         .build()
-        .map_err(|e| LoadError::Network(format!("Hub client: {e}")))?;
-    api.repo(repo)
-        .get(file)
-        .map_err(|e| LoadError::Network(format!("cannot download {repo_id}/{file}: {e}")))
+        .map_err(|e| LoadError::Hub {
+            what: "cannot start the Hub client".into(),
+            source: Box::new(e),
+        })?;
+    api.repo(repo).get(file).map_err(|e| LoadError::Hub {
+        what: format!("cannot download {repo_id}/{file}"),
+        source: Box::new(e),
+    })
 }
 
 /// Like [`fetch`], but a missing file is `None` (for optional files).

@@ -7,9 +7,10 @@
 //! | file | family | from |
 //! |---|---|---|
 //! | `gguf_llama.rs` | quantized llama family (Llama, SmolLM2, ...) | a GGUF file |
-//! | `llama.rs` | Llama | safetensors folder or Hub repo |
-//! | `qwen2.rs` | Qwen2 / Qwen2.5 | safetensors folder or Hub repo |
-//! | `qwen3.rs` | Qwen3 | safetensors folder or Hub repo |
+//! | `safetensors.rs` | Llama, Mistral, Qwen2 / Qwen2.5, Qwen3 | safetensors folder or Hub repo |
+//!
+//! Each is a [`candle_lm::CandleNet`] (how to run the network and clear its cache); the
+//! one generic [`candle_lm::CandleLm`] makes it a `CausalLm`.
 //!
 //! A [`Model`] bundles the network with its tokenizer (from `tokenizer.json`, or rebuilt
 //! from GGUF metadata: [`gguf_tokenizer`]), its chat template ([`chat`], minijinja), its
@@ -17,40 +18,89 @@
 //! the device until the mask is applied there ([`logits`]). CPU by default; CUDA with the
 //! `cuda` feature and `--device cuda[:N]`.
 
+pub mod candle_lm;
 pub mod chat;
 pub mod device;
 pub mod gguf_llama;
 pub mod gguf_tokenizer;
 pub mod hf_folder;
 pub mod hub;
-pub mod llama;
 pub mod logits;
-pub mod qwen2;
-pub mod qwen3;
+pub mod safetensors;
 
 use candle_core::DType;
 use chat::{ChatTemplate, Message};
 use corral_engine::CausalLm;
-use corral_trie::{TokenSpace, Vocabulary};
+use corral_trie::{TokenId, TokenSpace, Vocabulary};
 pub use device::DeviceSpec;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Why a model could not be loaded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a model could not be loaded (or its prompt rendered). The causes are kept as
+/// sources: print the chain (`{:#}` with anyhow) to see them.
+#[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("model not found: {0}")]
     NotFound(String),
-    #[error("cannot read model: {0}")]
-    Io(String),
-    #[error("bad model file: {0}")]
+    #[error("cannot read {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}")]
+    Json {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{what}")]
+    Candle {
+        what: String,
+        #[source]
+        source: candle_core::Error,
+    },
+    #[error("bad model: {0}")]
     Format(String),
-    #[error("download failed: {0}")]
-    Network(String),
+    #[error("{what}")]
+    Hub {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("device: {0}")]
     Device(String),
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    #[error("tokenizer: {what}")]
+    Tokenizer {
+        what: String,
+        #[source]
+        source: tokenizers::Error,
+    },
+    #[error("chat template")]
+    Template(#[source] minijinja::Error),
+}
+
+impl LoadError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> LoadError {
+        LoadError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn candle(what: impl Into<String>, source: candle_core::Error) -> LoadError {
+        LoadError::Candle {
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn tokenizer(what: impl Into<String>, source: tokenizers::Error) -> LoadError {
+        LoadError::Tokenizer {
+            what: what.into(),
+            source,
+        }
+    }
 }
 
 /// A loaded model: network, tokenizer, chat template, end-of-generation tokens.
@@ -96,7 +146,7 @@ impl Model {
             if !path.exists() {
                 return Err(LoadError::NotFound(path.display().to_string()));
             }
-            let (lm, tokenizer, info) = gguf_llama::GgufLlama::load(&path, &dev)?;
+            let (lm, tokenizer, info) = gguf_llama::load(&path, &dev)?;
             let token = |id: Option<u32>| {
                 id.and_then(|i| tokenizer.id_to_token(i))
                     .unwrap_or_default()
@@ -118,16 +168,7 @@ impl Model {
             );
         }
         let folder = hf_folder::HfFolder::open(source)?;
-        let lm: Box<dyn CausalLm> = match folder.model_type() {
-            "llama" | "mistral" => Box::new(llama::SafetensorsLlama::load(&folder, dtype, &dev)?),
-            "qwen2" => Box::new(qwen2::SafetensorsQwen2::load(&folder, dtype, &dev)?),
-            "qwen3" => Box::new(qwen3::SafetensorsQwen3::load(&folder, dtype, &dev)?),
-            other => {
-                return Err(LoadError::Format(format!(
-                    "{source}: model_type {other:?} is not supported (llama, mistral, qwen2, qwen3; or a GGUF llama-family file)"
-                )));
-            }
-        };
+        let lm = safetensors::load(&folder, dtype, &dev)?;
         let chat = folder
             .chat_template()
             .map(|(t, bos, eos)| ChatTemplate::new(&t, &bos, &eos))
@@ -159,12 +200,12 @@ impl Model {
         eos: Vec<u32>,
         name: &str,
     ) -> Result<Model, LoadError> {
-        let vocab = Vocabulary::from_tokenizer(&tokenizer)
-            .map_err(|e| LoadError::Tokenizer(e.to_string()))?;
-        let eos = if eos.is_empty() {
+        let vocab =
+            Vocabulary::from_tokenizer(&tokenizer).map_err(|e| LoadError::Format(e.to_string()))?;
+        let eos: Vec<TokenId> = if eos.is_empty() {
             vocab.default_eos().into_iter().collect()
         } else {
-            eos
+            eos.into_iter().map(TokenId).collect()
         };
         let space = Arc::new(TokenSpace::new(vocab, Some(lm.logit_width()), eos));
         Ok(Model {
@@ -224,20 +265,27 @@ impl Model {
         }
     }
 
+    /// The text of `ids` (special tokens left out).
+    pub fn decode(&self, ids: &[TokenId]) -> Result<String, LoadError> {
+        self.tokenizer
+            .decode(&TokenId::raw(ids), true)
+            .map_err(|e| LoadError::tokenizer("cannot decode tokens", e))
+    }
+
     /// Token ids of a prompt text (special tokens in the text are recognized; BOS added if
     /// the model wants it).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, LoadError> {
+    pub fn encode(&self, text: &str) -> Result<Vec<TokenId>, LoadError> {
         let enc = self
             .tokenizer
             .encode(text, false)
-            .map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+            .map_err(|e| LoadError::tokenizer("cannot encode the prompt", e))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if self.add_bos
             && let Some(b) = self.bos
         {
-            ids.push(b);
+            ids.push(TokenId(b));
         }
-        ids.extend_from_slice(enc.get_ids());
+        ids.extend(enc.get_ids().iter().map(|&t| TokenId(t)));
         Ok(ids)
     }
 }

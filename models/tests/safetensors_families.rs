@@ -11,6 +11,7 @@ use candle_transformers::models::{llama, qwen2, qwen3};
 use corral_engine::{Constraint, GenerateOptions, SamplingOptions, generate};
 use corral_grammar::{CompileOptions, MatchOutcome, compile_gbnf, match_bytes};
 use corral_models::{DeviceSpec, Model};
+use corral_trie::TokenId;
 use std::path::{Path, PathBuf};
 
 fn asset(name: &str) -> Option<PathBuf> {
@@ -109,10 +110,11 @@ fn check(family: &str, tok: &str, vocab: usize) {
     let lm = model.lm();
     let a = lm.forward(&ids, 0).unwrap().to_masked_vec(None).unwrap();
     let snap = lm.snapshot();
-    lm.forward(&[5, 6, 7], ids.len()).unwrap();
+    lm.forward(&[TokenId(5), TokenId(6), TokenId(7)], ids.len())
+        .unwrap();
     lm.restore(snap.as_ref()).unwrap();
     let b = lm
-        .forward(&[5], ids.len())
+        .forward(&[TokenId(5)], ids.len())
         .unwrap()
         .to_masked_vec(None)
         .unwrap();

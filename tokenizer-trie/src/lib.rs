@@ -12,7 +12,7 @@
 //!   exceed the vocabulary (padded embeddings), so it is always a parameter.
 //!
 //! ```
-//! use corral_trie::{ByteRecognizer, TokenTrie, new_mask};
+//! use corral_trie::{ByteRecognizer, TokenId, TokenTrie, new_mask};
 //!
 //! // Accept any prefix of "hello".
 //! struct Hello(usize);
@@ -24,19 +24,25 @@
 //!     }
 //!     fn pop(&mut self, n: usize) { self.0 -= n }
 //! }
-//! let trie = TokenTrie::from_entries([(b"he".to_vec(), 0), (b"hello".to_vec(), 1), (b"hi".to_vec(), 2)]);
+//! let trie = TokenTrie::from_entries([
+//!     (b"he".to_vec(), TokenId(0)),
+//!     (b"hello".to_vec(), TokenId(1)),
+//!     (b"hi".to_vec(), TokenId(2)),
+//! ]);
 //! let mut mask = new_mask(8); // logits wider than the vocabulary
 //! trie.walk(&mut Hello(0), &mut mask);
 //! assert_eq!(mask.ones().collect::<Vec<_>>(), vec![0, 1]);
 //! ```
 
 pub mod space;
+pub mod token;
 pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
 pub use space::TokenSpace;
-pub use trie::{ByteRecognizer, NO_TOKEN, Node, TokenTrie};
+pub use token::TokenId;
+pub use trie::{ByteRecognizer, Node, NodeId, TokenTrie};
 pub use vocab::{ByteEncoding, Vocabulary, continuation_tokenizer};
 
 /// An empty token mask `width` bits wide (the model's logit count, not the vocab size).
@@ -50,5 +56,5 @@ pub enum TrieError {
     #[error("cannot load tokenizer {path}: {message}")]
     Tokenizer { path: String, message: String },
     #[error("token {id} ({text:?}) is not in the byte-level alphabet")]
-    BadToken { id: u32, text: String },
+    BadToken { id: TokenId, text: String },
 }

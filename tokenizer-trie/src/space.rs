@@ -2,9 +2,11 @@
 //! tokenizer and shared (`Arc`) by every constraint that uses it.
 
 use crate::TrieError;
+use crate::token::TokenId;
 use crate::trie::TokenTrie;
 use crate::vocab::Vocabulary;
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// A vocabulary, its trie, the logit width, and the end-of-generation tokens.
 #[derive(Clone, Debug)]
@@ -12,14 +14,16 @@ pub struct TokenSpace {
     vocab: Vocabulary,
     trie: TokenTrie,
     width: usize,
-    eos: Vec<u32>,
+    eos: Vec<TokenId>,
+    /// Text tokens made only of ASCII whitespace, by id (computed on first use).
+    whitespace: OnceLock<Vec<TokenId>>,
 }
 
 impl TokenSpace {
     /// `width` is the model's logit count (at least the vocabulary size; padded embeddings
     /// make it larger, e.g. Qwen3's 151,936 logits for 151,669 tokens). `eos` are the tokens
     /// that end generation; they are allowed exactly when the grammar accepts.
-    pub fn new(vocab: Vocabulary, width: Option<usize>, eos: Vec<u32>) -> TokenSpace {
+    pub fn new(vocab: Vocabulary, width: Option<usize>, eos: Vec<TokenId>) -> TokenSpace {
         let trie = TokenTrie::new(&vocab);
         let width = width.unwrap_or(vocab.len()).max(vocab.len());
         TokenSpace {
@@ -27,6 +31,7 @@ impl TokenSpace {
             trie,
             width,
             eos,
+            whitespace: OnceLock::new(),
         }
     }
 
@@ -51,12 +56,23 @@ impl TokenSpace {
     }
 
     /// End-of-generation and stop tokens.
-    pub fn eos(&self) -> &[u32] {
+    pub fn eos(&self) -> &[TokenId] {
         &self.eos
     }
 
+    /// Text tokens made only of ASCII whitespace, sorted by id.
+    pub fn whitespace_tokens(&self) -> &[TokenId] {
+        self.whitespace.get_or_init(|| {
+            self.vocab
+                .text_tokens()
+                .filter(|(_, b)| !b.is_empty() && b.iter().all(u8::is_ascii_whitespace))
+                .map(|(id, _)| id)
+                .collect()
+        })
+    }
+
     /// Adds stop tokens (allowed, like EOS, exactly when the grammar accepts).
-    pub fn with_stop_tokens(mut self, stops: impl IntoIterator<Item = u32>) -> TokenSpace {
+    pub fn with_stop_tokens(mut self, stops: impl IntoIterator<Item = TokenId>) -> TokenSpace {
         for s in stops {
             if !self.eos.contains(&s) {
                 self.eos.push(s);

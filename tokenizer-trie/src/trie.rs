@@ -5,22 +5,45 @@
 //! child pointers: the next node in the array is either the first child or, after a skip,
 //! the next sibling of some ancestor, and its depth says which.
 
+use crate::token::TokenId;
 use crate::vocab::Vocabulary;
 use fixedbitset::FixedBitSet;
 
 /// No token ends at this node.
-pub const NO_TOKEN: u32 = u32::MAX;
+const NO_TOKEN: u32 = u32::MAX;
+
+/// The index of a node in a [`TokenTrie`] (node 0 is the root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub const ROOT: NodeId = NodeId(0);
+
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// A trie node. Node 0 is the root (the empty prefix).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Node {
     /// Nodes in this subtree, the node itself included.
     pub subtree: u32,
-    /// The token whose bytes end here, or [`NO_TOKEN`].
-    pub token: u32,
+    /// The token whose bytes end here (see [`Node::token`]).
+    token: u32,
     /// Length of the prefix this node stands for (the root is 0).
     pub depth: u16,
     pub byte: u8,
+}
+
+impl Node {
+    /// The token whose bytes end here, if any (tokens with the same bytes as this one are
+    /// [`TokenTrie::tokens_at`]).
+    #[inline]
+    pub fn token(&self) -> Option<TokenId> {
+        (self.token != NO_TOKEN).then_some(TokenId(self.token))
+    }
 }
 
 /// Something the trie walk can drive one byte at a time: the seam between tokens and
@@ -37,7 +60,7 @@ pub trait ByteRecognizer {
 pub struct TokenTrie {
     nodes: Vec<Node>,
     /// Tokens with the same bytes as another token: `(node, token)`, sorted by node.
-    duplicates: Vec<(u32, u32)>,
+    duplicates: Vec<(u32, TokenId)>,
     /// One past the largest token id in the trie.
     id_bound: usize,
 }
@@ -49,13 +72,13 @@ impl TokenTrie {
     }
 
     /// The trie of arbitrary `(bytes, token id)` entries (empty byte strings are skipped).
-    pub fn from_entries(entries: impl IntoIterator<Item = (Vec<u8>, u32)>) -> TokenTrie {
-        let mut entries: Vec<(Vec<u8>, u32)> =
+    pub fn from_entries(entries: impl IntoIterator<Item = (Vec<u8>, TokenId)>) -> TokenTrie {
+        let mut entries: Vec<(Vec<u8>, TokenId)> =
             entries.into_iter().filter(|(b, _)| !b.is_empty()).collect();
         entries.sort_unstable();
         let id_bound = entries
             .iter()
-            .map(|&(_, id)| id as usize + 1)
+            .map(|&(_, id)| id.index() + 1)
             .max()
             .unwrap_or(0);
         let mut nodes = vec![Node {
@@ -93,7 +116,7 @@ impl TokenTrie {
                     byte: b,
                 });
             }
-            nodes.last_mut().expect("just pushed").token = *id;
+            nodes.last_mut().expect("just pushed").token = id.0;
             prev = bytes;
         }
         while let Some(n) = path.pop() {
@@ -143,15 +166,14 @@ impl TokenTrie {
             if n as usize != i {
                 break;
             }
-            mask.insert(t as usize);
+            mask.insert(t.index());
         }
     }
 
     /// Every token id ending at node `i` (the node's token and its duplicates).
-    pub fn tokens_at(&self, i: usize) -> impl Iterator<Item = u32> + '_ {
-        let t = self.nodes[i].token;
+    pub fn tokens_at(&self, i: usize) -> impl Iterator<Item = TokenId> + '_ {
         let start = self.duplicates.partition_point(|&(n, _)| (n as usize) < i);
-        (t != NO_TOKEN).then_some(t).into_iter().chain(
+        self.nodes[i].token().into_iter().chain(
             self.duplicates[start..]
                 .iter()
                 .take_while(move |&&(n, _)| n as usize == i)
@@ -199,7 +221,7 @@ impl TokenTrie {
     }
 
     /// Every token that is a prefix of `text`: `(token, length)`, shortest first.
-    pub fn prefixes_of(&self, text: &[u8]) -> Vec<(u32, usize)> {
+    pub fn prefixes_of(&self, text: &[u8]) -> Vec<(TokenId, usize)> {
         let nodes = &self.nodes;
         let mut out = Vec::new();
         let (mut i, mut depth) = (1, 0);
@@ -222,7 +244,7 @@ impl TokenTrie {
     /// `text` split greedily into the longest token that starts each rest, as far as that
     /// goes: `(tokens, bytes covered)` (short of `text.len()` only where no token starts
     /// with the next byte).
-    pub fn greedy_tokens(&self, text: &[u8]) -> (Vec<u32>, usize) {
+    pub fn greedy_tokens(&self, text: &[u8]) -> (Vec<TokenId>, usize) {
         let mut out = Vec::new();
         let mut at = 0;
         while at < text.len() {
@@ -244,7 +266,7 @@ impl TokenTrie {
         &self,
         text: &[u8],
         next_random: &mut dyn FnMut() -> u64,
-    ) -> Option<Vec<u32>> {
+    ) -> Option<Vec<TokenId>> {
         // reachable[i]: text[i..] can be split into tokens.
         let n = text.len();
         let mut reachable = vec![false; n + 1];
@@ -261,7 +283,7 @@ impl TokenTrie {
         let mut out = Vec::new();
         let mut at = 0;
         while at < n {
-            let options: Vec<(u32, usize)> = self
+            let options: Vec<(TokenId, usize)> = self
                 .prefixes_of(&text[at..])
                 .into_iter()
                 .filter(|&(_, len)| reachable[at + len])
@@ -328,8 +350,8 @@ mod tests {
             words
                 .iter()
                 .enumerate()
-                .map(|(i, w)| (w.to_vec(), i as u32))
-                .chain([(b"ab".to_vec(), 7)]),
+                .map(|(i, w)| (w.to_vec(), TokenId(i as u32)))
+                .chain([(b"ab".to_vec(), TokenId(7))]),
         )
     }
 
@@ -345,7 +367,10 @@ mod tests {
         assert_eq!(n[4].subtree, 2);
         assert_eq!(t.prefix(3), b"abc");
         assert_eq!(t.prefix(8), b"\xe6\x97\xa5");
-        assert_eq!(t.tokens_at(2).collect::<Vec<_>>(), vec![1, 7]);
+        assert_eq!(
+            t.tokens_at(2).collect::<Vec<_>>(),
+            vec![TokenId(1), TokenId(7)]
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! not text: they are kept apart, reachable by id and by name.
 
 use crate::TrieError;
+use crate::token::TokenId;
 use rustc_hash::FxHashMap;
 use std::path::Path;
 
@@ -26,8 +27,8 @@ pub enum ByteEncoding {
 pub struct Vocabulary {
     /// `bytes[id]`: the token's bytes; `None` for special tokens and unused ids.
     bytes: Vec<Option<Box<[u8]>>>,
-    special: Vec<(u32, String)>,
-    by_text: FxHashMap<String, u32>,
+    special: Vec<(TokenId, String)>,
+    by_text: FxHashMap<String, TokenId>,
     encoding: ByteEncoding,
 }
 
@@ -59,8 +60,8 @@ impl Vocabulary {
     /// Builds a vocabulary from explicit parts: `(id, bytes)` for text tokens and
     /// `(id, name)` for special tokens. Ids need not be dense.
     pub fn from_parts(
-        tokens: impl IntoIterator<Item = (u32, Vec<u8>)>,
-        special: impl IntoIterator<Item = (u32, String)>,
+        tokens: impl IntoIterator<Item = (TokenId, Vec<u8>)>,
+        special: impl IntoIterator<Item = (TokenId, String)>,
     ) -> Vocabulary {
         let mut v = Vocabulary {
             bytes: Vec::new(),
@@ -77,16 +78,16 @@ impl Vocabulary {
         v
     }
 
-    fn set_bytes(&mut self, id: u32, b: Vec<u8>) {
-        let i = id as usize;
+    fn set_bytes(&mut self, id: TokenId, b: Vec<u8>) {
+        let i = id.index();
         if self.bytes.len() <= i {
             self.bytes.resize(i + 1, None);
         }
         self.bytes[i] = Some(b.into_boxed_slice());
     }
 
-    fn add_special(&mut self, id: u32, name: String) {
-        let i = id as usize;
+    fn add_special(&mut self, id: TokenId, name: String) {
+        let i = id.index();
         if self.bytes.len() <= i {
             self.bytes.resize(i + 1, None);
         }
@@ -119,6 +120,7 @@ impl Vocabulary {
             if added.contains_key(&id) {
                 continue;
             }
+            let id = TokenId(id);
             let bytes = match encoding {
                 ByteEncoding::ByteLevel => text
                     .chars()
@@ -139,6 +141,7 @@ impl Vocabulary {
         let mut added: Vec<_> = added.into_iter().collect();
         added.sort_by_key(|(id, _)| *id);
         for (id, t) in added {
+            let id = TokenId(id);
             if t.special {
                 v.add_special(id, t.content);
             } else {
@@ -165,36 +168,36 @@ impl Vocabulary {
     }
 
     /// The bytes of a text token (`None` for special tokens and unused ids).
-    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
-        self.bytes.get(id as usize).and_then(|b| b.as_deref())
+    pub fn token_bytes(&self, id: TokenId) -> Option<&[u8]> {
+        self.bytes.get(id.index()).and_then(|b| b.as_deref())
     }
 
     /// Whether `id` is a special token.
-    pub fn is_special(&self, id: u32) -> bool {
+    pub fn is_special(&self, id: TokenId) -> bool {
         self.special.iter().any(|&(s, _)| s == id)
     }
 
     /// Special tokens, `(id, name)`, by id.
-    pub fn special_tokens(&self) -> &[(u32, String)] {
+    pub fn special_tokens(&self) -> &[(TokenId, String)] {
         &self.special
     }
 
     /// The id of a special or added token by its exact text (`<|im_end|>`, `<think>`).
-    pub fn token_by_text(&self, text: &str) -> Option<u32> {
+    pub fn token_by_text(&self, text: &str) -> Option<TokenId> {
         self.by_text.get(text).copied()
     }
 
     /// Text tokens, `(id, bytes)`.
-    pub fn text_tokens(&self) -> impl Iterator<Item = (u32, &[u8])> {
+    pub fn text_tokens(&self) -> impl Iterator<Item = (TokenId, &[u8])> {
         self.bytes
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| b.as_deref().map(|b| (i as u32, b)))
+            .filter_map(|(i, b)| b.as_deref().map(|b| (TokenId(i as u32), b)))
     }
 
     /// The usual end-of-generation token, by the names tokenizers commonly give it:
     /// `<|eot_id|>`, `<|im_end|>`, `<|return|>`, `</s>`, `<|endoftext|>`, `<|end_of_text|>`.
-    pub fn default_eos(&self) -> Option<u32> {
+    pub fn default_eos(&self) -> Option<TokenId> {
         [
             "<|eot_id|>",
             "<|im_end|>",
@@ -208,11 +211,12 @@ impl Vocabulary {
         .find_map(|name| self.token_by_text(name))
     }
 
-    /// The bytes of a sequence of tokens (special tokens contribute nothing).
-    pub fn decode_bytes(&self, ids: &[u32]) -> Vec<u8> {
+    /// The bytes of a sequence of tokens (special tokens contribute nothing); `ids` may be
+    /// [`TokenId`]s or raw ids.
+    pub fn decode_bytes<T: Copy + Into<TokenId>>(&self, ids: &[T]) -> Vec<u8> {
         let mut out = Vec::new();
         for &id in ids {
-            if let Some(b) = self.token_bytes(id) {
+            if let Some(b) = self.token_bytes(id.into()) {
                 out.extend_from_slice(b);
             }
         }

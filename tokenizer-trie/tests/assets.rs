@@ -137,6 +137,6 @@ fn llama2() {
         let enc = tok.encode("x", false).unwrap();
         assert_eq!(vocab.decode_bytes(enc.get_ids()), b" x");
         let id = tok.token_to_id("<0x0A>").unwrap();
-        assert_eq!(vocab.token_bytes(id), Some(&b"\n"[..]));
+        assert_eq!(vocab.token_bytes(id.into()), Some(&b"\n"[..]));
     }
 }

@@ -191,11 +191,11 @@ fn main() -> Result<()> {
                 a.compute_mask(&mut mask).unwrap();
                 times.push(s.elapsed().as_secs_f64() * 1e6);
                 assert!(mask.contains(t as usize), "corral refused token {t}");
-                a.step_with_token(t).unwrap();
+                a.step_with_token(corral_trie::TokenId(t)).unwrap();
             }
             a.compute_mask(&mut mask).unwrap();
             assert!(
-                space.eos().iter().any(|&e| mask.contains(e as usize)),
+                space.eos().iter().any(|&e| mask.contains(e.index())),
                 "corral: EOS at the end"
             );
             let (mean, p50, p99) = stats(&times);
