@@ -175,7 +175,7 @@ impl GrammarBuilder {
     pub fn new(limits: Limits) -> GrammarBuilder {
         GrammarBuilder {
             limits,
-            cache: None,
+            cache: Some(DfaCache::new(usize::MAX)),
             rule_names: Vec::new(),
             prods: Vec::new(),
             lexemes: Vec::new(),
@@ -186,9 +186,10 @@ impl GrammarBuilder {
         }
     }
 
-    /// Builds lexeme DFAs through `cache` (shared with other compiles).
+    /// Builds lexeme DFAs through `cache` (shared with other compiles). Without one, a
+    /// cache of this compile's own shares the pieces its lexemes have in common.
     pub fn with_cache(mut self, cache: Option<DfaCache>) -> GrammarBuilder {
-        self.cache = cache;
+        self.cache = Some(cache.unwrap_or_else(|| DfaCache::new(usize::MAX)));
         self
     }
 
@@ -243,7 +244,8 @@ impl GrammarBuilder {
         }
         let nullable = hir.properties().minimum_len() == Some(0);
         let limit = self.limits.max_lexeme_bytes;
-        let dfa = self.cached_dfa(&key, || LexemeDfa::build(hir, limit))?;
+        let cache = self.cache.clone();
+        let dfa = self.cached_dfa(&key, || LexemeDfa::build_in(hir, limit, cache.as_ref()))?;
         self.lexeme_with(&key, display, nullable, || Ok(dfa))
     }
 

@@ -4,8 +4,9 @@
 //! run out, the engine appends the shortest completion instead of cutting the output
 //! mid-structure. Two parts:
 //!
-//! - static, per grammar ([`Shortest`], computed on first use): for every lexeme DFA state,
-//!   the fewest bytes to an accepting state; for every rule, its shortest derivation
+//! - static, per grammar ([`Shortest`], computed on first use): for every rule, its
+//!   shortest derivation (and per lexeme DFA state, the fewest bytes to an accepting state,
+//!   which the DFA answers itself: [`LexemeDfa::shortest`])
 //!   (a fixpoint over the productions, Knuth's generalization of Dijkstra's algorithm run
 //!   as plain relaxation);
 //! - dynamic ([`crate::Recognizer::shortest_completion`]): from each live lexer run, finish
@@ -16,7 +17,6 @@
 //! Token references produce no bytes, so a completion never goes through one.
 
 use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym};
-use crate::lexeme::LexemeDfa;
 
 /// No completion.
 pub(crate) const INF: u64 = u64::MAX / 4;
@@ -24,21 +24,13 @@ pub(crate) const INF: u64 = u64::MAX / 4;
 /// Per-grammar shortest derivations. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Shortest {
-    /// Per lexeme, per DFA state index: bytes to an accepting state, and the first byte.
-    lex: Vec<(Vec<u32>, Vec<u8>)>,
     /// Per rule: the fewest bytes it derives, and the first dot of a production that does.
     rule: Vec<(u64, Option<DotId>)>,
 }
 
 impl Shortest {
     pub(crate) fn new(g: &Grammar) -> Shortest {
-        let lex: Vec<(Vec<u32>, Vec<u8>)> = g
-            .lexemes
-            .iter()
-            .map(|l| l.dfa.shortest_suffixes())
-            .collect();
         let mut s = Shortest {
-            lex,
             rule: vec![(INF, None); g.rule_names.len()],
         };
         // Productions: runs of dots ending at `Next::End`.
@@ -67,10 +59,10 @@ impl Shortest {
     }
 
     /// Bytes from DFA `state` of lexeme `l` to the lexeme's end.
-    pub(crate) fn lexeme_len(&self, l: LexemeId, state: u32) -> u64 {
-        match self.lex[l.0 as usize].0[LexemeDfa::index(state)] {
-            u32::MAX => INF,
-            d => u64::from(d),
+    pub(crate) fn lexeme_len(&self, g: &Grammar, l: LexemeId, state: u32) -> u64 {
+        match g.lexemes[l.0 as usize].dfa.shortest(state) {
+            None => INF,
+            Some((d, _)) => u64::from(d),
         }
     }
 
@@ -83,7 +75,7 @@ impl Shortest {
                 if lx.nullable {
                     0
                 } else {
-                    self.lexeme_len(l, lx.dfa.start())
+                    self.lexeme_len(g, l, lx.dfa.start())
                 }
             }
             Sym::Token(_) => INF,
@@ -104,9 +96,9 @@ impl Shortest {
     /// Appends the bytes that finish lexeme `l` from `state`.
     pub(crate) fn lexeme_bytes(&self, g: &Grammar, l: LexemeId, mut state: u32, out: &mut Vec<u8>) {
         let dfa = &g.lexemes[l.0 as usize].dfa;
-        let (dist, byte) = &self.lex[l.0 as usize];
-        while dist[LexemeDfa::index(state)] > 0 && dist[LexemeDfa::index(state)] != u32::MAX {
-            let b = byte[LexemeDfa::index(state)];
+        while let Some((d, b)) = dfa.shortest(state)
+            && d > 0
+        {
             out.push(b);
             state = dfa.next(state, b);
         }

@@ -115,7 +115,7 @@ impl DfaCache {
         if dfa.len() > c.max_states {
             return Ok(dfa);
         }
-        while c.states + dfa.len() > c.max_states {
+        while c.states.saturating_add(dfa.len()) > c.max_states {
             let Some(old) = c.order.pop_front() else {
                 break;
             };
@@ -142,7 +142,7 @@ impl LexemeDfa {
         cache: Option<&DfaCache>,
     ) -> Result<Arc<LexemeDfa>, ErrorKind> {
         build_with(cache, &hir.to_string(), size_limit, || {
-            LexemeDfa::build(hir, size_limit)
+            LexemeDfa::build_in(hir, size_limit, cache)
         })
     }
 }

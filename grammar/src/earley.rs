@@ -486,7 +486,7 @@ impl Recognizer {
         };
         let mut best: Option<(u64, Run)> = None;
         for run in self.runs() {
-            let lex = sh.lexeme_len(run.lexeme, run.state);
+            let lex = sh.lexeme_len(&self.g, run.lexeme, run.state);
             if lex >= complete::INF {
                 continue;
             }

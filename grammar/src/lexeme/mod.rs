@@ -14,11 +14,15 @@
 //! (`0..len`), stable and shared by every user of the grammar, so they can key caches (the
 //! engine caches a token set per `(lexeme, state)`).
 
+mod compose;
+
 use crate::error::ErrorKind;
 use regex_automata::nfa::thompson::{self, State};
 use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
@@ -26,28 +30,118 @@ pub const DEAD: u32 = 0;
 const ACCEPT: u32 = 1 << 31;
 const CONTINUE: u32 = 1 << 30;
 const INDEX: u32 = CONTINUE - 1;
+/// A table entry a composed DFA has not computed yet (no state has this id).
+const UNKNOWN: u32 = u32::MAX;
+
+/// A transition table of tagged ids, stored complemented so that zeroed memory (a fresh
+/// allocation the system has not even backed yet) reads as [`UNKNOWN`].
+#[derive(Debug)]
+struct Table(Box<[AtomicU32]>);
+
+impl Table {
+    /// `n` entries, all unknown.
+    fn unknown(n: usize) -> Table {
+        let zeroed: Box<[u32]> = vec![0u32; n].into_boxed_slice();
+        // SAFETY: `AtomicU32` has the same size, alignment and bit validity as `u32`, so a
+        // boxed slice of one is a boxed slice of the other.
+        Table(unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) })
+    }
+
+    fn from_ids(ids: Vec<u32>) -> Table {
+        Table(ids.into_iter().map(|t| AtomicU32::new(!t)).collect())
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> u32 {
+        !self.0[i].load(Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, i: usize, t: u32) {
+        self.0[i].store(!t, Relaxed)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().map(|t| !t.load(Relaxed))
+    }
+}
+
+impl Clone for Table {
+    fn clone(&self) -> Table {
+        Table(
+            self.0
+                .iter()
+                .map(|t| AtomicU32::new(t.load(Relaxed)))
+                .collect(),
+        )
+    }
+}
 
 /// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LexemeDfa {
     classes: [u8; 256],
     stride: usize,
-    /// `trans[index * stride + class]`: tagged ids (index | flags).
-    trans: Box<[u32]>,
+    /// `trans[index * stride + class]`: tagged ids (index | flags). A composed DFA
+    /// ([`compose`]) starts with every entry [`UNKNOWN`] and computes each on first use,
+    /// from its segments: filling is idempotent, so concurrent fills of one entry agree.
+    trans: Table,
     len: usize,
     /// `first[b / 64] >> (b % 64) & 1`: byte `b` can start a match.
     first: [u64; 4],
     start: u32,
+    /// A composed DFA's segments, which compute its entries.
+    composed: Option<Box<compose::Composed>>,
+    /// Per state index: the fewest bytes to an accepting state and the first of them
+    /// (table-built DFAs; computed on first use).
+    shortest: OnceLock<(Vec<u32>, Vec<u8>)>,
+}
+
+impl Clone for LexemeDfa {
+    fn clone(&self) -> LexemeDfa {
+        LexemeDfa {
+            classes: self.classes,
+            stride: self.stride,
+            trans: self.trans.clone(),
+            len: self.len,
+            first: self.first,
+            start: self.start,
+            composed: self.composed.clone(),
+            shortest: self.shortest.clone(),
+        }
+    }
 }
 
 impl LexemeDfa {
     /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and of the DFA table.
     ///
-    /// regex-automata compiles the Thompson NFA (UTF-8 automata for Unicode classes); the
-    /// subset construction is ours: for the small anchored automata of lexemes it costs a
-    /// few microseconds, where a general dense-DFA build (all start states, match delay,
-    /// quit bytes) costs about a hundred.
+    /// A sequence with counted repetitions is composed from its pieces, its table filled on
+    /// first use ([`compose`]). Anything else: regex-automata compiles the Thompson NFA
+    /// (UTF-8 automata for Unicode classes); the subset construction is ours: for the small
+    /// anchored automata of lexemes it costs a few microseconds, where a general dense-DFA
+    /// build (all start states, match delay, quit bytes) costs about a hundred.
     pub fn build(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        Self::build_in(hir, size_limit, None)
+    }
+
+    /// [`LexemeDfa::build`], with the pieces of a composed DFA through `cache`.
+    pub(crate) fn build_in(
+        hir: &Hir,
+        size_limit: usize,
+        cache: Option<&crate::DfaCache>,
+    ) -> Result<LexemeDfa, ErrorKind> {
+        match compose::compose(hir, size_limit, cache) {
+            Some(composed) => composed,
+            None => Self::build_tables(hir, size_limit),
+        }
+    }
+
+    /// [`LexemeDfa::build`] by subset construction and minimization, never composed.
+    fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
         // One compiler per thread: it keeps its UTF-8 tables (tens of KiB) between builds.
         thread_local! {
             static COMPILER: std::cell::RefCell<(usize, thompson::Compiler)> =
@@ -190,7 +284,9 @@ impl LexemeDfa {
                     .any(|&s| matches!(states[s as usize], State::Match { .. }))
             })
             .collect();
-        Ok(Self::from_tables(classes, stride, trans, accept, start_ix))
+        Ok(Self::from_tables(
+            classes, stride, trans, accept, start_ix, true,
+        ))
     }
 
     /// Finishes a DFA from a raw table (state 0 dead): merges states that cannot reach a
@@ -201,22 +297,28 @@ impl LexemeDfa {
         trans: Vec<u32>,
         accept: Vec<bool>,
         start_ix: u32,
+        minimize_states: bool,
     ) -> LexemeDfa {
         let n = accept.len();
-        // Live = can reach an accepting state. Reverse reachability.
-        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for s in 1..n {
-            for c in 0..stride {
-                let t = trans[s * stride + c] as usize;
-                if t != 0 {
-                    preds[t].push(s as u32);
-                }
-            }
+        // Live = can reach an accepting state: reverse reachability over predecessor lists
+        // in CSR form (state t's predecessors are `preds[first[t]..first[t + 1]]`).
+        let mut first = vec![0u32; n + 1];
+        for &t in &trans[stride..] {
+            first[t as usize + 1] += 1;
+        }
+        for i in 1..=n {
+            first[i] += first[i - 1];
+        }
+        let mut fill = first.clone();
+        let mut preds = vec![0u32; first[n] as usize];
+        for (k, &t) in trans.iter().enumerate().skip(stride) {
+            preds[fill[t as usize] as usize] = (k / stride) as u32;
+            fill[t as usize] += 1;
         }
         let mut live = accept.clone();
         let mut stack: Vec<usize> = (0..n).filter(|&s| accept[s]).collect();
-        while let Some(s) = stack.pop() {
-            for &p in &preds[s] {
+        while let Some(t) = stack.pop() {
+            for &p in &preds[first[t] as usize..first[t + 1] as usize] {
                 if !live[p as usize] {
                     live[p as usize] = true;
                     stack.push(p as usize);
@@ -245,7 +347,11 @@ impl LexemeDfa {
                 live_trans[ns * stride + c] = renum[trans[s * stride + c] as usize];
             }
         }
-        let blocks = minimize(kept as usize, stride, &live_trans, &live_accept);
+        let blocks = if minimize_states {
+            minimize(kept as usize, stride, &live_trans, &live_accept)
+        } else {
+            (0..kept).collect()
+        };
         for r in renum.iter_mut() {
             *r = blocks[*r as usize];
         }
@@ -287,10 +393,12 @@ impl LexemeDfa {
         LexemeDfa {
             classes,
             stride,
-            trans: new_trans.into_boxed_slice(),
+            trans: Table::from_ids(new_trans),
             len: kept,
             first,
             start,
+            composed: None,
+            shortest: OnceLock::new(),
         }
     }
 
@@ -347,7 +455,9 @@ impl LexemeDfa {
             }
             i += 1;
         }
-        Ok(Self::from_tables(classes, stride, trans, accept, start))
+        Ok(Self::from_tables(
+            classes, stride, trans, accept, start, true,
+        ))
     }
 
     /// The start state; [`DEAD`] if the lexeme matches nothing.
@@ -359,7 +469,35 @@ impl LexemeDfa {
     /// The state after reading `byte` in `state` (not [`DEAD`]).
     #[inline]
     pub fn next(&self, state: u32, byte: u8) -> u32 {
-        self.trans[(state & INDEX) as usize * self.stride + self.classes[byte as usize] as usize]
+        let class = self.classes[byte as usize] as usize;
+        let t = self
+            .trans
+            .get((state & INDEX) as usize * self.stride + class);
+        if t != UNKNOWN {
+            return t;
+        }
+        self.fill(state & INDEX, class)
+    }
+
+    /// Computes a composed DFA's missing entry.
+    #[cold]
+    fn fill(&self, index: u32, class: usize) -> u32 {
+        let c = self
+            .composed
+            .as_ref()
+            .expect("only composed DFAs have unknown entries");
+        let t = c.next(index, class);
+        self.trans.set(index as usize * self.stride + class, t);
+        t
+    }
+
+    /// The entry for state index `s` and class `c` (computed if missing).
+    fn entry(&self, s: usize, c: usize) -> u32 {
+        let t = self.trans.get(s * self.stride + c);
+        if t != UNKNOWN {
+            return t;
+        }
+        self.fill(s as u32, c)
     }
 
     /// Whether the bytes read so far are a complete match.
@@ -401,9 +539,23 @@ impl LexemeDfa {
         false
     }
 
-    /// Heap bytes used by the tables.
+    /// Heap bytes of the tables (allocated: a composed DFA's untouched entries are counted).
     pub fn memory_usage(&self) -> usize {
         self.trans.len() * 4
+    }
+
+    /// The fewest bytes from `state` to an accepting state, and the first of them (the most
+    /// readable where several are shortest); `None` if no accepting state is reachable.
+    pub fn shortest(&self, state: u32) -> Option<(u32, u8)> {
+        if state == DEAD {
+            return None;
+        }
+        if let Some(c) = &self.composed {
+            return c.shortest(state & INDEX);
+        }
+        let (dist, byte) = self.shortest.get_or_init(|| self.shortest_suffixes());
+        let i = (state & INDEX) as usize;
+        (dist[i] != u32::MAX).then(|| (dist[i], byte[i]))
     }
 
     /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.
@@ -419,15 +571,11 @@ impl LexemeDfa {
 
     /// For every state (by [`LexemeDfa::index`]): the fewest bytes that lead from it to an
     /// accepting state (`u32::MAX` if none; 0 for accepting states), and the first of them.
-    /// A breadth-first search backwards from the accepting states.
-    pub fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
+    /// A breadth-first search backwards from the accepting states (over the whole table).
+    fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
         let n = self.len;
         // Tagged id of each state index, to read its flags.
-        let mut tag = vec![DEAD; n];
-        tag[(self.start & INDEX) as usize] = self.start;
-        for &t in self.trans.iter() {
-            tag[(t & INDEX) as usize] = t;
-        }
+        let tag = self.tags();
         // One byte per class, the most readable: a lower-case letter, then a digit, an
         // upper-case letter, a space, other printable ASCII, anything.
         let rank = |b: u8| match b {
@@ -450,7 +598,7 @@ impl LexemeDfa {
         let mut preds: Vec<Vec<(u32, u8)>> = vec![Vec::new(); n];
         for s in 1..n {
             for (c, &rep) in reps.iter().enumerate() {
-                let t = (self.trans[s * self.stride + c] & INDEX) as usize;
+                let t = (self.entry(s, c) & INDEX) as usize;
                 if t != 0 {
                     preds[t].push((s as u32, rep));
                 }
@@ -481,7 +629,7 @@ impl LexemeDfa {
             }
             let mut chosen = (u8::MAX, 0u8);
             for (c, &rep) in reps.iter().enumerate() {
-                let t = (self.trans[p * self.stride + c] & INDEX) as usize;
+                let t = (self.entry(p, c) & INDEX) as usize;
                 if t != 0 && dist[t] != u32::MAX && dist[t] + 1 == dist[p] && best[c] < chosen.0 {
                     chosen = (best[c], rep);
                 }
@@ -499,11 +647,7 @@ impl LexemeDfa {
     /// all counts far enough from the bound.
     pub fn bounded_classes(&self, depth: usize) -> Vec<u32> {
         let n = self.len;
-        let mut tag = vec![DEAD; n];
-        tag[(self.start & INDEX) as usize] = self.start;
-        for &t in self.trans.iter() {
-            tag[(t & INDEX) as usize] = t;
-        }
+        let tag = self.tags();
         // Round 0: dead, live non-accepting, accepting.
         let mut class: Vec<u32> = (0..n)
             .map(|s| match s {
@@ -529,7 +673,7 @@ impl LexemeDfa {
                 sig.clear();
                 sig.push(class[s]);
                 for c in 0..self.stride {
-                    sig.push(class[(self.trans[s * self.stride + c] & INDEX) as usize]);
+                    sig.push(class[(self.entry(s, c) & INDEX) as usize]);
                 }
                 let k = index.len() as u32;
                 next[s] = *index.entry(sig.clone()).or_insert(k);
@@ -542,6 +686,19 @@ impl LexemeDfa {
             count = new_count;
         }
         class
+    }
+
+    /// The tagged id of each state index (0: dead). Computes every entry of a composed DFA.
+    pub(crate) fn tags(&self) -> Vec<u32> {
+        if let Some(c) = &self.composed {
+            return (0..self.len as u32).map(|i| c.tag(i)).collect();
+        }
+        let mut tag = vec![DEAD; self.len];
+        tag[(self.start & INDEX) as usize] = self.start;
+        for t in self.trans.iter() {
+            tag[(t & INDEX) as usize] = t;
+        }
+        tag
     }
 
     /// Whether `bytes` is a complete match.

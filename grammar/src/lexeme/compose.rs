@@ -1,0 +1,538 @@
+//! DFAs composed from segments, their transitions computed on first use.
+//!
+//! A lexeme of a machine-written grammar is often a sequence whose pieces are simple but
+//! whose counted repetitions make its DFA large: a JSON string with `maxLength: 80` is `"`
+//! then 80 copies of a JSON character (with every escape) then `"`; a separator between
+//! object members is `[ \t\n\r]{0,32} "," [ \t\n\r]{0,32} "\"key\"" ...`. Subset
+//! construction of such a regex, then minimization, costs milliseconds; a server that gets
+//! a new JSON Schema with each request pays them before its first token. Composed, the DFA
+//! costs nothing up front:
+//!
+//! - the lexeme is split into *segments*: counted repetitions `x{m,n}` of a body `x` that is
+//!   prefix-free (an iteration ends the moment the body's DFA accepts) and not nullable,
+//!   and plain runs between them; the bodies and plain runs are small DFAs built by subset
+//!   construction;
+//! - a counted segment's states are `(count, state of x)`: an iteration that completes at
+//!   count `c` goes to `(c + 1, start)`; no iteration starts at the upper bound;
+//! - segments are joined where each junction is deterministic: from a state where a segment
+//!   may end, a byte either continues that segment or starts a following one (the next, or
+//!   one past nullable segments), never both, which is checked on first-byte sets when the
+//!   lexeme is composed. Otherwise the lexeme is built by subset construction as a whole.
+//!
+//! The state space is known from the segments (offsets of each segment's states), so the
+//! table is allocated up front and filled entry by entry as the recognizer and the mask
+//! computation ask: a state's flags and liveness are local to its segment (every segment's
+//! language is non-empty, so whatever can finish its segment can finish the lexeme). The
+//! result accepts exactly the regex's language; it is not minimized.
+
+use super::{ACCEPT, CONTINUE, DEAD, INDEX, LexemeDfa, Table};
+use crate::error::ErrorKind;
+use regex_syntax::hir::{Hir, HirKind};
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, OnceLock};
+
+/// Counted repetitions with fewer iterations are left to subset construction.
+const MIN_COUNT: u32 = 2;
+
+/// A 256-bit byte set.
+type Bytes = [u64; 4];
+
+fn disjoint(a: &Bytes, b: &Bytes) -> bool {
+    a.iter().zip(b).all(|(x, y)| x & y == 0)
+}
+
+fn union(a: &Bytes, b: &Bytes) -> Bytes {
+    [a[0] | b[0], a[1] | b[1], a[2] | b[2], a[3] | b[3]]
+}
+
+#[derive(Clone, Debug)]
+enum Segment {
+    /// A DFA (built by subset construction), and the tagged id of each of its state
+    /// indices: local states are its indices.
+    Plain(Arc<LexemeDfa>, Vec<u32>),
+    /// `body{min,max}`: local state `count * body.len + index`; `tags` as for `Plain`.
+    Counted {
+        body: Arc<LexemeDfa>,
+        tags: Vec<u32>,
+        min: u32,
+        max: u32,
+    },
+}
+
+impl Segment {
+    /// Number of local states (index 0, and the indices no state has, are never reached).
+    fn size(&self) -> usize {
+        match self {
+            Segment::Plain(d, _) => d.len,
+            Segment::Counted { body, max, .. } => (*max as usize + 1) * body.len,
+        }
+    }
+
+    fn start(&self) -> u32 {
+        match self {
+            Segment::Plain(d, _) => d.start & INDEX,
+            Segment::Counted { body, .. } => body.start & INDEX,
+        }
+    }
+
+    /// `(count, body index)` of a counted segment's local state.
+    fn split(body: &LexemeDfa, q: u32) -> (u32, u32) {
+        (q / body.len as u32, q % body.len as u32)
+    }
+
+    /// Whether the segment may end in local state `q`.
+    fn accepting(&self, q: u32) -> bool {
+        match self {
+            Segment::Plain(d, tags) => q != DEAD && d.is_accepting(tags[q as usize]),
+            Segment::Counted { body, min, .. } => {
+                let (c, x) = Self::split(body, q);
+                x == body.start & INDEX && c >= *min
+            }
+        }
+    }
+
+    /// Whether some byte continues the segment from local state `q`.
+    fn can_continue(&self, q: u32) -> bool {
+        match self {
+            Segment::Plain(d, tags) => q != DEAD && d.can_continue(tags[q as usize]),
+            Segment::Counted { body, max, .. } => {
+                let (c, x) = Self::split(body, q);
+                x != DEAD && c < *max
+            }
+        }
+    }
+
+    /// The local state after `byte` in local state `q` ([`DEAD`] if none).
+    fn next(&self, q: u32, byte: u8) -> u32 {
+        match self {
+            Segment::Plain(d, _) => {
+                if q == DEAD {
+                    DEAD
+                } else {
+                    d.next(q, byte) & INDEX
+                }
+            }
+            Segment::Counted { body, max, .. } => {
+                let (c, x) = Self::split(body, q);
+                if x == DEAD || c >= *max {
+                    return DEAD;
+                }
+                // `next` reads only the index of a state, not its flags.
+                let y = body.next(x, byte);
+                if y == DEAD {
+                    DEAD
+                } else if body.is_accepting(y) {
+                    (c + 1) * body.len as u32 + (body.start & INDEX)
+                } else {
+                    c * body.len as u32 + (y & INDEX)
+                }
+            }
+        }
+    }
+
+    /// Bytes that can start the segment.
+    fn first(&self) -> Bytes {
+        match self {
+            Segment::Plain(d, _) => d.first,
+            Segment::Counted { body, max, .. } if *max > 0 => body.first,
+            Segment::Counted { .. } => [0; 4],
+        }
+    }
+
+    /// Bytes that continue the segment from a local state where it may end.
+    fn continuing_at_ends(&self) -> Bytes {
+        match self {
+            Segment::Plain(d, tags) => {
+                let mut out = [0u64; 4];
+                for (i, &t) in tags.iter().enumerate().skip(1) {
+                    if t != DEAD && d.is_accepting(t) {
+                        for b in 0..=255u8 {
+                            if d.next(i as u32, b) != DEAD {
+                                out[b as usize / 64] |= 1 << (b % 64);
+                            }
+                        }
+                    }
+                }
+                out
+            }
+            // An end at a count below the upper bound may start another iteration.
+            Segment::Counted { body, min, max, .. } if min < max => body.first,
+            Segment::Counted { .. } => [0; 4],
+        }
+    }
+
+    /// The fewest bytes from local state `q` to an end of the segment, and the first.
+    fn shortest(&self, q: u32) -> Option<(u32, u8)> {
+        match self {
+            Segment::Plain(d, tags) => d.shortest(tags[q as usize]),
+            Segment::Counted {
+                body, tags, min, ..
+            } => {
+                let (c, x) = Self::split(body, q);
+                let (whole, first) = body.shortest(body.start)?;
+                if x == body.start & INDEX {
+                    let iterations = min.saturating_sub(c);
+                    Some((iterations.saturating_mul(whole), first))
+                } else {
+                    // Finish this iteration, then the ones the lower bound still asks for.
+                    let (rest, b) = body.shortest(tags[x as usize])?;
+                    let more = min.saturating_sub(c + 1);
+                    Some((rest + more.saturating_mul(whole), b))
+                }
+            }
+        }
+    }
+}
+
+/// A composed DFA's segments and how its global state indices map onto them.
+#[derive(Clone, Debug)]
+pub(super) struct Composed {
+    segments: Vec<Segment>,
+    /// Global index of each segment's local state 0.
+    offset: Vec<u32>,
+    /// `nullable_after[j]`: every segment from `j` on may be empty.
+    nullable_after: Vec<bool>,
+    /// `enter_after[j]`: some segment from `j` on (past nullable ones) has a first byte.
+    enter_after: Vec<bool>,
+    /// One byte of each global byte class.
+    reps: Vec<u8>,
+    /// Per segment: the shortest yield of the segments after it (saturating), and its first
+    /// byte (`None` when it is empty).
+    tail: OnceLock<Vec<(u32, Option<u8>)>>,
+}
+
+impl Composed {
+    /// The segment of global index `g` and its local state.
+    fn locate(&self, g: u32) -> (usize, u32) {
+        let j = self.offset.partition_point(|&o| o <= g) - 1;
+        (j, g - self.offset[j])
+    }
+
+    /// Global index `g` with its flags.
+    pub(super) fn tag(&self, g: u32) -> u32 {
+        if g == DEAD {
+            return DEAD;
+        }
+        let (j, q) = self.locate(g);
+        let seg = &self.segments[j];
+        let ends = seg.accepting(q);
+        let accept = ends && self.nullable_after[j + 1];
+        // Past the end of this segment: some later segment reachable (through nullable
+        // ones) has a first byte.
+        let enter_later = ends && self.enter_after[j + 1];
+        let cont = seg.can_continue(q) || enter_later;
+        g | if accept { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 }
+    }
+
+    /// The tagged target of global index `g` on byte class `class`.
+    pub(super) fn next(&self, g: u32, class: usize) -> u32 {
+        if g == DEAD {
+            return DEAD;
+        }
+        let b = self.reps[class];
+        let (j, q) = self.locate(g);
+        let seg = &self.segments[j];
+        let t = seg.next(q, b);
+        if t != DEAD {
+            return self.tag(self.offset[j] + t);
+        }
+        if seg.accepting(q) {
+            // Determinism was checked: at most one following segment takes `b`.
+            for (l, s) in self.segments.iter().enumerate().skip(j + 1) {
+                let t = s.next(s.start(), b);
+                if t != DEAD {
+                    return self.tag(self.offset[l] + t);
+                }
+                if !s.accepting(s.start()) {
+                    break;
+                }
+            }
+        }
+        DEAD
+    }
+
+    /// The fewest bytes from global index `g` to an accepting state, and the first.
+    pub(super) fn shortest(&self, g: u32) -> Option<(u32, u8)> {
+        if g == DEAD {
+            return None;
+        }
+        let (j, q) = self.locate(g);
+        let (here, b) = self.segments[j].shortest(q)?;
+        let (after, tail_first) = self.tail()[j];
+        let total = here.saturating_add(after);
+        if here > 0 {
+            return Some((total, b));
+        }
+        match tail_first {
+            Some(b) => Some((total, b)),
+            None => Some((0, 0)),
+        }
+    }
+
+    fn tail(&self) -> &[(u32, Option<u8>)] {
+        self.tail.get_or_init(|| {
+            let n = self.segments.len();
+            let mut out = vec![(0u32, None); n];
+            for j in (0..n.saturating_sub(1)).rev() {
+                let next = &self.segments[j + 1];
+                let (len, first) = next.shortest(next.start()).unwrap_or((u32::MAX, 0));
+                let (rest, rest_first) = out[j + 1];
+                out[j] = (
+                    len.saturating_add(rest),
+                    if len > 0 { Some(first) } else { rest_first },
+                );
+            }
+            out
+        })
+    }
+}
+
+/// `hir` composed from segments, if it has a counted repetition worth composing and its
+/// junctions are deterministic; `None` otherwise (build it by subset construction).
+pub(super) fn compose(
+    hir: &Hir,
+    size_limit: usize,
+    cache: Option<&crate::DfaCache>,
+) -> Option<Result<LexemeDfa, ErrorKind>> {
+    // Pieces by subset construction, shared through the cache (`#t ` keeps their keys
+    // apart from lexemes', which may be composed).
+    let tables = |h: &Hir| {
+        crate::dfa_cache::build_with(cache, &format!("#t {h}"), size_limit, || {
+            LexemeDfa::build_tables(h, size_limit)
+        })
+    };
+    let items: Vec<&Hir> = match hir.kind() {
+        HirKind::Concat(xs) => xs.iter().collect(),
+        _ => vec![hir],
+    };
+    if !items.iter().any(|h| counted(h).is_some()) {
+        return None;
+    }
+    let mut segments = Vec::new();
+    let mut plain: Vec<Hir> = Vec::new();
+    let flush = |plain: &mut Vec<Hir>, segments: &mut Vec<Segment>| -> Result<bool, ErrorKind> {
+        if plain.is_empty() {
+            return Ok(true);
+        }
+        let d = tables(&Hir::concat(std::mem::take(plain)))?;
+        // Composition needs every segment's language non-empty and not only the empty
+        // string.
+        if d.start == DEAD || !d.can_continue(d.start) {
+            return Ok(false);
+        }
+        let tags = d.tags();
+        segments.push(Segment::Plain(d, tags));
+        Ok(true)
+    };
+    for h in items {
+        let Some((sub, min, max)) = counted(h) else {
+            plain.push(h.clone());
+            continue;
+        };
+        let body = match tables(sub) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        if !prefix_free(&body) {
+            return None;
+        }
+        match flush(&mut plain, &mut segments) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        let tags = body.tags();
+        segments.push(Segment::Counted {
+            body,
+            tags,
+            min,
+            max,
+        });
+    }
+    match flush(&mut plain, &mut segments) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => return Some(Err(e)),
+    }
+    join(segments, size_limit).transpose()
+}
+
+/// `x{m,n}` with a non-nullable `x` and a large enough finite `n`: `(x, m, n)`.
+fn counted(h: &Hir) -> Option<(&Hir, u32, u32)> {
+    let HirKind::Repetition(r) = h.kind() else {
+        return None;
+    };
+    let max = r.max?;
+    (max >= MIN_COUNT && r.min <= max && r.sub.properties().minimum_len().is_some_and(|n| n > 0))
+        .then_some((&*r.sub, r.min, max))
+}
+
+/// No accepting state of `body` can continue (an iteration ends where it first can), and
+/// the start is live and not accepting.
+fn prefix_free(body: &LexemeDfa) -> bool {
+    if body.start == DEAD || body.is_accepting(body.start) {
+        return false;
+    }
+    body.tags()
+        .iter()
+        .all(|&t| t == DEAD || !body.is_accepting(t) || !body.can_continue(t))
+}
+
+/// The composed DFA of `segments` in sequence; `Ok(None)` where a junction is not
+/// deterministic.
+fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, ErrorKind> {
+    let k = segments.len();
+    // Determinism: where segment j may end, the bytes that continue it and the bytes that
+    // start each following segment reachable from there are pairwise disjoint.
+    for j in 0..k {
+        let mut seen = segments[j].continuing_at_ends();
+        for s in &segments[j + 1..] {
+            let f = s.first();
+            if !disjoint(&seen, &f) {
+                return Ok(None);
+            }
+            seen = union(&seen, &f);
+            if !s.accepting(s.start()) {
+                break;
+            }
+        }
+    }
+    // Byte classes: the common refinement of the segments' classes.
+    let mut classes = [0u8; 256];
+    let mut reps: Vec<u8> = Vec::new();
+    let mut class_of: FxHashMap<Vec<u8>, u8> = FxHashMap::default();
+    for b in 0..=255u8 {
+        let key: Vec<u8> = segments
+            .iter()
+            .map(|s| match s {
+                Segment::Plain(d, _) => d.classes[b as usize],
+                Segment::Counted { body, .. } => body.classes[b as usize],
+            })
+            .collect();
+        let next = class_of.len();
+        classes[b as usize] = *class_of.entry(key).or_insert_with(|| {
+            reps.push(b);
+            next as u8
+        });
+    }
+    let stride = reps.len();
+    let mut offset = Vec::with_capacity(k);
+    let mut n = 1usize;
+    for s in &segments {
+        offset.push(n as u32);
+        n += s.size();
+    }
+    if n * stride * 4 > size_limit || n > INDEX as usize {
+        return Err(ErrorKind::Limit {
+            what: "a lexeme's automaton".into(),
+            value: n * stride * 4,
+            limit_name: "max_lexeme_bytes",
+            limit: size_limit,
+        });
+    }
+    let mut nullable_after = vec![true; k + 1];
+    let mut enter_after = vec![false; k + 1];
+    for j in (0..k).rev() {
+        let s = &segments[j];
+        let nullable = s.accepting(s.start());
+        nullable_after[j] = nullable_after[j + 1] && nullable;
+        enter_after[j] = s.first() != [0; 4] || (nullable && enter_after[j + 1]);
+    }
+    let composed = Composed {
+        offset,
+        nullable_after,
+        enter_after,
+        reps,
+        segments,
+        tail: OnceLock::new(),
+    };
+    let start = composed.tag(composed.offset[0] + composed.segments[0].start());
+    let mut first = [0u64; 4];
+    for b in 0..=255u8 {
+        if composed.next(start & INDEX, classes[b as usize] as usize) != DEAD {
+            first[b as usize / 64] |= 1 << (b % 64);
+        }
+    }
+    Ok(Some(LexemeDfa {
+        classes,
+        stride,
+        trans: Table::unknown(n * stride),
+        len: n,
+        first,
+        start,
+        composed: Some(Box::new(composed)),
+        shortest: OnceLock::new(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_syntax::ParserBuilder;
+
+    fn hir(re: &str) -> Hir {
+        ParserBuilder::new().build().parse(re).unwrap()
+    }
+
+    /// Every string over `alphabet` up to `len` bytes: the composed DFA and the one built by
+    /// subset construction agree on life, acceptance and the shortest completion's length.
+    fn agree(re: &str, alphabet: &[u8], len: usize) {
+        let h = hir(re);
+        let composed = compose(&h, 1 << 24, None)
+            .unwrap_or_else(|| panic!("{re} composes"))
+            .unwrap();
+        let tables = LexemeDfa::build_tables(&h, 1 << 24).unwrap();
+        let mut frontier = vec![(Vec::new(), composed.start(), tables.start())];
+        for _ in 0..=len {
+            let mut next = Vec::new();
+            for (s, a, b) in frontier {
+                assert_eq!(a == DEAD, b == DEAD, "{re} {s:?}: life");
+                if a == DEAD {
+                    continue;
+                }
+                assert_eq!(
+                    composed.is_accepting(a),
+                    tables.is_accepting(b),
+                    "{re} {s:?}"
+                );
+                assert_eq!(
+                    composed.can_continue(a),
+                    tables.can_continue(b),
+                    "{re} {s:?}"
+                );
+                assert_eq!(
+                    composed.shortest(a).map(|x| x.0),
+                    tables.shortest(b).map(|x| x.0),
+                    "{re} {s:?}: shortest"
+                );
+                for &c in alphabet {
+                    let mut t = s.clone();
+                    t.push(c);
+                    next.push((t, composed.next(a, c), tables.next(b, c)));
+                }
+            }
+            frontier = next;
+        }
+    }
+
+    #[test]
+    fn composed_dfas_accept_what_subset_construction_accepts() {
+        agree(r#""[ab]{0,3}""#, b"\"abc", 7);
+        agree(r#""(?:a|\\u0061){1,3}""#, b"\"a\\u0061x", 9);
+        agree(r"[ \n]{0,2},[ \n]{0,2}key", b" \n,key", 7);
+        agree(r"x{2}y{1,2}z?", b"xyz", 6);
+        agree(r"(?:ab){2,3}c", b"abc", 8);
+        // A nullable counted segment between two plain ones.
+        agree(r"a[0-9]{0,2}b", b"a01b", 6);
+    }
+
+    #[test]
+    fn ambiguous_junctions_are_not_composed() {
+        // Where `a` may end, `a` also starts the next segment.
+        assert!(compose(&hir("a{0,3}a"), 1 << 20, None).is_none());
+        // A body one of whose matches continues into a longer one.
+        assert!(compose(&hir("(?:a|ab){2,3}"), 1 << 20, None).is_none());
+        // Nothing counted: subset construction.
+        assert!(compose(&hir("ab*c"), 1 << 20, None).is_none());
+    }
+}
