@@ -123,6 +123,17 @@ fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
 }
 
 #[test]
+fn schema_masks_equal_brute_force_on_long_strings_near_their_bounds() {
+    // Long words before quotes and escapes (tokens whose slice prefix is long), strings at
+    // their maxLength, multi-byte characters: the sliced mask paths.
+    check(
+        "strings",
+        &schema("strings.schema.json"),
+        &[data("strings.json")],
+    );
+}
+
+#[test]
 fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
     let g = compile_gbnf(&data("counted.gbnf"), &CompileOptions::default()).unwrap();
     check(

@@ -3,9 +3,10 @@
 //! Per decoding step, in the seeds' terms:
 //! 1. [`RobustConstrainedAdapter::compute_mask`] fills a bitset with every token that can
 //!    come next: for each lexer run (a partial lexeme, the seeds' "partial match") the
-//!    cached token sets of its DFA state, plus walks of the small suffix tries where the
-//!    lexeme can end inside a token; token references by id; EOS and stop tokens exactly
-//!    when the grammar accepts.
+//!    token sets of its DFA state ([`crate::tokens`], cached per tokenizer in a
+//!    [`MaskCache`]), plus walks with the recognizer of what follows where the lexeme can
+//!    end inside a token; token references by id; EOS and stop tokens exactly when the
+//!    grammar accepts.
 //! 2. The caller samples a token from the masked logits.
 //! 3. [`RobustConstrainedAdapter::step_with_token`] feeds it; a token the grammar cannot
 //!    take is a typed error that changes nothing.
@@ -19,24 +20,61 @@
 //! the same error. A rejected token is not an error of the adapter's state: it returns
 //! [`AdapterError::TokenNotAllowed`] and the adapter stays usable.
 
-use crate::lexcache::LexCache;
+use crate::cache::MaskCache;
+use crate::tokens::{
+    Chain, LexTokens, Outcome, Shift, SuffixWalk, WALKED_PREFIXES, chain, run_suffix, shift,
+    suffix_node,
+};
 use corral_grammar::ast::{TokenAst, TokenTarget};
 use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, TokenRefId};
-use corral_trie::{ByteRecognizer, FixedBitSet, TokenId, TokenSpace};
-use std::sync::Arc;
+use corral_trie::{ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace};
+use std::sync::{Arc, OnceLock};
 
-/// A grammar bound to a token space, with the caches every adapter of it shares.
+/// A grammar bound to a token space, with the token sets of its lexeme states (from a
+/// [`MaskCache`], which every constraint on the same tokenizer may share).
 #[derive(Debug)]
 pub struct Constraint {
     grammar: Arc<Grammar>,
-    space: Arc<TokenSpace>,
-    cache: LexCache,
+    cache: Arc<MaskCache>,
     /// Token references resolved to ids (`None`: names no token of this vocabulary).
     refs: Vec<Option<TokenId>>,
+    /// More characters than any token's slice run or prefix has.
+    horizon: u32,
+    /// Per lexeme: its states' token sets and slice shifts, filled on first use.
+    tables: Vec<LexemeTables>,
+}
+
+/// Per-state memos of one lexeme (allocated on the lexeme's first use).
+#[derive(Debug, Default)]
+struct LexemeTables {
+    tokens: OnceLock<Box<[OnceLock<Arc<StateTokens>>]>>,
+    shifts: OnceLock<Box<[OnceLock<Shift>]>>,
+}
+
+/// The token sets of one lexeme DFA state (see [`crate::tokens`]).
+#[derive(Debug)]
+enum StateTokens {
+    /// Found by one walk of the token trie.
+    Generic(Arc<LexTokens>),
+    /// A state slice characters shift uniformly: its chain, and the suffix walks from the
+    /// chain's first states (one for a loop).
+    Sliced {
+        chain: Chain,
+        walks: Vec<Arc<SuffixWalk>>,
+    },
 }
 
 impl Constraint {
+    /// `grammar` on `space`, with a cache of its own (see [`Constraint::with_cache`] to
+    /// share one).
     pub fn new(grammar: Arc<Grammar>, space: Arc<TokenSpace>) -> Arc<Constraint> {
+        Constraint::with_cache(grammar, &MaskCache::new(space))
+    }
+
+    /// `grammar` on the token space of `cache`, sharing its token sets with every other
+    /// constraint of the cache.
+    pub fn with_cache(grammar: Arc<Grammar>, cache: &Arc<MaskCache>) -> Arc<Constraint> {
+        let space = cache.space();
         let refs = grammar
             .token_refs()
             .iter()
@@ -45,17 +83,16 @@ impl Constraint {
                 TokenTarget::Text(name) => space.vocab().token_by_text(name),
             })
             .collect();
-        let max_token_len = space
-            .trie()
-            .nodes()
-            .iter()
-            .map(|n| n.depth as usize)
-            .max()
-            .unwrap_or(0);
+        let slice = space.slice();
         Arc::new(Constraint {
-            cache: LexCache::new(&grammar, max_token_len),
+            horizon: slice.max_chars().max(slice.max_prefix()) + 1,
+            tables: grammar
+                .lexemes()
+                .iter()
+                .map(|_| LexemeTables::default())
+                .collect(),
+            cache: cache.clone(),
             grammar,
-            space,
             refs,
         })
     }
@@ -65,12 +102,21 @@ impl Constraint {
     }
 
     pub fn space(&self) -> &Arc<TokenSpace> {
-        &self.space
+        self.cache.space()
     }
 
-    /// `(lexeme, state)` token sets computed so far (for benches and stats).
+    /// The token-set cache this constraint uses.
+    pub fn cache(&self) -> &Arc<MaskCache> {
+        &self.cache
+    }
+
+    /// `(lexeme, state)` token sets computed so far by this constraint.
     pub fn cached_states(&self) -> usize {
-        self.cache.computed()
+        self.tables
+            .iter()
+            .filter_map(|t| t.tokens.get())
+            .map(|v| v.iter().filter(|c| c.get().is_some()).count())
+            .sum()
     }
 
     /// Whether token `id` satisfies token reference `r`.
@@ -80,6 +126,44 @@ impl Constraint {
             Some(target) => (target == id) != ast.negated,
             None => ast.negated,
         }
+    }
+
+    /// How slice characters shift `state` of lexeme `l` (remembered).
+    fn shift(&self, l: LexemeId, state: u32) -> Shift {
+        let dfa = &self.grammar.lexeme(l).dfa;
+        let table = self.tables[l.0 as usize]
+            .shifts
+            .get_or_init(|| (0..dfa.len()).map(|_| OnceLock::new()).collect());
+        *table[corral_grammar::LexemeDfa::index(state)].get_or_init(|| shift(dfa, state))
+    }
+
+    /// The token sets of `state` of lexeme `l` (remembered).
+    fn tokens(&self, l: LexemeId, state: u32) -> &Arc<StateTokens> {
+        let lex = self.grammar.lexeme(l);
+        let table = self.tables[l.0 as usize]
+            .tokens
+            .get_or_init(|| (0..lex.dfa.len()).map(|_| OnceLock::new()).collect());
+        table[corral_grammar::LexemeDfa::index(state)].get_or_init(|| {
+            let mut shift_of = |s| self.shift(l, s);
+            match chain(&lex.dfa, state, self.horizon, &mut shift_of) {
+                Some(ch) => {
+                    let slice = self.space().slice();
+                    let reach = ch.left.unwrap_or(u32::MAX).min(slice.max_prefix());
+                    let walked = if ch.self_loop {
+                        1
+                    } else {
+                        reach.min(WALKED_PREFIXES - 1) + 1
+                    };
+                    let walks = (0..walked)
+                        .map(|n| self.cache.walk(&lex.key, &lex.dfa, ch.state(n)))
+                        .collect();
+                    Arc::new(StateTokens::Sliced { chain: ch, walks })
+                }
+                None => Arc::new(StateTokens::Generic(
+                    self.cache.generic(&lex.key, &lex.dfa, state),
+                )),
+            }
+        })
     }
 }
 
@@ -146,6 +230,8 @@ pub struct RobustConstrainedAdapter {
     /// Tokens found by walks after a lexeme's end: `(uid of the set the lexeme started
     /// in, lexeme, end state, trie node)` -> tokens (at most [`MAX_REMEMBERED_WALKS`]).
     walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
+    /// The same for walks of the slice's suffix trie: the suffixes the parser takes.
+    suffix_walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
     scratch: FixedBitSet,
 }
 
@@ -185,6 +271,188 @@ fn push_end(walker: &mut Walker<'_>, run: Run, end_state: u32) -> bool {
     }
 }
 
+/// The adapter's memos of walks after a lexeme's end, borrowed for one mask.
+struct Memos<'a> {
+    walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
+    suffix_walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
+    scratch: &'a mut FixedBitSet,
+}
+
+/// The tokens of a run in a generic state: its inside set, the suffix tries where its
+/// lexeme ends inside a token, and the main-trie subtrees below such ends.
+fn generic_run(
+    c: &Constraint,
+    walker: &mut Walker<'_>,
+    memo: &mut Memos<'_>,
+    run: Run,
+    sets: &LexTokens,
+    mask: &mut FixedBitSet,
+) {
+    mask.union_with(&sets.inside);
+    // Where the lexeme can end inside a token: continue from there with the recognizer
+    // just after the lexeme's end (one push per distinct end state).
+    for (end_state, suffixes) in &sets.suffixes {
+        if push_end(walker, run, *end_state) {
+            suffixes.walk(walker, mask);
+            walker.rec.pop(1);
+        }
+    }
+    let space = c.space();
+    let trie = space.trie();
+    let nodes = trie.nodes();
+    let width = space.width();
+    let mut k = 0;
+    while k < sets.subtrees.len() {
+        let end_state = sets.subtrees[k].0;
+        let group_end = k + sets.subtrees[k..]
+            .iter()
+            .take_while(|e| e.0 == end_state)
+            .count();
+        // What the walk below a node finds depends only on where the lexeme started, the
+        // lexeme, and its end state: remembered across masks.
+        let from = walker.rec.set_uid(run.set);
+        let mut pushed = None;
+        for &(_, node) in &sets.subtrees[k..group_end] {
+            let key = (from, run.lexeme.0, end_state, node.0);
+            if let Some(tokens) = memo.walks.get(&key) {
+                tokens.iter().for_each(|&t| mask.insert(t.index()));
+                continue;
+            }
+            if *pushed.get_or_insert_with(|| push_end(walker, run, end_state)) {
+                let (lo, n) = (node.index(), nodes[node.index()]);
+                memo.scratch.grow(width);
+                memo.scratch.clear();
+                trie.walk_range(
+                    walker,
+                    memo.scratch,
+                    lo + 1,
+                    lo + n.subtree as usize,
+                    n.depth as usize,
+                );
+                let tokens: Vec<TokenId> = memo.scratch.ones().map(|t| TokenId(t as u32)).collect();
+                mask.union_with(memo.scratch);
+                if memo.walks.len() >= MAX_REMEMBERED_WALKS {
+                    memo.walks.clear();
+                }
+                memo.walks.insert(key, tokens);
+            }
+        }
+        if pushed == Some(true) {
+            walker.rec.pop(1);
+        }
+        k = group_end;
+    }
+}
+
+/// The suffixes below `node` of the slice's suffix trie that the parser takes after `run`'s
+/// lexeme ends in `end_state` there (remembered).
+fn parser_suffixes<'m>(
+    c: &Constraint,
+    walker: &mut Walker<'_>,
+    memo: &'m mut Memos<'_>,
+    run: Run,
+    end_state: u32,
+    node: NodeId,
+) -> Option<&'m FixedBitSet> {
+    let key = (walker.rec.set_uid(run.set), run.lexeme.0, end_state, node.0);
+    if !memo.suffix_walks.contains_key(&key) {
+        let slice = c.space().slice();
+        let trie = slice.suffixes();
+        let n = trie.nodes()[node.index()];
+        let mut found = FixedBitSet::with_capacity(slice.suffix_count());
+        if push_end(walker, run, end_state) {
+            let lo = node.index();
+            trie.walk_range(
+                walker,
+                &mut found,
+                lo + 1,
+                lo + n.subtree as usize,
+                n.depth as usize,
+            );
+            walker.rec.pop(1);
+        }
+        if memo.suffix_walks.len() >= MAX_REMEMBERED_WALKS {
+            memo.suffix_walks.clear();
+        }
+        memo.suffix_walks.insert(key, found);
+    }
+    memo.suffix_walks.get(&key)
+}
+
+/// The tokens of a run in a sliced state: the slice tokens it has room for, and of the
+/// others those whose suffix its DFA (or the parser after its end) takes from where their
+/// prefix leads (see [`crate::tokens`]).
+fn sliced_run(
+    c: &Constraint,
+    walker: &mut Walker<'_>,
+    memo: &mut Memos<'_>,
+    run: Run,
+    chain: &Chain,
+    walks: &[Arc<SuffixWalk>],
+    mask: &mut FixedBitSet,
+) {
+    let space = c.space().clone();
+    let slice = space.slice();
+    slice.mark_upto(chain.left.unwrap_or(u32::MAX), mask);
+    let reach = chain.left.unwrap_or(u32::MAX).min(slice.max_prefix());
+    // The suffixes allowed after a prefix of `n` characters, by walk `w`.
+    let mut allowed = FixedBitSet::with_capacity(slice.suffix_count());
+    let by_walk = |w: &SuffixWalk,
+                   allowed: &mut FixedBitSet,
+                   walker: &mut Walker<'_>,
+                   memo: &mut Memos<'_>| {
+        allowed.clone_from(&w.alive);
+        for &(end_state, node) in &w.endings {
+            if let Some(found) = parser_suffixes(c, walker, memo, run, end_state, node) {
+                allowed.union_with(found);
+            }
+        }
+    };
+    if chain.self_loop {
+        by_walk(&walks[0], &mut allowed, walker, memo);
+        for sid in allowed.ones() {
+            for &(_, t) in slice.tokens_of(SuffixId(sid as u32)) {
+                mask.insert(t.index());
+            }
+        }
+        return;
+    }
+    for n in 0..=reach {
+        let tokens = slice.with_prefix(n);
+        if tokens.is_empty() {
+            continue;
+        }
+        if let Some(w) = walks.get(n as usize) {
+            by_walk(w, &mut allowed, walker, memo);
+            for &(sid, t) in tokens {
+                if allowed.contains(sid.index()) {
+                    mask.insert(t.index());
+                }
+            }
+            continue;
+        }
+        // Few tokens have a prefix this long: run each one's suffix.
+        let dfa = &c.grammar.lexeme(run.lexeme).dfa;
+        let from = chain.state(n);
+        for &(sid, t) in tokens {
+            match run_suffix(dfa, from, slice.suffix(sid)) {
+                Outcome::Alive => mask.insert(t.index()),
+                Outcome::Dead => {}
+                Outcome::Ending { state, at } => {
+                    let Some(node) = suffix_node(slice, sid, at) else {
+                        continue;
+                    };
+                    if parser_suffixes(c, walker, memo, run, state, node)
+                        .is_some_and(|f| f.contains(sid.index()))
+                    {
+                        mask.insert(t.index());
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl RobustConstrainedAdapter {
     /// An adapter at the start of the output.
     pub fn new(c: Arc<Constraint>) -> RobustConstrainedAdapter {
@@ -200,6 +468,7 @@ impl RobustConstrainedAdapter {
             last_mask: None,
             key: Vec::new(),
             walks: Default::default(),
+            suffix_walks: Default::default(),
             scratch: FixedBitSet::new(),
         }
     }
@@ -233,13 +502,13 @@ impl RobustConstrainedAdapter {
 
     /// An empty mask of the right width.
     pub fn new_mask(&self) -> FixedBitSet {
-        FixedBitSet::with_capacity(self.c.space.width())
+        FixedBitSet::with_capacity(self.c.space().width())
     }
 
     /// Fills `mask` (cleared and grown to the logit width) with the tokens allowed next.
     pub fn compute_mask(&mut self, mask: &mut FixedBitSet) -> Result<(), AdapterError> {
         self.check()?;
-        let width = self.c.space.width();
+        let width = self.c.space().width();
         if mask.len() < width {
             mask.grow(width);
         }
@@ -248,15 +517,7 @@ impl RobustConstrainedAdapter {
             return Ok(());
         }
         // Same state as for the last mask (e.g. token after token inside a string): reuse.
-        // Runs count by state class: no token tells the states of a class apart.
         self.rec.state_key(&mut self.key);
-        for k in self.key.iter_mut().skip(2).step_by(2) {
-            let lexeme = (*k >> 32) as u32;
-            if (lexeme as usize) < self.c.grammar.lexemes().len() {
-                *k = u64::from(lexeme) << 32
-                    | u64::from(self.c.cache.class(LexemeId(lexeme), *k as u32));
-            }
-        }
         if let Some((key, last)) = &self.last_mask
             && *key == self.key
         {
@@ -264,70 +525,27 @@ impl RobustConstrainedAdapter {
             return Ok(());
         }
         let c = self.c.clone();
-        let (g, space) = (&c.grammar, &c.space);
         self.rec.runs_into(&mut self.runs);
         let mut walker = Walker {
             rec: &mut self.rec,
             error: None,
         };
+        let mut memo = Memos {
+            walks: &mut self.walks,
+            suffix_walks: &mut self.suffix_walks,
+            scratch: &mut self.scratch,
+        };
         for &run in &self.runs {
-            let sets = c.cache.get(g, space, run.lexeme, run.state);
-            mask.union_with(&sets.inside);
-            // Where the lexeme can end inside a token: continue from there with the
-            // recognizer just after the lexeme's end (one push per distinct end state).
-            for (end_state, suffixes) in &sets.suffixes {
-                if push_end(&mut walker, run, *end_state) {
-                    suffixes.walk(&mut walker, mask);
-                    walker.rec.pop(1);
+            match &**c.tokens(run.lexeme, run.state) {
+                StateTokens::Generic(sets) => {
+                    generic_run(&c, &mut walker, &mut memo, run, sets, mask);
                 }
-            }
-            let trie = space.trie();
-            let nodes = trie.nodes();
-            let mut k = 0;
-            while k < sets.subtrees.len() {
-                let end_state = sets.subtrees[k].0;
-                let group_end = k + sets.subtrees[k..]
-                    .iter()
-                    .take_while(|e| e.0 == end_state)
-                    .count();
-                // What the walk below a node finds depends only on where the lexeme
-                // started, the lexeme, and its end state: remembered across masks (inside
-                // a counted string the run's state changes at every token, they do not).
-                let from = walker.rec.set_uid(run.set);
-                let mut pushed = None;
-                for &(_, node) in &sets.subtrees[k..group_end] {
-                    let key = (from, run.lexeme.0, end_state, node);
-                    if let Some(tokens) = self.walks.get(&key) {
-                        tokens.iter().for_each(|&t| mask.insert(t.index()));
-                        continue;
-                    }
-                    if *pushed.get_or_insert_with(|| push_end(&mut walker, run, end_state)) {
-                        let (lo, n) = (node as usize, nodes[node as usize]);
-                        let scratch = &mut self.scratch;
-                        scratch.grow(width);
-                        scratch.clear();
-                        trie.walk_range(
-                            &mut walker,
-                            scratch,
-                            lo + 1,
-                            lo + n.subtree as usize,
-                            n.depth as usize,
-                        );
-                        let tokens: Vec<TokenId> =
-                            scratch.ones().map(|t| TokenId(t as u32)).collect();
-                        mask.union_with(scratch);
-                        if self.walks.len() >= MAX_REMEMBERED_WALKS {
-                            self.walks.clear();
-                        }
-                        self.walks.insert(key, tokens);
-                    }
+                StateTokens::Sliced { chain, walks } => {
+                    sliced_run(&c, &mut walker, &mut memo, run, chain, walks, mask);
                 }
-                if pushed == Some(true) {
-                    walker.rec.pop(1);
-                }
-                k = group_end;
             }
         }
+        let (g, space) = (&c.grammar, c.space());
         if let Some(e) = walker.error {
             return self.fail(e.into());
         }
@@ -390,12 +608,12 @@ impl RobustConstrainedAdapter {
         if self.finished {
             return Err(AdapterError::Finished);
         }
-        let width = self.c.space.width();
+        let width = self.c.space().width();
         if token.index() >= width {
             return Err(AdapterError::UnknownToken { token, width });
         }
         let position = self.rec.position();
-        if self.c.space.eos().contains(&token) {
+        if self.c.space().eos().contains(&token) {
             if self.rec.is_accepting() {
                 self.finished = true;
                 self.steps.push(0);
@@ -404,7 +622,7 @@ impl RobustConstrainedAdapter {
             return Err(AdapterError::TokenNotAllowed { token, position });
         }
         let c = self.c.clone();
-        let bytes = c.space.vocab().token_bytes(token).unwrap_or(&[]);
+        let bytes = c.space().vocab().token_bytes(token).unwrap_or(&[]);
         let before = self.rec.depth();
         match self.rec.push_token(bytes, &|r| c.ref_matches(r, token)) {
             Ok(true) => {
@@ -525,7 +743,7 @@ impl RobustConstrainedAdapter {
     /// is left (each is therefore allowed). Canonical tokenization is the caller's choice.
     pub fn forced_tokens(&mut self) -> Result<Vec<TokenId>, AdapterError> {
         let bytes = self.forced_bytes()?;
-        Ok(self.c.space.trie().greedy_tokens(&bytes).0)
+        Ok(self.c.space().trie().greedy_tokens(&bytes).0)
     }
 
     /// The shortest output that completes the grammar from here, as tokens (greedily the
@@ -540,7 +758,7 @@ impl RobustConstrainedAdapter {
         let Some(bytes) = self.rec.shortest_completion() else {
             return Ok(None);
         };
-        let (tokens, covered) = self.c.space.trie().greedy_tokens(&bytes);
+        let (tokens, covered) = self.c.space().trie().greedy_tokens(&bytes);
         Ok((covered == bytes.len()).then_some(tokens))
     }
 

@@ -2,8 +2,9 @@
 //!
 //! Joins a compiled grammar (corral-grammar) with a model's tokens (corral-trie).
 //!
-//! - [`Constraint`]: a grammar bound to a [`corral_trie::TokenSpace`], with the per-lexeme-
-//!   state token caches ([`lexcache`]) that all its adapters share.
+//! - [`Constraint`]: a grammar bound to a [`corral_trie::TokenSpace`], with the token sets of
+//!   its lexeme states ([`tokens`]) from a [`MaskCache`] that every constraint on the same
+//!   tokenizer can share.
 //! - [`RobustConstrainedAdapter`]: per decoding step, `compute_mask` then `step_with_token`;
 //!   also `rollback`, `fork`, `forced_bytes` for jump-forward, and `state_info`.
 //! - [`generate`]: the generation loop over any [`CausalLm`] (implemented in corral-models),
@@ -34,16 +35,18 @@
 //! ```
 
 pub mod adapter;
+pub mod cache;
 pub mod generate;
-pub mod lexcache;
 pub mod model;
 pub mod replay;
 pub mod sampling;
 pub mod scope;
+pub mod tokens;
 
 pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
+pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
 pub use generate::{
     Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate,

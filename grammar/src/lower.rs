@@ -30,11 +30,20 @@ use std::sync::Arc;
 const MAX_INLINE_DEPTH: u32 = 400;
 
 /// A repetition of a regular expression whose expansion is larger than this many units
-/// (`[^"]{0,32767}`) is not one automaton: it is cut into chunks (see [`chunking`]).
+/// (`(a|ab){0,5000}`) is not one automaton: it is cut into chunks (see [`chunking`]).
 const BIG_REPEAT_UNITS: usize = 16384;
+
+/// The same for a repetition whose automaton is composed (a prefix-free body: see
+/// `lexeme::compose`): its table is filled only where used, so one automaton serves a much
+/// larger bound (a JSON string character, about 80 units with its escapes, up to 3,000
+/// times).
+const BIG_COMPOSED_UNITS: usize = 1 << 18;
 
 /// The size of one chunk of a big repetition, in units: `x{k}` with `k` copies of `x`.
 const CHUNK_UNITS: usize = 4096;
+
+/// The same for a composed repetition.
+const CHUNK_COMPOSED_UNITS: usize = 1 << 16;
 
 /// How a big repetition of a regular `x` (its expansion `inner_units × bound` over
 /// [`BIG_REPEAT_UNITS`]) is lowered: a lexeme of `k` copies of `x` (a *chunk*) repeated by
@@ -43,12 +52,23 @@ const CHUNK_UNITS: usize = 4096;
 /// branch). Inside, the chunk's DFA states recur for every chunk, so their mask caches do
 /// too. `None`: not big, one automaton as usual; and never for an `x` that matches the
 /// empty string (chains of nullable chunks would make every prediction closure quadratic).
-fn chunking(inner_units: usize, inner_empty: bool, min: u32, max: Option<u32>) -> Option<u32> {
+fn chunking(
+    inner_units: usize,
+    inner_empty: bool,
+    composed: bool,
+    min: u32,
+    max: Option<u32>,
+) -> Option<u32> {
     let bound = max.unwrap_or(min).max(min) as usize;
-    if inner_empty || inner_units.saturating_mul(bound) <= BIG_REPEAT_UNITS {
+    let (big, chunk) = if composed {
+        (BIG_COMPOSED_UNITS, CHUNK_COMPOSED_UNITS)
+    } else {
+        (BIG_REPEAT_UNITS, CHUNK_UNITS)
+    };
+    if inner_empty || inner_units.saturating_mul(bound) <= big {
         return None;
     }
-    Some((CHUNK_UNITS / inner_units.max(1)).clamp(1, u32::MAX as usize) as u32)
+    Some((chunk / inner_units.max(1)).clamp(1, u32::MAX as usize) as u32)
 }
 
 /// Compiles rules into a grammar with `start` as the start rule.
@@ -315,7 +335,8 @@ fn units(
             };
             let iu = sub(inner)?;
             let empty = matches_empty(inner, index, rule_empty);
-            match chunking(iu, empty, *min, *max) {
+            // As if composed: the larger of the two estimates (no chunks).
+            match chunking(iu, empty, true, *min, *max) {
                 // A chunk and two tails, and a rule per chunk of the bound.
                 Some(k) => iu
                     .saturating_mul(k as usize)
@@ -346,7 +367,7 @@ fn has_big_repeat(
                 || units(inner, index, regular, rule_units, rule_empty, usize::MAX).is_ok_and(
                     |iu| {
                         let empty = matches_empty(inner, index, rule_empty);
-                        chunking(iu, empty, *min, *max).is_some()
+                        chunking(iu, empty, false, *min, *max).is_some()
                     },
                 )
         }
@@ -493,7 +514,18 @@ impl Lowerer<'_> {
             usize::MAX,
         )
         .ok()?;
-        chunking(iu, matches_empty(inner, self.index, &empty), min, max)
+        let empty = matches_empty(inner, self.index, &empty);
+        // Composed: a bounded count over a body whose automaton is prefix-free.
+        let composed = max.is_some() && !empty && {
+            let hir = hir_of(inner, self.index, self.rule_hir);
+            let limit = self.b.limits().max_lexeme_bytes;
+            self.b
+                .cached_dfa(&format!("#t {hir}"), || {
+                    LexemeDfa::build_tables(&hir, limit)
+                })
+                .is_ok_and(|d| d.composable_body())
+        };
+        chunking(iu, empty, composed, min, max)
     }
 
     /// A big repetition of a regular `inner`, in chunks (see [`chunking`]), followed by the

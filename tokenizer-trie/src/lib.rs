@@ -34,12 +34,14 @@
 //! assert_eq!(mask.ones().collect::<Vec<_>>(), vec![0, 1]);
 //! ```
 
+pub mod slice;
 pub mod space;
 pub mod token;
 pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
+pub use slice::{CharSlice, SuffixId, is_slice_char};
 pub use space::TokenSpace;
 pub use token::TokenId;
 pub use trie::{ByteRecognizer, Node, NodeId, TokenTrie};

@@ -2,6 +2,7 @@
 //! tokenizer and shared (`Arc`) by every constraint that uses it.
 
 use crate::TrieError;
+use crate::slice::CharSlice;
 use crate::token::TokenId;
 use crate::trie::TokenTrie;
 use crate::vocab::Vocabulary;
@@ -17,6 +18,8 @@ pub struct TokenSpace {
     eos: Vec<TokenId>,
     /// Text tokens made only of ASCII whitespace, by id (computed on first use).
     whitespace: OnceLock<Vec<TokenId>>,
+    /// The vocabulary sliced by string characters (computed on first use).
+    slice: OnceLock<CharSlice>,
 }
 
 impl TokenSpace {
@@ -32,6 +35,7 @@ impl TokenSpace {
             width,
             eos,
             whitespace: OnceLock::new(),
+            slice: OnceLock::new(),
         }
     }
 
@@ -71,6 +75,14 @@ impl TokenSpace {
         })
     }
 
+    /// The vocabulary sliced by string characters ([`CharSlice`]): computed on first use,
+    /// a few milliseconds for a large vocabulary; call it when the tokenizer is loaded to
+    /// keep that off the first mask.
+    pub fn slice(&self) -> &CharSlice {
+        self.slice
+            .get_or_init(|| CharSlice::new(&self.vocab, self.width))
+    }
+
     /// Adds stop tokens (allowed, like EOS, exactly when the grammar accepts).
     pub fn with_stop_tokens(mut self, stops: impl IntoIterator<Item = TokenId>) -> TokenSpace {
         for s in stops {
@@ -84,6 +96,7 @@ impl TokenSpace {
     /// Sets the logit width (never below the vocabulary size).
     pub fn with_width(mut self, width: usize) -> TokenSpace {
         self.width = width.max(self.vocab.len());
+        self.slice = OnceLock::new();
         self
     }
 }

@@ -241,6 +241,31 @@ impl TokenTrie {
         out
     }
 
+    /// The node whose prefix is `bytes`, if the trie has one.
+    pub fn node_of(&self, bytes: &[u8]) -> Option<NodeId> {
+        let nodes = &self.nodes;
+        let (mut i, mut depth) = (1, 0);
+        if bytes.is_empty() {
+            return Some(NodeId::ROOT);
+        }
+        while i < nodes.len() {
+            let n = nodes[i];
+            if n.depth as usize != depth + 1 {
+                return None;
+            }
+            if n.byte == bytes[depth] {
+                depth += 1;
+                if depth == bytes.len() {
+                    return Some(NodeId(i as u32));
+                }
+                i += 1;
+            } else {
+                i += n.subtree as usize;
+            }
+        }
+        None
+    }
+
     /// `text` split greedily into the longest token that starts each rest, as far as that
     /// goes: `(tokens, bytes covered)` (short of `text.len()` only where no token starts
     /// with the next byte).

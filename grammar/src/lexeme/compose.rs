@@ -367,6 +367,14 @@ fn counted(h: &Hir) -> Option<(&Hir, u32, u32)> {
         .then_some((&*r.sub, r.min, max))
 }
 
+impl LexemeDfa {
+    /// Whether a counted repetition of this DFA's language composes (see the module docs):
+    /// it is prefix-free and does not match the empty string.
+    pub(crate) fn composable_body(&self) -> bool {
+        prefix_free(self)
+    }
+}
+
 /// No accepting state of `body` can continue (an iteration ends where it first can), and
 /// the start is live and not accepting.
 fn prefix_free(body: &LexemeDfa) -> bool {

@@ -141,7 +141,7 @@ impl LexemeDfa {
     }
 
     /// [`LexemeDfa::build`] by subset construction and minimization, never composed.
-    fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+    pub(crate) fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
         // One compiler per thread: it keeps its UTF-8 tables (tens of KiB) between builds.
         thread_local! {
             static COMPILER: std::cell::RefCell<(usize, thompson::Compiler)> =

@@ -1,0 +1,159 @@
+//! [`MaskCache`]: the token sets of lexeme DFA states, shared by every constraint on one
+//! token space.
+//!
+//! A lexeme's DFA is identified by its regular expression (equal keys, equal DFAs, state for
+//! state: see [`corral_grammar::Lexeme::key`]), so what a state's tokens are does not depend
+//! on the grammar it came from: a server that compiles a new JSON Schema per request finds
+//! the string bodies, numbers and separators of earlier schemas already done. The cache
+//! is a handle the caller owns (one per loaded tokenizer), bounded by the bytes it holds:
+//! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
+
+use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
+use corral_grammar::LexemeDfa;
+use corral_trie::TokenSpace;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
+
+/// Bounds of a [`MaskCache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskCacheLimits {
+    /// Most bytes of token sets held (approximate: bitsets and tries). Default 512 MiB: the
+    /// generic sets of a state take a bit per token (16-32 KiB at 128k-256k tokens), so
+    /// about 16,000-32,000 states, far more than the grammars of a busy server touch.
+    pub max_bytes: usize,
+}
+
+impl Default for MaskCacheLimits {
+    fn default() -> MaskCacheLimits {
+        MaskCacheLimits {
+            max_bytes: 512 << 20,
+        }
+    }
+}
+
+/// How a [`MaskCache`] has served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MaskCacheStats {
+    /// States whose token sets are held now.
+    pub entries: usize,
+    /// Approximate bytes held.
+    pub bytes: usize,
+    pub hits: u64,
+    pub misses: u64,
+    /// Times the cache was emptied for its bound.
+    pub resets: u64,
+}
+
+type Key = (Arc<str>, u32);
+
+/// Token sets of lexeme DFA states for one token space. See the module docs.
+#[derive(Debug)]
+pub struct MaskCache {
+    space: Arc<TokenSpace>,
+    limits: MaskCacheLimits,
+    generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
+    walks: RwLock<FxHashMap<Key, Arc<SuffixWalk>>>,
+    bytes: AtomicUsize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    resets: AtomicU64,
+}
+
+impl MaskCache {
+    /// An empty cache for `space`, with default limits. Slices the vocabulary now (a few
+    /// milliseconds for a large one), so that no mask waits for it.
+    pub fn new(space: Arc<TokenSpace>) -> Arc<MaskCache> {
+        MaskCache::with_limits(space, MaskCacheLimits::default())
+    }
+
+    pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
+        space.slice();
+        Arc::new(MaskCache {
+            space,
+            limits,
+            generic: RwLock::default(),
+            walks: RwLock::default(),
+            bytes: AtomicUsize::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+        })
+    }
+
+    pub fn space(&self) -> &Arc<TokenSpace> {
+        &self.space
+    }
+
+    pub fn stats(&self) -> MaskCacheStats {
+        let entries =
+            self.generic.read().map_or(0, |m| m.len()) + self.walks.read().map_or(0, |m| m.len());
+        MaskCacheStats {
+            entries,
+            bytes: self.bytes.load(Relaxed),
+            hits: self.hits.load(Relaxed),
+            misses: self.misses.load(Relaxed),
+            resets: self.resets.load(Relaxed),
+        }
+    }
+
+    /// Empties the cache (constraints keep the sets they already hold).
+    pub fn clear(&self) {
+        // A poisoned lock means a panic elsewhere while inserting: the map is still a map.
+        self.generic
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.walks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.bytes.store(0, Relaxed);
+    }
+
+    /// The generic token sets of `state` of the DFA named `key`.
+    pub(crate) fn generic(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<LexTokens> {
+        let k = (key.clone(), LexemeDfa::index(state) as u32);
+        self.get_or(&self.generic, k, || {
+            let t = walk_generic(dfa, state, &self.space);
+            let bytes = t.inside.as_slice().len() * 8
+                + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
+                + t.subtrees.len() * 8;
+            (Arc::new(t), bytes)
+        })
+    }
+
+    /// What the DFA named `key` does with the slice's suffixes from `state`.
+    pub(crate) fn walk(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<SuffixWalk> {
+        let k = (key.clone(), LexemeDfa::index(state) as u32);
+        self.get_or(&self.walks, k, || {
+            let w = walk_suffixes(dfa, state, self.space.slice());
+            let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
+            (Arc::new(w), bytes)
+        })
+    }
+
+    fn get_or<T>(
+        &self,
+        map: &RwLock<FxHashMap<Key, Arc<T>>>,
+        key: Key,
+        make: impl FnOnce() -> (Arc<T>, usize),
+    ) -> Arc<T> {
+        if let Some(v) = map.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            self.hits.fetch_add(1, Relaxed);
+            return v.clone();
+        }
+        self.misses.fetch_add(1, Relaxed);
+        // Computed outside the lock: two threads may both compute one entry; one is kept.
+        let (v, bytes) = make();
+        if self.bytes.load(Relaxed) + bytes > self.limits.max_bytes {
+            self.clear();
+            self.resets.fetch_add(1, Relaxed);
+        }
+        let mut m = map.write().unwrap_or_else(|e| e.into_inner());
+        if m.insert(key, v.clone()).is_none() {
+            self.bytes.fetch_add(bytes, Relaxed);
+        }
+        v
+    }
+}

@@ -1,0 +1,379 @@
+//! Token sets of a lexeme DFA state: the reason masks are fast.
+//!
+//! A lexer run (a lexeme under way, in some DFA state) allows the tokens that keep its DFA
+//! alive, and, where the lexeme can end inside a token, those whose rest the grammar takes
+//! after it. The first part depends only on the DFA state, so it is computed once per state
+//! and shared by every adapter, every grammar and every request on the same tokenizer
+//! ([`crate::MaskCache`]). Two ways, by the state's kind:
+//!
+//! - **Sliced** (the body of a string, counted or not): every slice character (see
+//!   [`corral_trie::CharSlice`]: all of Unicode from U+0020 but `"`, `\` and U+007F) leads
+//!   to one same next state ([`Shift::To`]), and so on for `r` characters until one where
+//!   they all die ([`Shift::Kills`]), with no accepting state on the way (or forever: a
+//!   loop). Then the slice tokens of at most `r` characters are allowed, precomputed per
+//!   tokenizer; of the other tokens (a prefix of `n` slice characters, then a suffix), those
+//!   with `n <= r` whose suffix the DFA takes from the `n`-th state of that chain: a walk of
+//!   the small trie of suffixes ([`SuffixWalk`]) for short prefixes, a direct run for the
+//!   few tokens with long ones. No walk of the vocabulary at all.
+//! - **Generic** (anything else): one walk of the whole token trie with the DFA alone
+//!   ([`LexTokens`]), pruned where the DFA dies.
+//!
+//! In both, a token whose bytes the DFA takes to the end is allowed whatever the parser
+//! says (the lexeme goes on, or ends exactly at the token's end). A token the DFA kills
+//! after it accepted needs the parser for its rest: the first accepting point on its path is
+//! recorded (deeper ones are reached from it, since the run also goes on past an end), and
+//! the mask computation walks the rest with the recognizer placed just after the lexeme's
+//! end there. (llguidance's "slicer" and XGrammar's "context-independent tokens" are
+//! published forms of the same idea.)
+
+use corral_grammar::{DEAD, LexemeDfa};
+use corral_trie::{CharSlice, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace, TokenTrie};
+
+/// Suffix walks are kept for tokens with a prefix shorter than this; the few with longer
+/// ones are run one by one.
+pub(crate) const WALKED_PREFIXES: u32 = 6;
+
+/// How every slice character leads on from a DFA state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shift {
+    /// Slice characters lead to different states (or some die and some do not).
+    Mixed,
+    /// Every slice character dies.
+    Kills,
+    /// Every slice character leads to this (live) state.
+    To(u32),
+}
+
+/// UTF-8 sequences of two to four bytes, as byte ranges per position.
+const MULTIBYTE: &[&[(u8, u8)]] = &[
+    &[(0xc2, 0xdf), (0x80, 0xbf)],
+    &[(0xe0, 0xe0), (0xa0, 0xbf), (0x80, 0xbf)],
+    &[(0xe1, 0xec), (0x80, 0xbf), (0x80, 0xbf)],
+    &[(0xed, 0xed), (0x80, 0x9f), (0x80, 0xbf)],
+    &[(0xee, 0xef), (0x80, 0xbf), (0x80, 0xbf)],
+    &[(0xf0, 0xf0), (0x90, 0xbf), (0x80, 0xbf), (0x80, 0xbf)],
+    &[(0xf1, 0xf3), (0x80, 0xbf), (0x80, 0xbf), (0x80, 0xbf)],
+    &[(0xf4, 0xf4), (0x80, 0x8f), (0x80, 0xbf), (0x80, 0xbf)],
+];
+
+/// Where every slice character leads from `s`.
+pub(crate) fn shift(dfa: &LexemeDfa, s: u32) -> Shift {
+    let mut target: Option<u32> = None;
+    let mut agree = |t: u32| match target {
+        None => {
+            target = Some(t);
+            true
+        }
+        Some(x) => x == t,
+    };
+    for b in 0x20u8..=0x7e {
+        if b != b'"' && b != b'\\' && !agree(dfa.next(s, b)) {
+            return Shift::Mixed;
+        }
+    }
+    // Multi-byte characters: every path through the ranges, one byte per distinct next
+    // state at each position.
+    fn paths(
+        dfa: &LexemeDfa,
+        state: u32,
+        seq: &[(u8, u8)],
+        agree: &mut dyn FnMut(u32) -> bool,
+    ) -> bool {
+        let Some((&(lo, hi), rest)) = seq.split_first() else {
+            return agree(state);
+        };
+        if state == DEAD {
+            return agree(DEAD);
+        }
+        let mut seen: Vec<u32> = Vec::new();
+        for b in lo..=hi {
+            let t = dfa.next(state, b);
+            if !seen.contains(&t) {
+                seen.push(t);
+                if !paths(dfa, t, rest, agree) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+    for seq in MULTIBYTE {
+        if !paths(dfa, s, seq, &mut agree) {
+            return Shift::Mixed;
+        }
+    }
+    match target {
+        Some(DEAD) => Shift::Kills,
+        Some(t) => Shift::To(t),
+        None => Shift::Mixed,
+    }
+}
+
+/// The chain of states slice characters lead through from a sliced state.
+#[derive(Clone, Debug)]
+pub(crate) struct Chain {
+    /// `s_0` (the state itself), `s_1`, ...: as far as any token's prefix reaches.
+    pub states: Vec<u32>,
+    /// Slice characters the lexeme takes before all of them die (`None`: more than any
+    /// token has, or forever).
+    pub left: Option<u32>,
+    /// `s_1 == s_0`: the state loops on slice characters.
+    pub self_loop: bool,
+}
+
+impl Chain {
+    /// `s_n`: where the chain ends in a loop (or reaches past any token), its last state
+    /// stands for the rest.
+    pub fn state(&self, n: u32) -> u32 {
+        self.states[(n as usize).min(self.states.len() - 1)]
+    }
+}
+
+/// The chain from `s`, if `s` is a sliced state: uniform shifts with no accepting state
+/// after `s` until they kill. `shift_of` gives (and remembers) each state's shift;
+/// `horizon` is the most characters any token has.
+pub(crate) fn chain(
+    dfa: &LexemeDfa,
+    s: u32,
+    horizon: u32,
+    shift_of: &mut dyn FnMut(u32) -> Shift,
+) -> Option<Chain> {
+    let mut states = vec![s];
+    loop {
+        let cur = *states.last().expect("non-empty");
+        match shift_of(cur) {
+            Shift::Mixed => return None,
+            Shift::Kills => {
+                return Some(Chain {
+                    left: Some(states.len() as u32 - 1),
+                    self_loop: false,
+                    states,
+                });
+            }
+            Shift::To(t) => {
+                if dfa.is_accepting(t) {
+                    return None;
+                }
+                if t == cur {
+                    return Some(Chain {
+                        self_loop: states.len() == 1,
+                        left: None,
+                        states,
+                    });
+                }
+                if states.len() as u32 > horizon {
+                    return Some(Chain {
+                        left: None,
+                        self_loop: false,
+                        states,
+                    });
+                }
+                states.push(t);
+            }
+        }
+    }
+}
+
+/// What the DFA does with the suffixes of the slice from one state. See the module docs.
+#[derive(Debug)]
+pub(crate) struct SuffixWalk {
+    /// Suffixes all of whose bytes the DFA takes.
+    pub alive: FixedBitSet,
+    /// Where the lexeme can end inside a suffix (the first accepting node on a path): the
+    /// DFA state there and the suffix-trie node; the suffixes below it that the DFA then
+    /// kills need the parser.
+    pub endings: Vec<(u32, NodeId)>,
+}
+
+/// Walks the slice's suffix trie with `dfa` from `start`.
+pub(crate) fn walk_suffixes(dfa: &LexemeDfa, start: u32, slice: &CharSlice) -> SuffixWalk {
+    const NONE: u32 = u32::MAX;
+    let trie = slice.suffixes();
+    let nodes = trie.nodes();
+    let mut alive = FixedBitSet::with_capacity(slice.suffix_count());
+    let mut endings = Vec::new();
+    // Per depth on the current path: the DFA state, and whether the lexeme could end
+    // above (at or below depth 1).
+    let mut state_at: Vec<u32> = vec![start];
+    let mut ended_at: Vec<u32> = vec![NONE];
+    let mut i = 1;
+    while i < nodes.len() {
+        let n = nodes[i];
+        let d = n.depth as usize;
+        let next = dfa.next(state_at[d - 1], n.byte);
+        if next == DEAD {
+            // Dead: below an ending, its subtree walk with the parser covers these.
+            i += n.subtree as usize;
+            continue;
+        }
+        let mut here = ended_at[d - 1];
+        if here == NONE && dfa.is_accepting(next) {
+            here = i as u32;
+            endings.push((next, NodeId(i as u32)));
+        }
+        if state_at.len() <= d {
+            state_at.push(next);
+            ended_at.push(here);
+        } else {
+            state_at[d] = next;
+            ended_at[d] = here;
+        }
+        trie.mark(i, &mut alive);
+        i += 1;
+    }
+    SuffixWalk { alive, endings }
+}
+
+/// What the DFA does with one suffix from `start`: all of it (`Alive`), dies before any
+/// end (`Dead`), or ends first after `at` bytes in `state` and dies later (`Ending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Alive,
+    Dead,
+    Ending { state: u32, at: usize },
+}
+
+/// [`Outcome`] of `bytes` from `start`.
+pub(crate) fn run_suffix(dfa: &LexemeDfa, start: u32, bytes: &[u8]) -> Outcome {
+    let mut s = start;
+    let mut ending = None;
+    for (k, &b) in bytes.iter().enumerate() {
+        s = dfa.next(s, b);
+        if s == DEAD {
+            return match ending {
+                Some((state, at)) => Outcome::Ending { state, at },
+                None => Outcome::Dead,
+            };
+        }
+        if ending.is_none() && dfa.is_accepting(s) {
+            ending = Some((s, k + 1));
+        }
+    }
+    Outcome::Alive
+}
+
+/// The node of the suffix trie under which suffix `sid`'s bytes after `at` hang.
+pub(crate) fn suffix_node(slice: &CharSlice, sid: SuffixId, at: usize) -> Option<NodeId> {
+    slice.suffixes().node_of(&slice.suffix(sid)[..at])
+}
+
+/// The token sets of one `(lexeme, DFA state)` found by walking the whole token trie (the
+/// generic way; see the module docs).
+#[derive(Debug)]
+pub struct LexTokens {
+    pub inside: FixedBitSet,
+    /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
+    pub suffixes: Vec<(u32, TokenTrie)>,
+    /// `(end state, main-trie node)`: walk the node's subtree in place. Sorted by state.
+    pub subtrees: Vec<(u32, NodeId)>,
+}
+
+/// The bytes of a token after a lexeme's end, and the token.
+type Suffix = (Vec<u8>, TokenId);
+
+/// Ending nodes with at most this many nodes below them are merged into suffix tries.
+const MERGE_SUBTREE: u32 = 256;
+
+/// One walk of the whole trie with the DFA alone.
+pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> LexTokens {
+    const NONE: u32 = u32::MAX;
+    let trie = space.trie();
+    let nodes = trie.nodes();
+    let vocab = space.vocab();
+    let mut inside = FixedBitSet::with_capacity(space.width());
+    let mut subtrees = Vec::new();
+    // (end state, (remaining bytes, token)) per group.
+    let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
+    // Per depth on the current path: the DFA state, and the first node below the root
+    // where the lexeme could end (NONE if none yet).
+    let mut state_at: Vec<u32> = vec![start];
+    let mut ended_at: Vec<u32> = vec![NONE];
+    let mut i = 1;
+    while i < nodes.len() {
+        let n = nodes[i];
+        let d = n.depth as usize;
+        let next = dfa.next(state_at[d - 1], n.byte);
+        let ended = ended_at[d - 1];
+        if next == DEAD {
+            if ended != NONE && nodes[ended as usize].subtree <= MERGE_SUBTREE {
+                // The tokens below need the parser after the lexeme's end at `ended`.
+                let a = ended as usize;
+                let k = nodes[a].depth as usize;
+                let end_state = state_at[k];
+                let g = match groups.iter().position(|g| g.0 == end_state) {
+                    Some(g) => g,
+                    None => {
+                        groups.push((end_state, Vec::new()));
+                        groups.len() - 1
+                    }
+                };
+                for j in i..i + n.subtree as usize {
+                    for t in trie.tokens_at(j) {
+                        let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                        groups[g].1.push((bytes[k..].to_vec(), t));
+                    }
+                }
+            }
+            i += n.subtree as usize;
+            continue;
+        }
+        let mut here = ended;
+        if here == NONE && dfa.is_accepting(next) {
+            here = i as u32;
+            if n.subtree > MERGE_SUBTREE {
+                subtrees.push((next, NodeId(i as u32)));
+            }
+        }
+        if state_at.len() <= d {
+            state_at.push(next);
+            ended_at.push(here);
+        } else {
+            state_at[d] = next;
+            ended_at[d] = here;
+        }
+        trie.mark(i, &mut inside);
+        i += 1;
+    }
+    subtrees.sort_unstable();
+    LexTokens {
+        inside,
+        suffixes: groups
+            .into_iter()
+            .map(|(state, entries)| (state, TokenTrie::from_entries(entries)))
+            .collect(),
+        subtrees,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_syntax::ParserBuilder;
+
+    fn dfa(re: &str) -> LexemeDfa {
+        let hir = ParserBuilder::new().build().parse(re).unwrap();
+        LexemeDfa::build(&hir, 1 << 24).unwrap()
+    }
+
+    #[test]
+    fn string_bodies_shift_uniformly_and_bounds_kill() {
+        let d = dfa(r#""(?:[^"\\\x00-\x1f]|\\["\\nt])*""#);
+        let body = d.next(d.start(), b'"');
+        assert_eq!(shift(&d, body), Shift::To(body), "a loop");
+        let counted = dfa(r#""[^"\\]{0,2}""#);
+        let s0 = counted.next(counted.start(), b'"');
+        let Shift::To(s1) = shift(&counted, s0) else {
+            panic!("uniform")
+        };
+        let Shift::To(s2) = shift(&counted, s1) else {
+            panic!("uniform")
+        };
+        assert_eq!(shift(&counted, s2), Shift::Kills);
+        let mut memo = |s| shift(&counted, s);
+        let c = chain(&counted, s0, 100, &mut memo).unwrap();
+        assert_eq!((c.states.len(), c.left, c.self_loop), (3, Some(2), false));
+        // Letters only: not every slice character.
+        let letters = dfa("[a-z]+");
+        assert_eq!(shift(&letters, letters.start()), Shift::Mixed);
+    }
+}

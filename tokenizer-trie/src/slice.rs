@@ -1,0 +1,291 @@
+//! The vocabulary sliced by string characters, once per tokenizer.
+//!
+//! Inside a JSON string (or any lexeme whose characters are most of Unicode) almost every
+//! token is allowed, so walking the whole trie there costs a visit per node. The slice
+//! precomputes what does not depend on the grammar:
+//!
+//! - *slice tokens*: tokens made only of *slice characters* (every Unicode scalar value from
+//!   U+0020 up except `"`, `\` and U+007F: what every JSON string body allows unescaped),
+//!   perhaps ending inside one (a partial UTF-8 sequence); bitsets of them by how many
+//!   characters they start ([`CharSlice::tokens_upto`]);
+//! - every other token split into a *prefix* of whole slice characters (counted) and a
+//!   *suffix* from the first byte that is not part of one (a quote, a backslash, a control
+//!   character, a byte that does not start a character); the distinct suffixes in one small
+//!   trie, each with its tokens by prefix length.
+//!
+//! A lexeme state where every slice character leads to the same next state (the body of a
+//! string, counted or not) then allows the slice tokens of at most as many characters as
+//! the lexeme has left, and of the others exactly those whose suffix its DFA takes from the
+//! state their prefix leads to: a walk of the suffix trie (a few thousand nodes), not of the
+//! vocabulary. The engine does that part (corral-engine's mask computation).
+
+use crate::token::TokenId;
+use crate::trie::TokenTrie;
+use crate::vocab::Vocabulary;
+use fixedbitset::FixedBitSet;
+
+/// Slice tokens are kept in bitsets by the characters they start up to this many; longer
+/// ones in a list.
+pub const SLICE_BITSETS: usize = 16;
+
+/// Whether `c` is a slice character.
+#[inline]
+pub fn is_slice_char(c: char) -> bool {
+    c >= ' ' && c != '"' && c != '\\' && c != '\u{7f}'
+}
+
+/// A suffix's id in [`CharSlice::suffixes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SuffixId(pub u32);
+
+impl SuffixId {
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The vocabulary sliced by string characters. See the module docs.
+#[derive(Clone, Debug)]
+pub struct CharSlice {
+    /// `upto[c]`: slice tokens that start at most `c` characters.
+    upto: Vec<FixedBitSet>,
+    /// Slice tokens that start more than [`SLICE_BITSETS`] characters: `(chars, token)`,
+    /// sorted by chars.
+    long: Vec<(u32, TokenId)>,
+    /// The distinct suffixes of the other tokens; a suffix's terminal node carries its id
+    /// (as the trie's "token").
+    suffixes: TokenTrie,
+    /// Per suffix id: the range of `by_suffix` holding its tokens, sorted by prefix length.
+    ranges: Vec<(u32, u32)>,
+    /// `(prefix chars, token)`, grouped by suffix.
+    by_suffix: Vec<(u32, TokenId)>,
+    /// `by_prefix[n]`: `(suffix, token)` of the tokens with a suffix after `n` characters.
+    by_prefix: Vec<Vec<(SuffixId, TokenId)>>,
+    /// Per suffix id: its bytes.
+    suffix_bytes: Vec<Box<[u8]>>,
+    /// The longest prefix (in characters) of a token with a suffix.
+    max_prefix: u32,
+    /// The most characters a slice token starts.
+    max_chars: u32,
+}
+
+/// How a token's bytes split: slice characters started, and where the suffix begins
+/// (`None`: the whole token is slice characters, perhaps ending inside one).
+fn split(bytes: &[u8]) -> (u32, Option<usize>) {
+    let mut chars = 0u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        let len = match bytes[i] {
+            0x00..=0x7f => 1,
+            0xc2..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf4 => 4,
+            _ => return (chars, Some(i)),
+        };
+        let end = (i + len).min(bytes.len());
+        match std::str::from_utf8(&bytes[i..end]) {
+            Ok(s) => {
+                if !s.chars().all(is_slice_char) {
+                    return (chars, Some(i));
+                }
+            }
+            // A partial character at the end: a slice token if some completion of it is a
+            // slice character (every multi-byte character is one).
+            Err(e) if end == bytes.len() && e.error_len().is_none() && len > 1 => {
+                return (chars + 1, None);
+            }
+            Err(_) => return (chars, Some(i)),
+        }
+        chars += 1;
+        i = end;
+    }
+    (chars, None)
+}
+
+impl CharSlice {
+    /// Slices the text tokens of `vocab`; masks are `width` bits wide.
+    pub fn new(vocab: &Vocabulary, width: usize) -> CharSlice {
+        let mut upto_lists: Vec<Vec<TokenId>> = vec![Vec::new(); SLICE_BITSETS + 1];
+        let mut long = Vec::new();
+        let mut rest: Vec<(&[u8], u32, TokenId)> = Vec::new();
+        let mut max_chars = 0;
+        for (id, bytes) in vocab.text_tokens() {
+            match split(bytes) {
+                (chars, None) => {
+                    max_chars = max_chars.max(chars);
+                    if chars as usize <= SLICE_BITSETS {
+                        upto_lists[chars as usize].push(id);
+                    } else {
+                        long.push((chars, id));
+                    }
+                }
+                (chars, Some(at)) => rest.push((&bytes[at..], chars, id)),
+            }
+        }
+        long.sort_unstable();
+        let mut upto = Vec::with_capacity(SLICE_BITSETS + 1);
+        let mut acc = FixedBitSet::with_capacity(width);
+        for list in &upto_lists {
+            for t in list {
+                acc.insert(t.index());
+            }
+            upto.push(acc.clone());
+        }
+        // Suffix ids by the suffix's bytes.
+        rest.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+        let mut entries: Vec<(Vec<u8>, TokenId)> = Vec::new();
+        let mut ranges = Vec::new();
+        let mut by_suffix = Vec::with_capacity(rest.len());
+        let mut by_prefix: Vec<Vec<(SuffixId, TokenId)>> = Vec::new();
+        let mut suffix_bytes = Vec::new();
+        let mut max_prefix = 0;
+        for (k, &(suffix, chars, id)) in rest.iter().enumerate() {
+            if k == 0 || rest[k - 1].0 != suffix {
+                let sid = ranges.len() as u32;
+                entries.push((suffix.to_vec(), TokenId(sid)));
+                suffix_bytes.push(Box::from(suffix));
+                ranges.push((by_suffix.len() as u32, by_suffix.len() as u32));
+            }
+            let sid = SuffixId(ranges.len() as u32 - 1);
+            by_suffix.push((chars, id));
+            ranges.last_mut().expect("pushed").1 += 1;
+            if by_prefix.len() <= chars as usize {
+                by_prefix.resize(chars as usize + 1, Vec::new());
+            }
+            by_prefix[chars as usize].push((sid, id));
+            max_prefix = max_prefix.max(chars);
+        }
+        CharSlice {
+            upto,
+            long,
+            suffixes: TokenTrie::from_entries(entries),
+            ranges,
+            by_suffix,
+            by_prefix,
+            suffix_bytes,
+            max_prefix,
+            max_chars,
+        }
+    }
+
+    /// Slice tokens that start at most `chars` characters, marked in `mask`.
+    pub fn mark_upto(&self, chars: u32, mask: &mut FixedBitSet) {
+        let c = (chars as usize).min(SLICE_BITSETS);
+        mask.union_with(&self.upto[c]);
+        if chars as usize > SLICE_BITSETS {
+            for &(n, t) in &self.long {
+                if n > chars {
+                    break;
+                }
+                mask.insert(t.index());
+            }
+        }
+    }
+
+    /// The trie of the distinct suffixes; the "token" of a suffix's node is its
+    /// [`SuffixId`].
+    pub fn suffixes(&self) -> &TokenTrie {
+        &self.suffixes
+    }
+
+    /// Number of distinct suffixes.
+    pub fn suffix_count(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// The tokens with suffix `sid`: `(prefix chars, token)`, by prefix length.
+    pub fn tokens_of(&self, sid: SuffixId) -> &[(u32, TokenId)] {
+        let (a, b) = self.ranges[sid.index()];
+        &self.by_suffix[a as usize..b as usize]
+    }
+
+    /// The tokens whose suffix comes after exactly `n` slice characters.
+    pub fn with_prefix(&self, n: u32) -> &[(SuffixId, TokenId)] {
+        self.by_prefix.get(n as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The bytes of suffix `sid`.
+    pub fn suffix(&self, sid: SuffixId) -> &[u8] {
+        &self.suffix_bytes[sid.index()]
+    }
+
+    /// The longest prefix, in characters, of a token with a suffix.
+    pub fn max_prefix(&self) -> u32 {
+        self.max_prefix
+    }
+
+    /// The most characters a slice token starts.
+    pub fn max_chars(&self) -> u32 {
+        self.max_chars
+    }
+
+    /// Heap bytes used.
+    pub fn memory_usage(&self) -> usize {
+        self.upto
+            .iter()
+            .map(|b| b.as_slice().len() * 8)
+            .sum::<usize>()
+            + self.long.len() * 8
+            + self.suffixes.memory_usage()
+            + self.ranges.len() * 8
+            + self.by_suffix.len() * 8 * 2
+            + self
+                .suffix_bytes
+                .iter()
+                .map(|b| b.len() + 16)
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_split_into_slice_chars_and_a_suffix() {
+        assert_eq!(split(b"hello"), (5, None));
+        assert_eq!(split("日本".as_bytes()), (2, None));
+        assert_eq!(
+            split(b"\xe6\x97"),
+            (1, None),
+            "a partial character at the end"
+        );
+        assert_eq!(split(b"ab\","), (2, Some(2)));
+        assert_eq!(split(b"\\n"), (0, Some(0)));
+        assert_eq!(split(b"x\n"), (1, Some(1)));
+        assert_eq!(split(b"\xa9abc"), (0, Some(0)), "a continuation byte first");
+        assert_eq!(split(b"a\x7f"), (1, Some(1)));
+    }
+
+    #[test]
+    fn slice_bitsets_and_suffix_groups() {
+        let words: [&[u8]; 6] = [
+            b"ab",
+            b"abcdefghijklmnopqrstu",
+            b"\",",
+            b"x\",",
+            b"\"",
+            b"\\n",
+        ];
+        let vocab = Vocabulary::from_parts(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+            [],
+        );
+        let s = CharSlice::new(&vocab, 8);
+        let mut m = FixedBitSet::with_capacity(8);
+        s.mark_upto(2, &mut m);
+        assert_eq!(m.ones().collect::<Vec<_>>(), vec![0]);
+        s.mark_upto(100, &mut m);
+        assert_eq!(m.ones().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(s.suffix_count(), 3); // `"`, `",`, `\n`
+        assert_eq!(s.max_prefix(), 1);
+        assert_eq!(s.max_chars(), 21);
+        let comma = s.suffixes().prefixes_of(b"\",");
+        let sid = SuffixId(comma.last().unwrap().0.0);
+        assert_eq!(s.tokens_of(sid), &[(0, TokenId(2)), (1, TokenId(3))]);
+    }
+}
