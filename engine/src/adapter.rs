@@ -44,11 +44,45 @@ pub struct Constraint {
     tables: Vec<LexemeTables>,
 }
 
-/// Per-state memos of one lexeme (allocated on the lexeme's first use).
+/// Per-state memos of one lexeme, by state index.
 #[derive(Debug, Default)]
 struct LexemeTables {
-    tokens: OnceLock<Box<[OnceLock<Arc<StateTokens>>]>>,
-    shifts: OnceLock<Box<[OnceLock<Shift>]>>,
+    tokens: Slots<OnceLock<Arc<StateTokens>>>,
+    shifts: Slots<OnceLock<Shift>>,
+}
+
+/// Slots by index, in buckets of doubling size allocated on first use (bucket `k` holds
+/// indices `2^k - 1 .. 2^(k+1) - 1`): a lazily built DFA's states keep appearing, and the
+/// memos of those already there must not move.
+#[derive(Debug)]
+struct Slots<T> {
+    buckets: [OnceLock<Box<[T]>>; 32],
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Slots<T> {
+        Slots {
+            buckets: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+}
+
+impl<T: Default> Slots<T> {
+    fn get(&self, i: usize) -> &T {
+        let i = i + 1;
+        let k = (usize::BITS - 1 - i.leading_zeros()) as usize;
+        let bucket =
+            self.buckets[k].get_or_init(|| (0..1usize << k).map(|_| T::default()).collect());
+        &bucket[i - (1 << k)]
+    }
+
+    /// The slots allocated so far.
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.buckets
+            .iter()
+            .filter_map(|b| b.get())
+            .flat_map(|b| b.iter())
+    }
 }
 
 /// The token sets of one lexeme DFA state (see [`crate::tokens`]).
@@ -114,8 +148,7 @@ impl Constraint {
     pub fn cached_states(&self) -> usize {
         self.tables
             .iter()
-            .filter_map(|t| t.tokens.get())
-            .map(|v| v.iter().filter(|c| c.get().is_some()).count())
+            .map(|t| t.tokens.iter().filter(|c| c.get().is_some()).count())
             .sum()
     }
 
@@ -130,22 +163,22 @@ impl Constraint {
 
     /// How slice characters shift `state` of lexeme `l` (remembered).
     fn shift(&self, l: LexemeId, state: u32) -> Shift {
-        let dfa = &self.grammar.lexeme(l).dfa;
-        let table = self.tables[l.0 as usize]
+        let dfa = &self.grammar.lexeme(l).dfa();
+        *self.tables[l.0 as usize]
             .shifts
-            .get_or_init(|| (0..dfa.len()).map(|_| OnceLock::new()).collect());
-        *table[corral_grammar::LexemeDfa::index(state)].get_or_init(|| shift(dfa, state))
+            .get(corral_grammar::LexemeDfa::index(state))
+            .get_or_init(|| shift(dfa, state))
     }
 
     /// The token sets of `state` of lexeme `l` (remembered).
     fn tokens(&self, l: LexemeId, state: u32) -> &Arc<StateTokens> {
         let lex = self.grammar.lexeme(l);
-        let table = self.tables[l.0 as usize]
+        let slot = self.tables[l.0 as usize]
             .tokens
-            .get_or_init(|| (0..lex.dfa.len()).map(|_| OnceLock::new()).collect());
-        table[corral_grammar::LexemeDfa::index(state)].get_or_init(|| {
+            .get(corral_grammar::LexemeDfa::index(state));
+        slot.get_or_init(|| {
             let mut shift_of = |s| self.shift(l, s);
-            match chain(&lex.dfa, state, self.horizon, &mut shift_of) {
+            match chain(lex.dfa(), state, self.horizon, &mut shift_of) {
                 Some(ch) => {
                     let slice = self.space().slice();
                     let reach = ch.left.unwrap_or(u32::MAX).min(slice.max_prefix());
@@ -155,13 +188,15 @@ impl Constraint {
                         reach.min(WALKED_PREFIXES - 1) + 1
                     };
                     let walks = (0..walked)
-                        .map(|n| self.cache.walk(&lex.key, &lex.dfa, ch.state(n)))
+                        .map(|n| self.cache.walk(&lex.key, lex.dfa(), ch.state(n)))
                         .collect();
                     Arc::new(StateTokens::Sliced { chain: ch, walks })
                 }
-                None => Arc::new(StateTokens::Generic(
-                    self.cache.generic(&lex.key, &lex.dfa, state),
-                )),
+                None => Arc::new(StateTokens::Generic(self.cache.generic(
+                    &lex.key,
+                    lex.dfa(),
+                    state,
+                ))),
             }
         })
     }
@@ -432,7 +467,7 @@ fn sliced_run(
             continue;
         }
         // Few tokens have a prefix this long: run each one's suffix.
-        let dfa = &c.grammar.lexeme(run.lexeme).dfa;
+        let dfa = &c.grammar.lexeme(run.lexeme).dfa();
         let from = chain.state(n);
         for &(sid, t) in tokens {
             match run_suffix(dfa, from, slice.suffix(sid)) {
@@ -546,7 +581,7 @@ impl RobustConstrainedAdapter {
             }
         }
         let (g, space) = (&c.grammar, c.space());
-        if let Some(e) = walker.error {
+        if let Some(e) = walker.error.or_else(|| c.grammar.overflow()) {
             return self.fail(e.into());
         }
         let refs = self.rec.expected_tokens();
@@ -630,7 +665,10 @@ impl RobustConstrainedAdapter {
                 self.output.extend_from_slice(bytes);
                 Ok(())
             }
-            Ok(false) => Err(AdapterError::TokenNotAllowed { token, position }),
+            Ok(false) => match c.grammar.overflow() {
+                Some(e) => self.fail(e.into()),
+                None => Err(AdapterError::TokenNotAllowed { token, position }),
+            },
             Err(e) => self.fail(e.into()),
         }
     }
@@ -713,7 +751,7 @@ impl RobustConstrainedAdapter {
             let mut several = false;
             'bytes: for b in 0..=255u8 {
                 for r in &self.runs {
-                    if g.lexeme(r.lexeme).dfa.next(r.state, b) != corral_grammar::DEAD {
+                    if g.lexeme(r.lexeme).dfa().next(r.state, b) != corral_grammar::DEAD {
                         if only.is_some() {
                             several = true;
                             break 'bytes;
@@ -775,7 +813,7 @@ impl RobustConstrainedAdapter {
                 partial_lexemes.push(PartialLexeme {
                     lexeme: lex.display.clone(),
                     matched: self.output[start..].to_vec(),
-                    can_end: lex.dfa.is_accepting(run.state),
+                    can_end: lex.dfa().is_accepting(run.state),
                 });
             } else {
                 allowed_terminals.push(lex.display.clone());

@@ -18,7 +18,7 @@ use crate::lexeme::{DEAD, LexemeDfa};
 use crate::limits::Limits;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Index of a rule (nonterminal).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,10 +52,11 @@ pub enum Next {
 }
 
 /// A lexeme: its DFA, whether it also matches the empty string, and how to show it.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Lexeme {
-    /// Shared with other grammars compiled through the same [`crate::DfaCache`].
-    pub dfa: Arc<LexemeDfa>,
+    /// Built on first use ([`Lexeme::dfa`]); shared with other grammars compiled through the
+    /// same [`crate::DfaCache`].
+    dfa: DeferredDfa,
     /// The regular expression the DFA was built from (its display form; for `&`/`~`, the
     /// combination of its operands'): equal keys mean the same DFA, state for state, in
     /// every grammar, so caches of per-state data can be shared between grammars by it.
@@ -65,6 +66,70 @@ pub struct Lexeme {
     pub nullable: bool,
     /// Source text (or rule name) for messages.
     pub display: String,
+    /// Matches nothing at all (known from the regex, without building the DFA).
+    pub empty: bool,
+}
+
+impl Lexeme {
+    /// The lexeme's DFA, built the first time it is asked for (most of a grammar's cost, and
+    /// many lexemes of a large grammar are never reached). If the build fails (a size limit),
+    /// a DFA that matches nothing stands in and [`Grammar::overflow`] reports the error.
+    #[inline]
+    pub fn dfa(&self) -> &LexemeDfa {
+        self.dfa.get()
+    }
+}
+
+/// What a deferred lexeme DFA is built from: its regex, state limit, DFA cache and the
+/// cache key.
+type DfaSource = (Hir, usize, Option<DfaCache>, Arc<str>);
+
+/// A lexeme DFA, or what builds it on first use.
+struct DeferredDfa {
+    cell: OnceLock<Arc<LexemeDfa>>,
+    /// The regex and how to build it (taken by the build).
+    source: Mutex<Option<DfaSource>>,
+    error: OnceLock<ErrorKind>,
+}
+
+impl std::fmt::Debug for DeferredDfa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredDfa")
+            .field("built", &self.cell.get().is_some())
+            .finish()
+    }
+}
+
+impl DeferredDfa {
+    fn built(dfa: Arc<LexemeDfa>) -> DeferredDfa {
+        DeferredDfa {
+            cell: OnceLock::from(dfa),
+            source: Mutex::new(None),
+            error: OnceLock::new(),
+        }
+    }
+
+    #[inline]
+    fn get(&self) -> &LexemeDfa {
+        self.cell.get_or_init(|| {
+            let source = self.source.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let Some((hir, limit, cache, key)) = source else {
+                return Arc::new(LexemeDfa::never());
+            };
+            let built = crate::dfa_cache::build_with(cache.as_ref(), &key, limit, || {
+                LexemeDfa::build_in(&hir, limit, cache.as_ref())
+            });
+            built.unwrap_or_else(|e| {
+                let _ = self.error.set(e);
+                Arc::new(LexemeDfa::never())
+            })
+        })
+    }
+
+    /// Built, and in trouble: its build failed or it outgrew its size limit.
+    fn failed(&self) -> bool {
+        self.cell.get().is_some_and(|d| d.overflowed()) || self.error.get().is_some()
+    }
 }
 
 /// What predicting a rule adds to an Earley set (all items with the set itself as origin).
@@ -113,6 +178,20 @@ impl Grammar {
     }
 
     /// The lexemes, indexed by [`LexemeId`].
+    /// The error to report if a lexeme DFA could not be built within `max_lexeme_bytes`, or a
+    /// lazily built one needed a state past it ([`LexemeDfa::overflowed`]): recognition is
+    /// then no longer exact.
+    pub fn overflow(&self) -> Option<crate::RecognizeError> {
+        self.lexemes.iter().any(|l| l.dfa.failed()).then(|| {
+            crate::RecognizeError::limit(
+                "the states of a lexeme's automaton",
+                self.limits.max_lexeme_bytes + 1,
+                "max_lexeme_bytes",
+                self.limits.max_lexeme_bytes,
+            )
+        })
+    }
+
     pub fn lexemes(&self) -> &[Lexeme] {
         &self.lexemes
     }
@@ -145,7 +224,12 @@ impl Grammar {
 
     /// A one-line summary: counts of rules, productions, lexemes and DFA states.
     pub fn summary(&self) -> String {
-        let states: usize = self.lexemes.iter().map(|l| l.dfa.len()).sum();
+        let states: usize = self
+            .lexemes
+            .iter()
+            .filter_map(|l| l.dfa.cell.get())
+            .map(|d| d.len())
+            .sum();
         format!(
             "{} rules, {} productions, {} lexemes ({} DFA states), {} token refs",
             self.rule_names.len(),
@@ -242,11 +326,27 @@ impl GrammarBuilder {
         if let Some(&id) = self.lexeme_index.get(&key) {
             return Ok(id);
         }
-        let nullable = hir.properties().minimum_len() == Some(0);
-        let limit = self.limits.max_lexeme_bytes;
-        let cache = self.cache.clone();
-        let dfa = self.cached_dfa(&key, || LexemeDfa::build_in(hir, limit, cache.as_ref()))?;
-        self.lexeme_with(&key, display, nullable, || Ok(dfa))
+        let p = hir.properties();
+        let id = LexemeId(self.lexemes.len() as u32);
+        let key: Arc<str> = Arc::from(key);
+        self.lexemes.push(Lexeme {
+            dfa: DeferredDfa {
+                cell: OnceLock::new(),
+                source: Mutex::new(Some((
+                    hir.clone(),
+                    self.limits.max_lexeme_bytes,
+                    self.cache.clone(),
+                    key.clone(),
+                ))),
+                error: OnceLock::new(),
+            },
+            key: key.clone(),
+            nullable: p.minimum_len() == Some(0),
+            empty: p.minimum_len().is_none(),
+            display: display.to_string(),
+        });
+        self.lexeme_index.insert(key.to_string(), id);
+        Ok(id)
     }
 
     /// The lexeme named `key` (a regex's display form, or a combination of them), its DFA
@@ -264,7 +364,8 @@ impl GrammarBuilder {
         let dfa = build()?;
         let id = LexemeId(self.lexemes.len() as u32);
         self.lexemes.push(Lexeme {
-            dfa,
+            empty: dfa.start() == DEAD,
+            dfa: DeferredDfa::built(dfa),
             key: Arc::from(key),
             nullable,
             display: display.to_string(),
@@ -295,7 +396,7 @@ impl GrammarBuilder {
         let lexeme_ok: Vec<bool> = self
             .lexemes
             .iter()
-            .map(|l| l.dfa.start() != DEAD || l.nullable)
+            .map(|l| !l.empty || l.nullable)
             .collect();
         let mut productive = vec![false; n_rules];
         loop {

@@ -60,7 +60,7 @@ impl Shortest {
 
     /// Bytes from DFA `state` of lexeme `l` to the lexeme's end.
     pub(crate) fn lexeme_len(&self, g: &Grammar, l: LexemeId, state: u32) -> u64 {
-        match g.lexemes[l.0 as usize].dfa.shortest(state) {
+        match g.lexemes[l.0 as usize].dfa().shortest(state) {
             None => INF,
             Some((d, _)) => u64::from(d),
         }
@@ -75,7 +75,7 @@ impl Shortest {
                 if lx.nullable {
                     0
                 } else {
-                    self.lexeme_len(g, l, lx.dfa.start())
+                    self.lexeme_len(g, l, lx.dfa().start())
                 }
             }
             Sym::Token(_) => INF,
@@ -95,7 +95,7 @@ impl Shortest {
 
     /// Appends the bytes that finish lexeme `l` from `state`.
     pub(crate) fn lexeme_bytes(&self, g: &Grammar, l: LexemeId, mut state: u32, out: &mut Vec<u8>) {
-        let dfa = &g.lexemes[l.0 as usize].dfa;
+        let dfa = &g.lexemes[l.0 as usize].dfa();
         while let Some((d, b)) = dfa.shortest(state)
             && d > 0
         {
@@ -117,7 +117,7 @@ impl Shortest {
                 Sym::Lexeme(l) => {
                     let lx = &g.lexemes[l.0 as usize];
                     if !lx.nullable {
-                        self.lexeme_bytes(g, l, lx.dfa.start(), out);
+                        self.lexeme_bytes(g, l, lx.dfa().start(), out);
                     }
                 }
                 Sym::Token(_) => {}

@@ -147,6 +147,20 @@ impl LexemeDfa {
     }
 }
 
+impl LexemeDfa {
+    /// The whole DFA of `hir` by subset construction (every state built now), through
+    /// `cache` if given: for sizing an automaton before combining it with another.
+    pub fn build_whole(
+        hir: &regex_syntax::hir::Hir,
+        size_limit: usize,
+        cache: Option<&DfaCache>,
+    ) -> Result<Arc<LexemeDfa>, ErrorKind> {
+        build_with(cache, &format!("#t {hir}"), size_limit, || {
+            LexemeDfa::build_tables(hir, size_limit)
+        })
+    }
+}
+
 /// Looks `key` up in `cache` if there is one, else builds.
 pub(crate) fn build_with(
     cache: Option<&DfaCache>,

@@ -290,7 +290,7 @@ impl Recognizer {
                     out.push(Run {
                         set: r.set,
                         lexeme: l,
-                        state: self.g.lexemes[l.0 as usize].dfa.start(),
+                        state: self.g.lexemes[l.0 as usize].dfa().start(),
                     });
                 }
             } else {
@@ -367,7 +367,7 @@ impl Recognizer {
             let top = *self.c.frames.last().expect("at least one frame");
             let r = self.c.runs[top.runs_start as usize];
             if r.lexeme != PENDING {
-                let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa;
+                let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa();
                 let s = dfa.next(r.state, byte);
                 if s != DEAD && !dfa.is_accepting(s) {
                     if self.c.keep_history {
@@ -401,7 +401,7 @@ impl Recognizer {
     pub fn push_lexeme_end(&mut self, run: Run, end_state: u32) -> Result<bool, RecognizeError> {
         let top = *self.c.frames.last().expect("at least one frame");
         let new_start = self.c.runs.len();
-        let dfa = &self.g.lexemes[run.lexeme.0 as usize].dfa;
+        let dfa = &self.g.lexemes[run.lexeme.0 as usize].dfa();
         debug_assert!(dfa.is_accepting(end_state));
         if dfa.can_continue(end_state) {
             self.c.runs.push(Run {
@@ -696,7 +696,7 @@ impl Chart {
         let end = self.runs.len();
         self.s.events.clear();
         let step = |runs: &mut Vec<Run>, events: &mut Vec<(u32, LexemeId)>, r: Run| {
-            let dfa = &g.lexemes[r.lexeme.0 as usize].dfa;
+            let dfa = &g.lexemes[r.lexeme.0 as usize].dfa();
             let s = dfa.next(r.state, byte);
             if s == DEAD {
                 return;
@@ -717,7 +717,7 @@ impl Chart {
                 }
                 for k in info.lexemes.0..info.lexemes.1 {
                     let l = self.set_lex[k as usize];
-                    let state = g.lexemes[l.0 as usize].dfa.start();
+                    let state = g.lexemes[l.0 as usize].dfa().start();
                     step(
                         &mut self.runs,
                         &mut self.s.events,
@@ -1161,7 +1161,7 @@ impl Chart {
         let mut first = [0u64; 4];
         for &l in &s.lexemes {
             self.set_lex.push(l);
-            let f = g.lexemes[l.0 as usize].dfa.first_bytes();
+            let f = g.lexemes[l.0 as usize].dfa().first_bytes();
             for w in 0..4 {
                 first[w] |= f[w];
             }

@@ -515,8 +515,10 @@ impl Lowerer<'_> {
         )
         .ok()?;
         let empty = matches_empty(inner, self.index, &empty);
-        // Composed: a bounded count over a body whose automaton is prefix-free.
-        let composed = max.is_some() && !empty && {
+        // Composed: a bounded count over a body whose automaton is prefix-free (asked only
+        // where the answer matters: a repetition too big for one automaton otherwise).
+        let big = iu.saturating_mul(max.unwrap_or(min).max(min) as usize) > BIG_REPEAT_UNITS;
+        let composed = big && max.is_some() && !empty && {
             let hir = hir_of(inner, self.index, self.rule_hir);
             let limit = self.b.limits().max_lexeme_bytes;
             self.b

@@ -25,11 +25,17 @@ pub fn match_bytes(g: &Arc<Grammar>, input: &[u8]) -> Result<MatchOutcome, Recog
     r.set_keep_history(false);
     for (i, &b) in input.iter().enumerate() {
         if !r.push_byte(b)? {
+            if let Some(e) = g.overflow() {
+                return Err(e);
+            }
             return Ok(MatchOutcome::Rejected {
                 offset: i as u64,
                 expected: describe_expected(&r),
             });
         }
+    }
+    if let Some(e) = g.overflow() {
+        return Err(e);
     }
     if r.is_accepting() {
         Ok(MatchOutcome::Accepted)
@@ -48,11 +54,11 @@ pub fn describe_expected(r: &Recognizer) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for run in r.runs() {
         let lex = g.lexeme(run.lexeme);
-        if run.state == lex.dfa.start() {
+        if run.state == lex.dfa().start() {
             out.push(lex.display.clone());
         } else {
             let next: Vec<u8> = (0..=255u8)
-                .filter(|&b| lex.dfa.next(run.state, b) != crate::lexeme::DEAD)
+                .filter(|&b| lex.dfa().next(run.state, b) != crate::lexeme::DEAD)
                 .collect();
             out.push(format!("{} (in {})", byte_class(&next), lex.display));
         }

@@ -17,6 +17,6 @@ fn main() {
         println!("{}", c.gbnf);
     }
     for (i, l) in c.grammar.lexemes().iter().enumerate() {
-        println!("lexeme {i}: {} states: {}", l.dfa.len(), l.display);
+        println!("lexeme {i}: {} states: {}", l.dfa().len(), l.display);
     }
 }

@@ -14,6 +14,7 @@
 //!    (astral characters as a surrogate pair), upper- or lower-case hex.
 
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
+use rustc_hash::FxHashMap;
 
 /// Any code point.
 pub(crate) fn any_char() -> Hir {
@@ -482,7 +483,7 @@ fn flatten_concat(h: &Hir, out: &mut Vec<Hir>) {
 }
 
 /// How a string's characters may be written in JSON text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Spelling {
     /// Every way JSON allows: raw, short escapes, `\uXXXX` in either case.
     Any,
@@ -492,36 +493,62 @@ pub(crate) enum Spelling {
 }
 
 /// The JSON text of any string value the regex matches (without the quotes).
+#[cfg(test)]
 pub(crate) fn json_encode(h: &Hir, spelling: Spelling) -> Hir {
-    let enc = |x: &Hir| json_encode(x, spelling);
-    match h.kind() {
-        HirKind::Empty | HirKind::Look(_) => Hir::empty(),
-        HirKind::Literal(l) => Hir::concat(
-            String::from_utf8_lossy(&l.0)
-                .chars()
-                .map(|c| encode_class(&[(c, c)], spelling))
-                .collect(),
-        ),
-        HirKind::Class(Class::Unicode(c)) => {
-            let ranges: Vec<(char, char)> = c.iter().map(|r| (r.start(), r.end())).collect();
-            encode_class(&ranges, spelling)
+    Encoder::default().encode(h, spelling)
+}
+
+/// [`json_encode`] with the encodings of character classes remembered (a schema's strings
+/// share their classes: every bounded string repeats "any character").
+#[derive(Debug, Default)]
+pub(crate) struct Encoder {
+    classes: FxHashMap<(Vec<(char, char)>, Spelling), Hir>,
+}
+
+impl Encoder {
+    pub(crate) fn encode(&mut self, h: &Hir, spelling: Spelling) -> Hir {
+        match h.kind() {
+            HirKind::Empty | HirKind::Look(_) => Hir::empty(),
+            HirKind::Literal(l) => Hir::concat(
+                String::from_utf8_lossy(&l.0)
+                    .chars()
+                    .map(|c| self.class(vec![(c, c)], spelling))
+                    .collect(),
+            ),
+            HirKind::Class(Class::Unicode(c)) => {
+                let ranges: Vec<(char, char)> = c.iter().map(|r| (r.start(), r.end())).collect();
+                self.class(ranges, spelling)
+            }
+            HirKind::Class(Class::Bytes(c)) => {
+                let ranges: Vec<(char, char)> = c
+                    .iter()
+                    .map(|r| (r.start() as char, r.end() as char))
+                    .collect();
+                self.class(ranges, spelling)
+            }
+            HirKind::Repetition(r) => Hir::repetition(Repetition {
+                min: r.min,
+                max: r.max,
+                greedy: true,
+                sub: Box::new(self.encode(&r.sub, spelling)),
+            }),
+            HirKind::Capture(c) => self.encode(&c.sub, spelling),
+            HirKind::Concat(xs) => {
+                Hir::concat(xs.iter().map(|x| self.encode(x, spelling)).collect())
+            }
+            HirKind::Alternation(xs) => {
+                Hir::alternation(xs.iter().map(|x| self.encode(x, spelling)).collect())
+            }
         }
-        HirKind::Class(Class::Bytes(c)) => {
-            let ranges: Vec<(char, char)> = c
-                .iter()
-                .map(|r| (r.start() as char, r.end() as char))
-                .collect();
-            encode_class(&ranges, spelling)
+    }
+
+    fn class(&mut self, ranges: Vec<(char, char)>, spelling: Spelling) -> Hir {
+        if let Some(h) = self.classes.get(&(ranges.clone(), spelling)) {
+            return h.clone();
         }
-        HirKind::Repetition(r) => Hir::repetition(Repetition {
-            min: r.min,
-            max: r.max,
-            greedy: true,
-            sub: Box::new(enc(&r.sub)),
-        }),
-        HirKind::Capture(c) => enc(&c.sub),
-        HirKind::Concat(xs) => Hir::concat(xs.iter().map(enc).collect()),
-        HirKind::Alternation(xs) => Hir::alternation(xs.iter().map(enc).collect()),
+        let h = encode_class(&ranges, spelling);
+        self.classes.insert((ranges, spelling), h.clone());
+        h
     }
 }
 

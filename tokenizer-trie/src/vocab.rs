@@ -145,9 +145,15 @@ impl Vocabulary {
             if t.special {
                 v.add_special(id, t.content);
             } else {
-                // A non-special added token is text, written as itself.
+                // A non-special added token is text, written as itself; in a SentencePiece
+                // vocabulary `▁` stands for a space there too (Gemma's added runs of spaces
+                // are `▁▁`, which its decoder turns into spaces like any other token's).
                 v.by_text.insert(t.content.clone(), id);
-                v.set_bytes(id, t.content.into_bytes());
+                let text = match encoding {
+                    ByteEncoding::SentencePiece => t.content.replace('\u{2581}', " "),
+                    _ => t.content,
+                };
+                v.set_bytes(id, text.into_bytes());
             }
         }
         Ok(v)

@@ -1,264 +1,274 @@
-//! corral vs llguidance 1.9, same process, same tokenizer, same documents, equivalent
-//! grammars: llama.cpp's json.gbnf for corral, its Lark transliteration (an explicit `ws`
-//! rule, the same string and number lexemes) for llguidance, which has no GBNF front end.
+//! corral vs llguidance 1.9: masks cold and warm, compile times, on MaskBench too.
 //!
-//! For each document: its canonical tokenization is replayed `REPS` times through a fresh
-//! matcher of each engine, timing one `compute_mask` per token. The first repetition of
-//! corral includes filling its per-lexeme-state caches (shared by later matchers of the
-//! same grammar, as in serving); llguidance keeps no such cache across matchers. Compile
-//! times are medians over 50 compiles.
+//! ```text
+//! cargo run --release -p corral-llguidance-compare -- [--reps N] [--tokenizers a,b,c] [--maskbench N|all] [--slowest N] [--no-docs]
+//! ```
 //!
-//! Run: `cargo run --release -p corral-llguidance-compare -- [--schema S.json] [TOKENIZER.json] [DOC.json...]`
-//! (defaults: assets/tokenizers/llama3_1/tokenizer.json and generated documents). With
-//! `--schema`, both engines compile the JSON Schema instead (corral's schema front end,
-//! llguidance's `TopLevelGrammar::from_json_schema`), each with its default options.
+//! For each tokenizer (default: the fetched Llama-3.1, Qwen3 and Gemma-3 (262k) ones) and
+//! each case (json.gbnf on a short and a long document, a ~25-property JSON Schema on a
+//! short and a long one):
+//!
+//! - **cold**: `--reps` times, a fresh compile (no DFA cache) and a fresh constraint (an
+//!   empty token-set cache), then the first pass over the document's canonical
+//!   tokenization, one `compute_mask` timed per token; percentiles pooled over every token
+//!   of every rep. The compile time includes the constraint's setup.
+//! - **warm**: the last cold constraint again, `--reps` more passes (its caches filled).
+//! - **llguidance**: `--reps` passes, each with a fresh parser from `create_parser` (its
+//!   compile time), one `compute_mask` timed per token. It keeps no caches across parsers,
+//!   so its passes are all alike.
+//!
+//! `--maskbench` compiles the JSONSchemaBench schemas of ../shared/conformance with both
+//! (corral: no DFA cache, plus the constraint's setup; llguidance: `create_parser`) and
+//! reports percentiles over the schemas both compile.
 
-use anyhow::{Context, Result, anyhow};
-use corral_engine::replay::stats;
-use corral_engine::{Constraint, RobustConstrainedAdapter};
-use corral_grammar::{CompileOptions, compile_gbnf};
-use corral_trie::{TokenSpace, Vocabulary, continuation_tokenizer};
-use std::path::PathBuf;
-use std::sync::Arc;
+use anyhow::{Result, anyhow};
+use corral_engine::RobustConstrainedAdapter;
+use corral_llguidance_compare::{Engines, Source, asset_tokenizers, root, stats};
 use std::time::Instant;
 
-const REPS: usize = 5;
-
-/// llama.cpp's json.gbnf, transliterated to Lark (from ../shared/FACTS.md).
-const JSON_LARK: &str = r#"start: object
-value: object | array | string | number | ("true" | "false" | "null") ws
-object: "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array: "[" ws ( value ("," ws value)* )? "]" ws
-string: STRING ws
-number: NUMBER ws
-STRING: /"([^"\\\x7F\x00-\x1F]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/
-NUMBER: /-?([0-9]|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9][1-9]{0,15})?/
-ws: /( |\n[ \t]{0,20})?/
-"#;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+struct Case {
+    name: &'static str,
+    source: Source,
+    doc: String,
 }
 
-struct Row {
-    engine: &'static str,
-    rep: usize,
-    mean: f64,
-    p50: f64,
-    p99: f64,
+fn cases() -> Result<Vec<Case>> {
+    let read = |p: &str| -> Result<String> {
+        Ok(std::fs::read_to_string(root().join(p))?
+            .trim_end()
+            .to_string())
+    };
+    let json = Source::json()?;
+    let order = Source::schema(&root().join("benches/data/order.schema.json"))?;
+    Ok(vec![
+        Case {
+            name: "json.gbnf, short (person.json)",
+            source: json.clone(),
+            doc: read("examples/data/person.json")?,
+        },
+        Case {
+            name: "json.gbnf, long (pretty.json, 3.7 KB)",
+            source: json,
+            doc: read("benches/data/pretty.json")?,
+        },
+        Case {
+            name: "order schema, short (compact order)",
+            source: order.clone(),
+            doc: read("benches/data/order-short.json")?,
+        },
+        Case {
+            name: "order schema, long (pretty order.json)",
+            source: order,
+            doc: read("benches/data/order.json")?,
+        },
+    ])
 }
 
-/// The grammar both engines compile.
-enum Source {
-    Json {
-        gbnf: String,
-    },
-    Schema {
-        text: String,
-        value: serde_json::Value,
-    },
+/// Times one pass of corral over `tokens`: microseconds per mask.
+fn corral_pass(a: &mut RobustConstrainedAdapter, tokens: &[corral_trie::TokenId]) -> Vec<f64> {
+    let mut mask = a.new_mask();
+    let mut times = Vec::with_capacity(tokens.len());
+    for &t in tokens {
+        let s = Instant::now();
+        a.compute_mask(&mut mask).expect("corral mask");
+        times.push(s.elapsed().as_secs_f64() * 1e6);
+        assert!(mask.contains(t.index()), "corral refused token {t}");
+        a.step_with_token(t).expect("corral step");
+    }
+    times
 }
 
-impl Source {
-    fn corral(&self) -> Arc<corral_grammar::Grammar> {
-        match self {
-            Source::Json { gbnf } => compile_gbnf(gbnf, &CompileOptions::default()).unwrap(),
-            Source::Schema { text, .. } => {
-                corral_schema::compile_json_schema(text, &Default::default())
-                    .unwrap()
-                    .grammar
-            }
+fn llg_pass(m: &mut llguidance::Matcher, tokens: &[corral_trie::TokenId]) -> Result<Vec<f64>> {
+    let mut times = Vec::with_capacity(tokens.len());
+    for &t in tokens {
+        let s = Instant::now();
+        let mask = m.compute_mask().map_err(|e| anyhow!("{e}"))?;
+        times.push(s.elapsed().as_secs_f64() * 1e6);
+        assert!(mask.is_allowed(t.get()), "llguidance refused token {t}");
+        m.consume_token(t.get()).map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(times)
+}
+
+fn run_case(e: &Engines, c: &Case, reps: usize) -> Result<()> {
+    let tokens = e.tokens(&c.doc)?;
+    let (mut cold, mut warm, mut llg) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cc, mut lc) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for _ in 0..reps {
+        let t = Instant::now();
+        let constraint = e.cold_constraint(&c.source)?;
+        cc.push(t.elapsed().as_secs_f64() * 1e3);
+        cold.extend(corral_pass(
+            &mut RobustConstrainedAdapter::new(constraint.clone()),
+            &tokens,
+        ));
+        last = Some(constraint);
+        let t = Instant::now();
+        let mut m = e.matcher(&c.source)?;
+        lc.push(t.elapsed().as_secs_f64() * 1e3);
+        llg.extend(llg_pass(&mut m, &tokens)?);
+    }
+    let constraint = last.expect("at least one rep");
+    for _ in 0..reps {
+        warm.extend(corral_pass(
+            &mut RobustConstrainedAdapter::new(constraint.clone()),
+            &tokens,
+        ));
+    }
+    let (cm, c50, c99, cmax) = stats(&cold);
+    let (wm, _, w99, _) = stats(&warm);
+    let (lm, l50, l99, lmax) = stats(&llg);
+    let (_, ccm, _, _) = stats(&cc);
+    let (_, lcm, _, _) = stats(&lc);
+    println!(
+        "| {} | {} | {} | {cm:.1} / {c50:.1} / {c99:.0} / {cmax:.0} | {wm:.1} / {w99:.0} | {lm:.1} / {l50:.1} / {l99:.0} / {lmax:.0} | {:.2} | {:.2} | {ccm:.2} / {lcm:.2} |",
+        e.name,
+        c.name,
+        tokens.len(),
+        cm / lm,
+        wm / lm,
+    );
+    Ok(())
+}
+
+fn maskbench(e: &Engines, limit: usize, slowest: usize) -> Result<()> {
+    let dir = corral_llguidance_compare::conformance().join("jsonschemabench");
+    let mut files = Vec::new();
+    for coll in std::fs::read_dir(&dir)? {
+        let coll = coll?.path();
+        let name = coll
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        if !coll.is_dir() || name.starts_with('_') {
+            continue;
+        }
+        for f in std::fs::read_dir(&coll)? {
+            files.push(f?.path());
         }
     }
-
-    fn llguidance(&self) -> llguidance::api::TopLevelGrammar {
-        match self {
-            Source::Json { .. } => {
-                llguidance::api::TopLevelGrammar::from_lark(JSON_LARK.to_string())
+    files.sort();
+    files.truncate(limit);
+    let (mut corral, mut llg) = (Vec::new(), Vec::new());
+    let mut refused = (0, 0);
+    let mut slow = Vec::new();
+    for path in &files {
+        let Ok(source) = Source::schema(path) else {
+            continue;
+        };
+        let t = Instant::now();
+        let c = e.cold_constraint(&source);
+        let ct = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let l = e.matcher(&source);
+        let lt = t.elapsed().as_secs_f64() * 1e3;
+        match (c.is_ok(), l.is_ok()) {
+            (true, true) => {
+                corral.push(ct);
+                llg.push(lt);
+                slow.push((ct, lt, path.display().to_string()));
             }
-            Source::Schema { value, .. } => {
-                llguidance::api::TopLevelGrammar::from_json_schema(value.clone())
-            }
+            (false, _) => refused.0 += 1,
+            (_, false) => refused.1 += 1,
         }
     }
+    slow.sort_by(|a: &(f64, f64, String), b| b.0.total_cmp(&a.0));
+    if slowest > 0 {
+        eprintln!("slowest corral compiles: corral ms, llguidance ms, schema");
+        for s in slow.iter().take(slowest) {
+            eprintln!("{:8.2} {:8.2} {}", s.0, s.1, s.2);
+        }
+    }
+    let (cm, c50, c99, cmax) = stats(&corral);
+    let (lm, l50, l99, lmax) = stats(&llg);
+    let p90 = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get((v.len() as f64 * 0.9) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "\nMaskBench compile + setup, {} tokenizer, {} schemas both compile (of {}; refused: corral {}, llguidance {}), ms:",
+        e.name,
+        corral.len(),
+        files.len(),
+        refused.0,
+        refused.1
+    );
+    println!("| engine | mean | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|");
+    println!(
+        "| corral (cold: no DFA cache, fresh token-set cache) | {cm:.2} | {c50:.2} | {:.2} | {c99:.2} | {cmax:.1} |",
+        p90(&corral)
+    );
+    println!(
+        "| llguidance create_parser | {lm:.2} | {l50:.2} | {:.2} | {l99:.2} | {lmax:.1} |",
+        p90(&llg)
+    );
+    println!(
+        "| ratio | {:.2} | {:.2} | | {:.2} | |",
+        cm / lm,
+        c50 / l50,
+        c99 / l99
+    );
+    Ok(())
 }
 
 fn main() -> Result<()> {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let schema = match args.iter().position(|a| a == "--schema") {
-        Some(i) => {
-            let path = args.remove(i + 1);
-            args.remove(i);
-            let text = std::fs::read_to_string(&path).with_context(|| path.clone())?;
-            let value = serde_json::from_str(&text)?;
-            Some(Source::Schema { text, value })
+    let mut reps = 5usize;
+    let mut names: Vec<String> = ["llama3_1", "qwen3", "gemma3"].map(String::from).to_vec();
+    let mut bench: Option<usize> = None;
+    let mut docs = true;
+    let mut slowest = 0usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--reps" => reps = args.next().and_then(|r| r.parse().ok()).unwrap_or(reps),
+            "--tokenizers" => {
+                names = args
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(String::from)
+                    .collect();
+            }
+            "--maskbench" => {
+                bench = Some(match args.next().as_deref() {
+                    Some("all") | None => usize::MAX,
+                    Some(n) => n.parse()?,
+                })
+            }
+            "--no-docs" => docs = false,
+            "--slowest" => slowest = args.next().and_then(|r| r.parse().ok()).unwrap_or(20),
+            other => return Err(anyhow!("unknown argument {other}")),
         }
-        None => None,
-    };
-    let tok_path = args
-        .first()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("assets/tokenizers/llama3_1/tokenizer.json"));
-    let source = match schema {
-        Some(s) => s,
-        None => Source::Json {
-            gbnf: std::fs::read_to_string(
-                root().join("../shared/conformance/llama_cpp/grammars/json.gbnf"),
-            )
-            .context("json.gbnf from ../shared/conformance")?,
-        },
-    };
-    let docs: Vec<(String, String)> = if args.len() > 1 {
-        args[1..]
-            .iter()
-            // A JSON value, without the file's final line break.
-            .map(|p| {
-                Ok((
-                    p.clone(),
-                    std::fs::read_to_string(p)?.trim_end().to_string(),
-                ))
-            })
-            .collect::<Result<_>>()?
-    } else {
-        vec![
-            (
-                "pretty-3.7KB".into(),
-                std::fs::read_to_string(root().join("benches/data/pretty.json"))?,
-            ),
-            (
-                "strings-450tok".into(),
-                std::fs::read_to_string(root().join("benches/data/strings.json"))?,
-            ),
-        ]
-    };
-
-    // corral setup
-    let t0 = Instant::now();
-    let hf = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| anyhow!("{e}"))?;
-    let vocab = Vocabulary::from_tokenizer(&hf)?;
-    let eos = vocab.default_eos().into_iter().collect();
-    let space = Arc::new(TokenSpace::new(vocab, None, eos));
-    let corral_setup = t0.elapsed();
-    // llguidance setup
-    let t0 = Instant::now();
-    let env = toktrie_hf_tokenizers::ByteTokenizer::from_file(&tok_path)?.into_tok_env(None)?;
-    let mut factory = llguidance::ParserFactory::new_simple(&env)?;
-    factory.quiet();
-    let llg_setup = t0.elapsed();
-    println!(
-        "tokenizer {} ({} ids)",
-        tok_path.display(),
-        space.vocab().len()
-    );
-    println!(
-        "one-time setup per tokenizer: corral {corral_setup:.2?} (vocabulary + trie), llguidance {llg_setup:.2?}"
-    );
-
-    // Compile times.
-    let mut cc = Vec::new();
-    let mut lc = Vec::new();
-    for _ in 0..50 {
-        let t = Instant::now();
-        let g = source.corral();
-        cc.push(t.elapsed().as_secs_f64() * 1e3);
-        std::hint::black_box(g);
-        let t = Instant::now();
-        let p = factory.create_parser(source.llguidance())?;
-        lc.push(t.elapsed().as_secs_f64() * 1e3);
-        std::hint::black_box(p);
     }
-    let (_, c_med, _) = stats(&cc);
-    let (_, l_med, _) = stats(&lc);
-    println!("compile the grammar, median of 50: corral {c_med:.3} ms, llguidance {l_med:.3} ms");
-
-    let cont = continuation_tokenizer(&hf);
-    for (name, doc) in &docs {
-        let ids = cont
-            .encode(doc.as_str(), false)
-            .map_err(|e| anyhow!("{e}"))?
-            .get_ids()
-            .to_vec();
-        println!("\n== {name}: {} bytes, {} tokens", doc.len(), ids.len());
-        let constraint = Constraint::new(source.corral(), space.clone());
-        let mut rows = Vec::new();
-        for rep in 0..REPS {
-            // corral
-            let mut a = RobustConstrainedAdapter::new(constraint.clone());
-            let mut mask = a.new_mask();
-            let mut times = Vec::with_capacity(ids.len());
-            for &t in &ids {
-                let s = Instant::now();
-                a.compute_mask(&mut mask).unwrap();
-                times.push(s.elapsed().as_secs_f64() * 1e6);
-                assert!(mask.contains(t as usize), "corral refused token {t}");
-                a.step_with_token(corral_trie::TokenId(t)).unwrap();
-            }
-            a.compute_mask(&mut mask).unwrap();
-            assert!(
-                space.eos().iter().any(|&e| mask.contains(e.index())),
-                "corral: EOS at the end"
-            );
-            let (mean, p50, p99) = stats(&times);
-            rows.push(Row {
-                engine: "corral",
-                rep,
-                mean,
-                p50,
-                p99,
-            });
-            // llguidance
-            let parser = factory.create_parser(source.llguidance())?;
-            let mut m = llguidance::Matcher::new(Ok(parser));
-            let mut times = Vec::with_capacity(ids.len());
-            for &t in &ids {
-                let s = Instant::now();
-                let mask = m.compute_mask().map_err(|e| anyhow!("{e}"))?;
-                times.push(s.elapsed().as_secs_f64() * 1e6);
-                assert!(mask.is_allowed(t), "llguidance refused token {t}");
-                m.consume_token(t).map_err(|e| anyhow!("{e}"))?;
-            }
-            assert!(
-                m.is_accepting().unwrap_or(false),
-                "llguidance: accepting at the end"
-            );
-            let (mean, p50, p99) = stats(&times);
-            rows.push(Row {
-                engine: "llguidance",
-                rep,
-                mean,
-                p50,
-                p99,
-            });
-        }
-        println!(
-            "{:<11} {:>4} {:>10} {:>10} {:>10}",
-            "engine", "rep", "mean us", "p50 us", "p99 us"
+    let cases = cases()?;
+    println!(
+        "| tokenizer | case | tokens | corral cold mean / p50 / p99 / max us | corral warm mean / p99 us | llguidance mean / p50 / p99 / max us | cold / llg | warm / llg | compile+setup ms corral / llg |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut loaded = Vec::new();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    for (name, path) in asset_tokenizers(&names) {
+        let e = Engines::load(&name, &path)?;
+        eprintln!(
+            "{name}: {} ids; one-time setup corral {:.2} s, llguidance {:.2} s",
+            e.space.vocab().len(),
+            e.setup.0,
+            e.setup.1
         );
-        for r in &rows {
-            println!(
-                "{:<11} {:>4} {:>10.2} {:>10.2} {:>10.2}",
-                r.engine, r.rep, r.mean, r.p50, r.p99
-            );
+        if docs {
+            for c in &cases {
+                run_case(&e, c, reps)?;
+            }
         }
-        let avg = |e: &str, warm: bool| {
-            let v: Vec<&Row> = rows
-                .iter()
-                .filter(|r| r.engine == e && (!warm || r.rep > 0))
-                .collect();
-            let n = v.len() as f64;
-            (
-                v.iter().map(|r| r.mean).sum::<f64>() / n,
-                v.iter().map(|r| r.p50).sum::<f64>() / n,
-                v.iter().map(|r| r.p99).sum::<f64>() / n,
-            )
-        };
-        let (cm, cp50, cp99) = avg("corral", false);
-        let (lm, lp50, lp99) = avg("llguidance", false);
-        let (cwm, _, cwp99) = avg("corral", true);
-        println!(
-            "summary {name}: mean over {REPS} reps corral {cm:.2} us (p50 {cp50:.2}, p99 {cp99:.2}), llguidance {lm:.2} us (p50 {lp50:.2}, p99 {lp99:.2}); corral/llguidance = {:.2}; corral warm reps only: mean {cwm:.2} us, p99 {cwp99:.2} us",
-            cm / lm
-        );
+        loaded.push(e);
+    }
+    if let (Some(n), Some(e)) = (bench, loaded.first()) {
+        maskbench(e, n, slowest)?;
     }
     Ok(())
 }

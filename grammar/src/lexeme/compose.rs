@@ -25,7 +25,7 @@
 //! language is non-empty, so whatever can finish its segment can finish the lexeme). The
 //! result accepts exactly the regex's language; it is not minimized.
 
-use super::{ACCEPT, CONTINUE, DEAD, INDEX, LexemeDfa, Table};
+use super::{ACCEPT, CONTINUE, DEAD, Fill, INDEX, LexemeDfa, Table};
 use crate::error::ErrorKind;
 use regex_syntax::hir::{Hir, HirKind};
 use rustc_hash::FxHashMap;
@@ -464,11 +464,11 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
     Ok(Some(LexemeDfa {
         classes,
         stride,
-        trans: Table::unknown(n * stride),
+        trans: Table::unknown(n, stride),
         len: n,
         first,
         start,
-        composed: Some(Box::new(composed)),
+        fill: Fill::Composed(Box::new(composed)),
         shortest: OnceLock::new(),
     }))
 }

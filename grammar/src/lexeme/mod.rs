@@ -15,14 +15,13 @@
 //! engine caches a token set per `(lexeme, state)`).
 
 mod compose;
+mod subset;
 
 use crate::error::ErrorKind;
-use regex_automata::nfa::thompson::{self, State};
-use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::Hir;
 use rustc_hash::FxHashMap;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 /// The dead state: nothing more can match.
 pub const DEAD: u32 = 0;
@@ -33,87 +32,158 @@ const INDEX: u32 = CONTINUE - 1;
 /// A table entry a composed DFA has not computed yet (no state has this id).
 const UNKNOWN: u32 = u32::MAX;
 
-/// A transition table of tagged ids, stored complemented so that zeroed memory (a fresh
-/// allocation the system has not even backed yet) reads as [`UNKNOWN`].
+/// A transition table of tagged ids by `(state index, class)`, stored complemented so that
+/// zeroed memory (a fresh allocation the system has not even backed yet) reads as
+/// [`UNKNOWN`]. Flat for DFAs whose number of states is known (built or composed); in
+/// buckets of doubling size for lazily built ones, which grow without moving what readers
+/// may be reading (bucket `k` holds states `2^k - 1 .. 2^(k+1) - 1`).
 #[derive(Debug)]
-struct Table(Box<[AtomicU32]>);
+enum Table {
+    Flat(Box<[AtomicU32]>, usize),
+    Grow(Box<[OnceLock<Box<[AtomicU32]>>]>, usize),
+}
+
+/// Zeroed atomics.
+fn zeroed(n: usize) -> Box<[AtomicU32]> {
+    let zeroed: Box<[u32]> = vec![0u32; n].into_boxed_slice();
+    // SAFETY: `AtomicU32` has the same size, alignment and bit validity as `u32`, so a boxed
+    // slice of one is a boxed slice of the other.
+    unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) }
+}
 
 impl Table {
-    /// `n` entries, all unknown.
-    fn unknown(n: usize) -> Table {
-        let zeroed: Box<[u32]> = vec![0u32; n].into_boxed_slice();
-        // SAFETY: `AtomicU32` has the same size, alignment and bit validity as `u32`, so a
-        // boxed slice of one is a boxed slice of the other.
-        Table(unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) })
+    /// `states` rows of `stride` entries, all unknown.
+    fn unknown(states: usize, stride: usize) -> Table {
+        Table::Flat(zeroed(states * stride), stride)
     }
 
-    fn from_ids(ids: Vec<u32>) -> Table {
-        Table(ids.into_iter().map(|t| AtomicU32::new(!t)).collect())
+    /// A table that grows as states are added.
+    fn growing(stride: usize) -> Table {
+        Table::Grow((0..32).map(|_| OnceLock::new()).collect(), stride)
     }
 
+    fn from_ids(ids: Vec<u32>, stride: usize) -> Table {
+        Table::Flat(
+            ids.into_iter().map(|t| AtomicU32::new(!t)).collect(),
+            stride,
+        )
+    }
+
+    /// The entry of state index `s`, class `c`.
     #[inline]
-    fn get(&self, i: usize) -> u32 {
-        !self.0[i].load(Relaxed)
+    fn get(&self, s: usize, c: usize) -> u32 {
+        match self {
+            Table::Flat(t, stride) => !t[s * stride + c].load(Relaxed),
+            Table::Grow(buckets, stride) => {
+                let i = s + 1;
+                let k = (usize::BITS - 1 - i.leading_zeros()) as usize;
+                match buckets[k].get() {
+                    Some(b) => !b[(i - (1 << k)) * stride + c].load(Relaxed),
+                    None => UNKNOWN,
+                }
+            }
+        }
     }
 
-    #[inline]
-    fn set(&self, i: usize, t: u32) {
-        self.0[i].store(!t, Relaxed)
+    fn set(&self, s: usize, c: usize, t: u32) {
+        match self {
+            Table::Flat(e, stride) => e[s * stride + c].store(!t, Relaxed),
+            Table::Grow(buckets, stride) => {
+                let i = s + 1;
+                let k = (usize::BITS - 1 - i.leading_zeros()) as usize;
+                let b = buckets[k].get_or_init(|| zeroed((1 << k) * stride));
+                b[(i - (1 << k)) * stride + c].store(!t, Relaxed)
+            }
+        }
     }
 
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0.iter().map(|t| !t.load(Relaxed))
+    /// Entries allocated.
+    fn allocated(&self) -> usize {
+        match self {
+            Table::Flat(t, _) => t.len(),
+            Table::Grow(buckets, _) => buckets
+                .iter()
+                .filter_map(|b| b.get())
+                .map(|b| b.len())
+                .sum(),
+        }
     }
 }
 
 impl Clone for Table {
     fn clone(&self) -> Table {
-        Table(
-            self.0
-                .iter()
-                .map(|t| AtomicU32::new(t.load(Relaxed)))
-                .collect(),
-        )
+        let copy = |t: &[AtomicU32]| t.iter().map(|x| AtomicU32::new(x.load(Relaxed))).collect();
+        match self {
+            Table::Flat(t, stride) => Table::Flat(copy(t), *stride),
+            Table::Grow(buckets, stride) => Table::Grow(
+                buckets
+                    .iter()
+                    .map(|b| match b.get() {
+                        Some(b) => OnceLock::from(copy(b)),
+                        None => OnceLock::new(),
+                    })
+                    .collect(),
+                *stride,
+            ),
+        }
     }
 }
 
-/// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
+/// How a DFA's unknown table entries are computed.
+#[derive(Clone, Debug)]
+enum Fill {
+    /// Never: every entry was computed when the DFA was built.
+    Built,
+    /// From segments ([`compose`]).
+    Composed(Box<compose::Composed>),
+    /// By subset construction, one state's row at a time.
+    Subset(Box<Lazy>),
+}
+
+/// A lazily built DFA's construction state.
 #[derive(Debug)]
+struct Lazy {
+    subsets: Mutex<subset::Subsets>,
+    /// Set when a state was needed past the size limit (see [`LexemeDfa::overflowed`]).
+    overflow: AtomicBool,
+    /// Per state index: the fewest bytes to an accepting state, and the first.
+    shortest: Mutex<FxHashMap<u32, Option<(u32, u8)>>>,
+}
+
+impl Clone for Lazy {
+    fn clone(&self) -> Lazy {
+        Lazy {
+            subsets: Mutex::new(lock(&self.subsets).clone()),
+            overflow: AtomicBool::new(self.overflow.load(Relaxed)),
+            shortest: Mutex::new(lock(&self.shortest).clone()),
+        }
+    }
+}
+
+/// A mutex's guard; a poisoned lock (a panic while held elsewhere) is still used: the
+/// guarded construction state is consistent between its operations.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
+#[derive(Clone, Debug)]
 pub struct LexemeDfa {
     classes: [u8; 256],
     stride: usize,
-    /// `trans[index * stride + class]`: tagged ids (index | flags). A composed DFA
-    /// ([`compose`]) starts with every entry [`UNKNOWN`] and computes each on first use,
-    /// from its segments: filling is idempotent, so concurrent fills of one entry agree.
+    /// Tagged ids (index | flags) by state and class. Composed and lazily built DFAs start
+    /// with entries [`UNKNOWN`] and compute each on first use ([`Fill`]): filling is
+    /// idempotent, so concurrent fills of one entry agree.
     trans: Table,
+    /// Number of states (fixed unless built lazily).
     len: usize,
     /// `first[b / 64] >> (b % 64) & 1`: byte `b` can start a match.
     first: [u64; 4],
     start: u32,
-    /// A composed DFA's segments, which compute its entries.
-    composed: Option<Box<compose::Composed>>,
+    fill: Fill,
     /// Per state index: the fewest bytes to an accepting state and the first of them
-    /// (table-built DFAs; computed on first use).
+    /// (built DFAs; computed on first use).
     shortest: OnceLock<(Vec<u32>, Vec<u8>)>,
-}
-
-impl Clone for LexemeDfa {
-    fn clone(&self) -> LexemeDfa {
-        LexemeDfa {
-            classes: self.classes,
-            stride: self.stride,
-            trans: self.trans.clone(),
-            len: self.len,
-            first: self.first,
-            start: self.start,
-            composed: self.composed.clone(),
-            shortest: self.shortest.clone(),
-        }
-    }
 }
 
 impl LexemeDfa {
@@ -136,157 +206,78 @@ impl LexemeDfa {
     ) -> Result<LexemeDfa, ErrorKind> {
         match compose::compose(hir, size_limit, cache) {
             Some(composed) => composed,
-            None => Self::build_tables(hir, size_limit),
+            None => Self::build_lazy(hir, size_limit),
         }
     }
 
-    /// [`LexemeDfa::build`] by subset construction and minimization, never composed.
+    /// [`LexemeDfa::build`] by subset construction of every state and minimization, never
+    /// composed nor lazy (for the pieces of composed DFAs, which must be whole).
     pub(crate) fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
-        // One compiler per thread: it keeps its UTF-8 tables (tens of KiB) between builds.
-        thread_local! {
-            static COMPILER: std::cell::RefCell<(usize, thompson::Compiler)> =
-                std::cell::RefCell::new((0, thompson::Compiler::new()));
-        }
-        let nfa = COMPILER
-            .with(|c| {
-                let mut c = c.borrow_mut();
-                if c.0 != size_limit {
-                    c.1.configure(
-                        thompson::Config::new()
-                            .nfa_size_limit(Some(size_limit))
-                            .shrink(false)
-                            .which_captures(thompson::WhichCaptures::None),
-                    );
-                    c.0 = size_limit;
-                }
-                c.1.build_from_hir(hir)
-            })
-            .map_err(|e| size_error(e.to_string(), size_limit))?;
-        let mut classes = [0u8; 256];
-        let mut reps = Vec::new(); // one representative byte per class
-        for b in 0..=255u8 {
-            let c = nfa.byte_classes().get(b);
-            classes[b as usize] = c;
-            if c as usize == reps.len() {
-                reps.push(b);
-            }
-        }
-        let stride = reps.len();
-        let states = nfa.states();
-        let mut stamp = vec![0u32; states.len()];
-        let mut round = 0u32;
-        let mut stack = Vec::new();
-        // Epsilon closure of `seeds` into a sorted set of byte-consuming and match states.
-        let mut closure = |seeds: &mut Vec<StateID>, out: &mut Vec<u32>| {
-            round += 1;
-            out.clear();
-            stack.clear();
-            stack.append(seeds);
-            while let Some(id) = stack.pop() {
-                let i = id.as_usize();
-                if stamp[i] == round {
-                    continue;
-                }
-                stamp[i] = round;
-                match &states[i] {
-                    State::ByteRange { .. }
-                    | State::Sparse(_)
-                    | State::Dense(_)
-                    | State::Match { .. } => out.push(i as u32),
-                    State::Union { alternates } => stack.extend(alternates.iter().rev().copied()),
-                    State::BinaryUnion { alt1, alt2 } => {
-                        stack.push(*alt2);
-                        stack.push(*alt1);
-                    }
-                    State::Capture { next, .. } => stack.push(*next),
-                    // Lexemes have no look-around; a look state matches nothing here.
-                    State::Look { .. } | State::Fail => {}
-                }
-            }
-            out.sort_unstable();
-        };
-        let mut index: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
-        let mut sets: Vec<Vec<u32>> = vec![Vec::new()]; // index 0: dead (empty set)
-        index.insert(Vec::new(), DEAD);
+        let mut sub = subset::Subsets::new(hir, size_limit)?;
+        let too_big = || size_error("limit".into(), size_limit);
+        let stride = sub.stride;
+        let start = sub.start().map_err(|_| too_big())?;
         let mut trans: Vec<u32> = vec![DEAD; stride];
-        let mut set = Vec::new();
-        closure(&mut vec![nfa.start_anchored()], &mut set);
-        let start_ix = *index.entry(set.clone()).or_insert_with(|| {
-            sets.push(set.clone());
-            (sets.len() - 1) as u32
-        });
-        let mut single = vec![u32::MAX; states.len()];
-        // Per state, NFA transitions are dropped into per-class buckets (byte classes are
-        // contiguous and ordered, so a byte range covers a range of classes); classes with
-        // an empty bucket lead to DEAD without further work.
-        let mut buckets: Vec<Vec<StateID>> = vec![Vec::new(); stride];
         let mut i = 1;
-        while i < sets.len() {
-            for &s in &sets[i] {
-                let mut add = |start: u8, end: u8, next: StateID| {
-                    for c in classes[start as usize]..=classes[end as usize] {
-                        buckets[c as usize].push(next);
-                    }
-                };
-                match &states[s as usize] {
-                    State::ByteRange { trans } => add(trans.start, trans.end, trans.next),
-                    State::Sparse(sp) => sp
-                        .transitions
-                        .iter()
-                        .for_each(|t| add(t.start, t.end, t.next)),
-                    State::Dense(d) => {
-                        for (b, &next) in d.transitions.iter().enumerate() {
-                            if next != StateID::ZERO {
-                                add(b as u8, b as u8, next);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            for bucket in buckets.iter_mut() {
-                // Most classes lead nowhere; and a single target state's closure is cached.
-                let t = match bucket.as_slice() {
-                    [] => DEAD,
-                    &[one] if single[one.as_usize()] != u32::MAX => {
-                        bucket.clear();
-                        single[one.as_usize()]
-                    }
-                    _ => {
-                        let one = (bucket.len() == 1).then(|| bucket[0].as_usize());
-                        closure(bucket, &mut set);
-                        let t = match index.get(&set) {
-                            Some(&t) => t,
-                            None => {
-                                let t = sets.len() as u32;
-                                sets.push(set.clone());
-                                index.insert(std::mem::take(&mut set), t);
-                                t
-                            }
-                        };
-                        if let Some(one) = one {
-                            single[one] = t;
-                        }
-                        t
-                    }
-                };
-                trans.push(t);
-            }
+        while i < sub.len() {
+            trans.resize((i + 1) * stride, DEAD);
+            sub.row(i as u32, &mut trans[i * stride..])
+                .map_err(|_| too_big())?;
             if trans.len() * 4 > size_limit {
-                return Err(size_error("limit".into(), size_limit));
+                return Err(too_big());
             }
             i += 1;
         }
-        let accept: Vec<bool> = sets
-            .iter()
-            .map(|set| {
-                set.iter()
-                    .any(|&s| matches!(states[s as usize], State::Match { .. }))
-            })
-            .collect();
+        let accept = (0..sub.len() as u32).map(|i| sub.accepting(i)).collect();
         Ok(Self::from_tables(
-            classes, stride, trans, accept, start_ix, true,
+            sub.classes,
+            stride,
+            trans,
+            accept,
+            start,
+            true,
         ))
+    }
+
+    /// [`LexemeDfa::build`] lazily: the NFA and the start state now, every other state the
+    /// first time a transition reaches it.
+    fn build_lazy(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        let mut sub = subset::Subsets::new(hir, size_limit)?;
+        let start = sub
+            .start()
+            .map_err(|_| size_error("limit".into(), size_limit))?;
+        let tag = |sub: &subset::Subsets, i: u32| {
+            if i == DEAD {
+                DEAD
+            } else {
+                i | if sub.accepting(i) { ACCEPT } else { 0 }
+                    | if sub.continues(i) { CONTINUE } else { 0 }
+            }
+        };
+        let start = tag(&sub, start);
+        let dfa = LexemeDfa {
+            classes: sub.classes,
+            stride: sub.stride,
+            trans: Table::growing(sub.stride),
+            len: 0,
+            first: [0; 4],
+            start,
+            fill: Fill::Subset(Box::new(Lazy {
+                subsets: Mutex::new(sub),
+                overflow: AtomicBool::new(false),
+                shortest: Mutex::new(FxHashMap::default()),
+            })),
+            shortest: OnceLock::new(),
+        };
+        let mut first = [0u64; 4];
+        if start != DEAD {
+            for b in 0..=255u8 {
+                if dfa.next(start, b) != DEAD {
+                    first[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
+        }
+        Ok(LexemeDfa { first, ..dfa })
     }
 
     /// Finishes a DFA from a raw table (state 0 dead): merges states that cannot reach a
@@ -393,18 +384,19 @@ impl LexemeDfa {
         LexemeDfa {
             classes,
             stride,
-            trans: Table::from_ids(new_trans),
+            trans: Table::from_ids(new_trans, stride),
             len: kept,
             first,
             start,
-            composed: None,
+            fill: Fill::Built,
             shortest: OnceLock::new(),
         }
     }
 
     /// The DFA of `a` combined with `b` (GBNF's `a & b` and `a & ~b`, corral's extension):
     /// the product construction over pairs of states, byte classes refined to pairs of
-    /// classes, then the same pruning and minimization as [`LexemeDfa::build`].
+    /// classes, then the same pruning of dead states as [`LexemeDfa::build`] (not minimized:
+    /// it would cost more than it saves).
     /// `size_limit` bounds the table's bytes.
     pub fn product(
         a: &LexemeDfa,
@@ -456,8 +448,22 @@ impl LexemeDfa {
             i += 1;
         }
         Ok(Self::from_tables(
-            classes, stride, trans, accept, start, true,
+            classes, stride, trans, accept, start, false,
         ))
+    }
+
+    /// A DFA that matches nothing.
+    pub(crate) fn never() -> LexemeDfa {
+        LexemeDfa {
+            classes: [0; 256],
+            stride: 1,
+            trans: Table::from_ids(vec![DEAD], 1),
+            len: 1,
+            first: [0; 4],
+            start: DEAD,
+            fill: Fill::Built,
+            shortest: OnceLock::new(),
+        }
     }
 
     /// The start state; [`DEAD`] if the lexeme matches nothing.
@@ -470,34 +476,63 @@ impl LexemeDfa {
     #[inline]
     pub fn next(&self, state: u32, byte: u8) -> u32 {
         let class = self.classes[byte as usize] as usize;
-        let t = self
-            .trans
-            .get((state & INDEX) as usize * self.stride + class);
-        if t != UNKNOWN {
-            return t;
-        }
-        self.fill(state & INDEX, class)
-    }
-
-    /// Computes a composed DFA's missing entry.
-    #[cold]
-    fn fill(&self, index: u32, class: usize) -> u32 {
-        let c = self
-            .composed
-            .as_ref()
-            .expect("only composed DFAs have unknown entries");
-        let t = c.next(index, class);
-        self.trans.set(index as usize * self.stride + class, t);
-        t
+        self.entry((state & INDEX) as usize, class)
     }
 
     /// The entry for state index `s` and class `c` (computed if missing).
+    #[inline]
     fn entry(&self, s: usize, c: usize) -> u32 {
-        let t = self.trans.get(s * self.stride + c);
+        let t = self.trans.get(s, c);
         if t != UNKNOWN {
             return t;
         }
         self.fill(s as u32, c)
+    }
+
+    /// Computes a missing entry (of a composed or lazily built DFA).
+    #[cold]
+    fn fill(&self, index: u32, class: usize) -> u32 {
+        match &self.fill {
+            Fill::Composed(c) => {
+                let t = c.next(index, class);
+                self.trans.set(index as usize, class, t);
+                t
+            }
+            Fill::Subset(lazy) => {
+                let mut sub = lock(&lazy.subsets);
+                // Another thread may have filled the row meanwhile.
+                let t = self.trans.get(index as usize, class);
+                if t != UNKNOWN {
+                    return t;
+                }
+                let mut row = vec![DEAD; self.stride];
+                if sub.row(index, &mut row).is_err() {
+                    lazy.overflow.store(true, Relaxed);
+                    return DEAD;
+                }
+                let tag = |i: u32| {
+                    if i == DEAD {
+                        DEAD
+                    } else {
+                        i | if sub.accepting(i) { ACCEPT } else { 0 }
+                            | if sub.continues(i) { CONTINUE } else { 0 }
+                    }
+                };
+                for (c, &t) in row.iter().enumerate() {
+                    self.trans.set(index as usize, c, tag(t));
+                }
+                tag(row[class])
+            }
+            // Built tables have no unknown entries.
+            Fill::Built => DEAD,
+        }
+    }
+
+    /// Whether a lazily built DFA needed a state past its size limit (`max_lexeme_bytes`):
+    /// the transition into it read as dead, so matching is no longer exact and the caller
+    /// must report the limit.
+    pub fn overflowed(&self) -> bool {
+        matches!(&self.fill, Fill::Subset(l) if l.overflow.load(Relaxed))
     }
 
     /// Whether the bytes read so far are a complete match.
@@ -529,9 +564,12 @@ impl LexemeDfa {
         (state & INDEX) as usize
     }
 
-    /// Number of states, [`DEAD`] included.
+    /// Number of states, [`DEAD`] included (so far, for a lazily built DFA).
     pub fn len(&self) -> usize {
-        self.len
+        match &self.fill {
+            Fill::Subset(l) => lock(&l.subsets).len(),
+            _ => self.len,
+        }
     }
 
     /// Always false: the dead state is always there.
@@ -541,7 +579,7 @@ impl LexemeDfa {
 
     /// Heap bytes of the tables (allocated: a composed DFA's untouched entries are counted).
     pub fn memory_usage(&self) -> usize {
-        self.trans.len() * 4
+        self.trans.allocated() * 4
     }
 
     /// The fewest bytes from `state` to an accepting state, and the first of them (the most
@@ -550,8 +588,18 @@ impl LexemeDfa {
         if state == DEAD {
             return None;
         }
-        if let Some(c) = &self.composed {
-            return c.shortest(state & INDEX);
+        match &self.fill {
+            Fill::Composed(c) => return c.shortest(state & INDEX),
+            Fill::Subset(lazy) => {
+                let i = state & INDEX;
+                if let Some(&r) = lock(&lazy.shortest).get(&i) {
+                    return r;
+                }
+                let r = self.shortest_forward(state);
+                lock(&lazy.shortest).insert(i, r);
+                return r;
+            }
+            Fill::Built => {}
         }
         let (dist, byte) = self.shortest.get_or_init(|| self.shortest_suffixes());
         let i = (state & INDEX) as usize;
@@ -569,15 +617,42 @@ impl LexemeDfa {
         state
     }
 
-    /// For every state (by [`LexemeDfa::index`]): the fewest bytes that lead from it to an
-    /// accepting state (`u32::MAX` if none; 0 for accepting states), and the first of them.
-    /// A breadth-first search backwards from the accepting states (over the whole table).
-    fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
-        let n = self.len;
-        // Tagged id of each state index, to read its flags.
-        let tag = self.tags();
-        // One byte per class, the most readable: a lower-case letter, then a digit, an
-        // upper-case letter, a space, other printable ASCII, anything.
+    /// For a lazily built DFA: the fewest bytes from `state` to an accepting state and the
+    /// first of them, by a breadth-first search forward (classes tried most readable byte
+    /// first, so the first path found is the most readable of the shortest).
+    fn shortest_forward(&self, state: u32) -> Option<(u32, u8)> {
+        if self.is_accepting(state) {
+            return Some((0, 0));
+        }
+        let reps = self.readable_reps();
+        let mut order: Vec<usize> = (0..self.stride).collect();
+        order.sort_by_key(|&c| reps[c].0);
+        // Per state reached: (distance, first byte of its path).
+        let mut seen: FxHashMap<u32, (u32, u8)> = FxHashMap::default();
+        let mut queue = std::collections::VecDeque::new();
+        seen.insert(state & INDEX, (0, 0));
+        queue.push_back(state);
+        while let Some(s) = queue.pop_front() {
+            let (d, first) = seen[&(s & INDEX)];
+            for &c in &order {
+                let t = self.entry((s & INDEX) as usize, c);
+                if t == DEAD || seen.contains_key(&(t & INDEX)) {
+                    continue;
+                }
+                let first = if d == 0 { reps[c].1 } else { first };
+                if self.is_accepting(t) {
+                    return Some((d + 1, first));
+                }
+                seen.insert(t & INDEX, (d + 1, first));
+                queue.push_back(t);
+            }
+        }
+        None
+    }
+
+    /// Per byte class: its most readable byte and that byte's rank (a lower-case letter,
+    /// then a digit, an upper-case letter, a space, other printable ASCII, anything).
+    fn readable_reps(&self) -> Vec<(u8, u8)> {
         let rank = |b: u8| match b {
             b'a'..=b'z' => 0,
             b'0'..=b'9' => 1,
@@ -586,15 +661,26 @@ impl LexemeDfa {
             0x21..=0x7e => 4,
             _ => 5,
         };
-        let mut reps = vec![0u8; self.stride];
-        let mut best = vec![u8::MAX; self.stride];
+        let mut reps = vec![(u8::MAX, 0u8); self.stride];
         for b in 0..=255u8 {
             let c = self.classes[b as usize] as usize;
-            if rank(b) < best[c] {
-                best[c] = rank(b);
-                reps[c] = b;
+            if rank(b) < reps[c].0 {
+                reps[c] = (rank(b), b);
             }
         }
+        reps
+    }
+
+    /// For every state (by [`LexemeDfa::index`]): the fewest bytes that lead from it to an
+    /// accepting state (`u32::MAX` if none; 0 for accepting states), and the first of them.
+    /// A breadth-first search backwards from the accepting states (over the whole table).
+    fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
+        let n = self.len;
+        // Tagged id of each state index, to read its flags.
+        let tag = self.tags();
+        let readable = self.readable_reps();
+        let reps: Vec<u8> = readable.iter().map(|r| r.1).collect();
+        let best: Vec<u8> = readable.iter().map(|r| r.0).collect();
         let mut preds: Vec<Vec<(u32, u8)>> = vec![Vec::new(); n];
         for s in 1..n {
             for (c, &rep) in reps.iter().enumerate() {
@@ -639,64 +725,18 @@ impl LexemeDfa {
         (dist, byte)
     }
 
-    /// Classes of states that no string of at most `depth` bytes tells apart (the same
-    /// strings of that length lead to accepting, and to dead, states from each): by state
-    /// index, dense class numbers. Moore's refinement cut off after `depth` rounds. Token
-    /// masks from two states of a class are the same for tokens of at most `depth` bytes,
-    /// so the engine caches per class: a counted lexeme (`[^"]{0,500}`) has one class for
-    /// all counts far enough from the bound.
-    pub fn bounded_classes(&self, depth: usize) -> Vec<u32> {
-        let n = self.len;
-        let tag = self.tags();
-        // Round 0: dead, live non-accepting, accepting.
-        let mut class: Vec<u32> = (0..n)
-            .map(|s| match s {
-                0 => 0,
-                _ if self.is_accepting(tag[s]) => 2,
-                _ => 1,
-            })
-            .collect();
-        // Start from the number of round-0 classes actually present: when every live
-        // state accepts there are two, and starting from three would stop the refinement
-        // after its first split (`[ \t\n]{0,32}` would put every count in one class).
-        let mut count = {
-            let mut seen = [false; 3];
-            class.iter().for_each(|&c| seen[c as usize] = true);
-            seen.iter().filter(|&&s| s).count()
-        };
-        let mut index: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
-        let mut sig = Vec::with_capacity(self.stride + 1);
-        for _ in 0..depth {
-            index.clear();
-            let mut next = vec![0u32; n];
-            for s in 0..n {
-                sig.clear();
-                sig.push(class[s]);
-                for c in 0..self.stride {
-                    sig.push(class[(self.entry(s, c) & INDEX) as usize]);
-                }
-                let k = index.len() as u32;
-                next[s] = *index.entry(sig.clone()).or_insert(k);
-            }
-            let new_count = index.len();
-            class = next;
-            if new_count == count {
-                break;
-            }
-            count = new_count;
-        }
-        class
-    }
-
-    /// The tagged id of each state index (0: dead). Computes every entry of a composed DFA.
+    /// The tagged id of each state index (0: dead), of a built or composed DFA.
     pub(crate) fn tags(&self) -> Vec<u32> {
-        if let Some(c) = &self.composed {
+        if let Fill::Composed(c) = &self.fill {
             return (0..self.len as u32).map(|i| c.tag(i)).collect();
         }
         let mut tag = vec![DEAD; self.len];
         tag[(self.start & INDEX) as usize] = self.start;
-        for t in self.trans.iter() {
-            tag[(t & INDEX) as usize] = t;
+        for s in 0..self.len {
+            for c in 0..self.stride {
+                let t = self.trans.get(s, c);
+                tag[(t & INDEX) as usize] = t;
+            }
         }
         tag
     }

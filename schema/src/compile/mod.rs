@@ -4,7 +4,7 @@
 
 use super::gbnf::{EPSILON, alt, and, from_hir, lit, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
-use super::pattern::{Spelling, any_char, ecma_to_hir, json_encode, restrict_length};
+use super::pattern::{Encoder, Spelling, any_char, ecma_to_hir, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
 use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
@@ -200,6 +200,10 @@ struct Compiler<'a> {
     ids: FxHashMap<String, String>,
     rules: Vec<(String, String)>,
     names: FxHashSet<String>,
+    /// Per base name: the next number to try after it.
+    next_suffix: FxHashMap<String, u32>,
+    /// JSON encodings of character classes, shared by the schema's strings.
+    enc: Encoder,
     by_body: FxHashMap<String, String>,
     /// `$ref` target pointer -> its rule (`None` once known to be unsatisfiable).
     refs: FxHashMap<String, Option<String>>,
@@ -232,6 +236,8 @@ impl<'a> Compiler<'a> {
             ids,
             rules: Vec::new(),
             names,
+            next_suffix: FxHashMap::default(),
+            enc: Encoder::default(),
             by_body: FxHashMap::default(),
             refs: FxHashMap::default(),
             deferred: Vec::new(),
@@ -251,6 +257,18 @@ impl<'a> Compiler<'a> {
             self.opts.limits.max_lexeme_bytes,
             self.opts.dfa_cache.as_ref(),
         )
+    }
+
+    /// The number of states of `h`'s whole DFA (built eagerly, to size an intersection
+    /// before building it).
+    fn dfa_states(&self, h: &Hir) -> Option<usize> {
+        LexemeDfa::build_whole(
+            h,
+            self.opts.limits.max_lexeme_bytes,
+            self.opts.dfa_cache.as_ref(),
+        )
+        .ok()
+        .map(|d| d.len())
     }
 
     /// A keyword the grammar cannot express: an error, or (lenient) a deferral.
@@ -298,10 +316,12 @@ impl<'a> Compiler<'a> {
             base = "v".into();
         }
         let mut name = base.clone();
-        let mut k = 2;
+        // Numbered from where the last name with this base stopped (not from 2 each time:
+        // a large schema gives thousands of rules the same base).
+        let k = self.next_suffix.entry(base.clone()).or_insert(2);
         while self.names.contains(&name) {
             name = format!("{base}-{k}");
-            k += 1;
+            *k += 1;
         }
         self.names.insert(name.clone());
         name
@@ -394,8 +414,8 @@ impl<'a> Compiler<'a> {
 
     /// Any JSON string.
     fn json_string(&mut self) -> String {
-        self.fixed_rule("json-string", |_| {
-            let ch = from_hir(&json_encode(&any_char(), Spelling::Any)).expect("non-empty");
+        self.fixed_rule("json-string", |c| {
+            let ch = from_hir(&c.enc.encode(&any_char(), Spelling::Any)).expect("non-empty");
             seq(&[lit("\""), repeat(&ch, 0, None), lit("\"")])
         })
     }

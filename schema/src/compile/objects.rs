@@ -191,10 +191,10 @@ impl Compiler<'_> {
         let key = if names.is_empty() && patterns.is_empty() {
             self.json_string()
         } else {
-            let body = from_hir(&json_encode(&not_in(names), Spelling::Plain))
+            let body = from_hir(&self.enc.encode(&not_in(names), Spelling::Plain))
                 .expect("the complement of a finite set is not empty");
             let key = seq(&[lit("\""), body, lit("\"")]);
-            let key = match from_hir(&json_encode(&Hir::alternation(patterns), Spelling::Any)) {
+            let key = match from_hir(&self.enc.encode(&Hir::alternation(patterns), Spelling::Any)) {
                 // Not matching any pattern, however its characters are escaped.
                 Some(p) => and(&[key, not(&seq(&[lit("\""), p, lit("\"")]))]),
                 None => key,
@@ -249,12 +249,12 @@ impl Compiler<'_> {
         let Some(val) = self.value(s, &pp, &format!("{hint}-pattern"))? else {
             return Ok(None);
         };
-        let Some(body) = from_hir(&json_encode(&hir, Spelling::Plain)) else {
+        let Some(body) = from_hir(&self.enc.encode(&hir, Spelling::Plain)) else {
             return Ok(None);
         };
         let mut key = seq(&[lit("\""), body, lit("\"")]);
         if shadows_a_name {
-            let others = from_hir(&json_encode(&not_in(names), Spelling::Plain))
+            let others = from_hir(&self.enc.encode(&not_in(names), Spelling::Plain))
                 .expect("the complement of a finite set is not empty");
             key = and(&[key, seq(&[lit("\""), others, lit("\"")])]);
         }

@@ -46,7 +46,7 @@ impl Compiler<'_> {
         }
         let mut operands = Vec::with_capacity(parts.len());
         for h in &parts {
-            let Some(body) = from_hir(&json_encode(h, Spelling::Any)) else {
+            let Some(body) = from_hir(&self.enc.encode(h, Spelling::Any)) else {
                 return Ok(None);
             };
             operands.push(seq(&[lit("\""), body, lit("\"")]));
@@ -107,7 +107,7 @@ impl Compiler<'_> {
     ) -> Res<()> {
         // The product automaton has at most the product of the parts' states.
         let states = parts.iter().try_fold(counter, |acc, h| {
-            self.dfa(h).ok().map(|d| acc.saturating_mul(d.len().max(1)))
+            self.dfa_states(h).map(|n| acc.saturating_mul(n.max(1)))
         });
         parts.extend(length);
         if states.is_none_or(|s| s > MAX_PRODUCT_STATES) {
