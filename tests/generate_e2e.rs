@@ -18,15 +18,7 @@ use std::sync::{Mutex, OnceLock};
 fn model_path() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "{} missing (scripts/fetch-assets model): skipping",
-            p.display()
-        );
-        None
-    }
+    common::require_input(p, "run scripts/fetch-assets model")
 }
 
 /// One model for the whole test binary (tests take turns).

@@ -15,19 +15,14 @@ use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const TOKENIZERS: [&str; 4] = ["llama3_1", "qwen3", "gptoss", "llama2"];
+const TOKENIZERS: [&str; 5] = ["llama3_1", "qwen3", "gptoss", "llama2", "gemma3"];
 
 fn tokenizer_path(name: &str) -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("assets/tokenizers")
         .join(name)
         .join("tokenizer.json");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("{} missing (scripts/fetch-assets): skipping", p.display());
-        None
-    }
+    common::require_input(p, "run scripts/fetch-assets")
 }
 
 fn documents() -> Vec<(String, String)> {

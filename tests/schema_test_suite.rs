@@ -3,6 +3,8 @@
 //! share of tests passed does not fall (see `tests/support/suite.rs`; the table beside
 //! llguidance's baseline: `cargo run --release --example schema_test_suite`).
 
+mod common;
+
 #[path = "support/suite.rs"]
 mod suite;
 
@@ -10,13 +12,9 @@ mod suite;
 fn json_schema_test_suite() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("assets/json-schema-test-suite/draft2020-12");
-    if !dir.is_dir() {
-        eprintln!(
-            "{} missing (scripts/fetch-assets suites): skipping",
-            dir.display()
-        );
+    let Some(dir) = common::require_input(dir, "run scripts/fetch-assets suites") else {
         return;
-    }
+    };
     let baseline = root.join(
         "../shared/conformance/llguidance/json_schema_test_suite/expected_json_schema_test_suite.json",
     );

@@ -24,13 +24,7 @@ fn model() -> Option<&'static Mutex<Model>> {
         .get_or_init(|| {
             let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-            if !p.exists() {
-                eprintln!(
-                    "{} missing (scripts/fetch-assets model): skipping",
-                    p.display()
-                );
-                return None;
-            }
+            let p = common::require_input(p, "run scripts/fetch-assets model")?;
             Some(Mutex::new(
                 Model::load(p.to_str().unwrap(), DeviceSpec::Cpu).unwrap(),
             ))

@@ -19,10 +19,15 @@ fn asset(name: &str) -> Option<PathBuf> {
         .join("../assets/tokenizers")
         .join(name)
         .join("tokenizer.json");
-    p.exists().then_some(p).or_else(|| {
-        eprintln!("{name} tokenizer missing (scripts/fetch-assets): skipping");
-        None
-    })
+    if p.exists() {
+        return Some(p);
+    }
+    let message = format!("{} is missing (run scripts/fetch-assets)", p.display());
+    if std::env::var_os("CORRAL_REQUIRE_ASSETS").is_some_and(|v| v != "0") {
+        panic!("{message}");
+    }
+    println!("skipped: {message}");
+    None
 }
 
 fn build(family: &str, tokenizer: &Path, vocab: usize) -> PathBuf {

@@ -3,17 +3,16 @@
 
 use std::path::PathBuf;
 
-/// `../shared/conformance` beside the checkout (or `$CORRAL_CONFORMANCE`), if present.
+/// `../shared/conformance` beside the checkout (or `$CORRAL_CONFORMANCE`), required as
+/// [`require_input`] says.
 pub fn conformance_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("CORRAL_CONFORMANCE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("conformance data not found at {}: skipping", dir.display());
-        None
-    }
+    require_input(
+        dir,
+        "the peer conformance data sits in ../shared/conformance beside the checkout, or set CORRAL_CONFORMANCE",
+    )
 }
 
 /// Reads a JSON file.
@@ -73,7 +72,7 @@ pub fn require_input(path: PathBuf, how: &str) -> Option<PathBuf> {
 }
 
 /// The tokenizers `scripts/fetch-assets` fetches, by folder name under assets/tokenizers.
-pub const ASSET_TOKENIZERS: [&str; 4] = ["llama3_1", "qwen3", "gptoss", "llama2"];
+pub const ASSET_TOKENIZERS: [&str; 5] = ["llama3_1", "qwen3", "gptoss", "llama2", "gemma3"];
 
 /// `assets/tokenizers/NAME/tokenizer.json`, required as [`require_input`] says.
 pub fn asset_tokenizer(name: &str) -> Option<PathBuf> {

@@ -26,7 +26,12 @@ impl TokenSpace {
     /// `width` is the model's logit count (at least the vocabulary size; padded embeddings
     /// make it larger, e.g. Qwen3's 151,936 logits for 151,669 tokens). `eos` are the tokens
     /// that end generation; they are allowed exactly when the grammar accepts.
-    pub fn new(vocab: Vocabulary, width: Option<usize>, eos: Vec<TokenId>) -> TokenSpace {
+    /// An `eos` token that is also text (has bytes) is made special: it ends generation,
+    /// so it is never allowed inside text.
+    pub fn new(mut vocab: Vocabulary, width: Option<usize>, eos: Vec<TokenId>) -> TokenSpace {
+        for &t in &eos {
+            vocab.mark_special(t);
+        }
         let trie = TokenTrie::new(&vocab);
         let width = width.unwrap_or(vocab.len()).max(vocab.len());
         TokenSpace {
@@ -85,10 +90,18 @@ impl TokenSpace {
 
     /// Adds stop tokens (allowed, like EOS, exactly when the grammar accepts).
     pub fn with_stop_tokens(mut self, stops: impl IntoIterator<Item = TokenId>) -> TokenSpace {
+        let before = self.eos.len();
         for s in stops {
             if !self.eos.contains(&s) {
                 self.eos.push(s);
             }
+        }
+        if self.eos[before..]
+            .iter()
+            .any(|&t| self.vocab.token_bytes(t).is_some())
+        {
+            // A stop token that was text leaves the trie.
+            return TokenSpace::new(self.vocab, Some(self.width), self.eos);
         }
         self
     }
@@ -98,5 +111,38 @@ impl TokenSpace {
         self.width = width.max(self.vocab.len());
         self.slice = OnceLock::new();
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A text token chosen as EOS (Gemma's `</s>` is text) leaves the trie: it ends
+    /// generation, so no mask may offer it as text.
+    #[test]
+    fn eos_that_is_text_is_never_text() {
+        let vocab = Vocabulary::from_parts(
+            [(TokenId(0), b"a".to_vec()), (TokenId(1), b"</s>".to_vec())],
+            [(TokenId(2), "<eos>".to_string())],
+        );
+        assert_eq!(
+            vocab.default_eos(),
+            Some(TokenId(2)),
+            "a text `</s>` is not the EOS"
+        );
+        let space = TokenSpace::new(vocab.clone(), None, vec![TokenId(1)]);
+        assert_eq!(space.vocab().token_bytes(TokenId(1)), None);
+        assert!(space.vocab().is_special(TokenId(1)));
+        let text: Vec<_> = space.vocab().text_tokens().map(|(t, _)| t).collect();
+        assert_eq!(text, vec![TokenId(0)]);
+        let stop = TokenSpace::new(vocab, None, vec![TokenId(2)]).with_stop_tokens([TokenId(0)]);
+        assert_eq!(stop.eos(), &[TokenId(2), TokenId(0)]);
+        let text: Vec<_> = stop.vocab().text_tokens().map(|(t, _)| t).collect();
+        assert_eq!(
+            text,
+            vec![TokenId(1)],
+            "the stop token `a` left the text tokens"
+        );
     }
 }

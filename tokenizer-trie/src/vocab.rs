@@ -96,6 +96,16 @@ impl Vocabulary {
         self.special.push((id, name));
     }
 
+    /// Makes a text token special (named by its text): an end-of-generation or stop token
+    /// is never text, so a mask allows it only where the grammar accepts.
+    pub fn mark_special(&mut self, id: TokenId) {
+        if let Some(b) = self.token_bytes(id) {
+            let name = String::from_utf8_lossy(b).into_owned();
+            self.add_special(id, name);
+            self.special.sort_by_key(|&(t, _)| t);
+        }
+    }
+
     /// Loads a Hugging Face `tokenizer.json`.
     pub fn from_tokenizer_json(path: &Path) -> Result<Vocabulary, TrieError> {
         let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| TrieError::Tokenizer {
@@ -201,7 +211,8 @@ impl Vocabulary {
             .filter_map(|(i, b)| b.as_deref().map(|b| (TokenId(i as u32), b)))
     }
 
-    /// The usual end-of-generation token, by the names tokenizers commonly give it:
+    /// The usual end-of-generation special token, by the names tokenizers commonly give it
+    /// (a text token of the same spelling, as Gemma's `</s>`, is not one):
     /// `<|eot_id|>`, `<|im_end|>`, `<|return|>`, `</s>`, `<|endoftext|>`, `<|end_of_text|>`.
     pub fn default_eos(&self) -> Option<TokenId> {
         [
@@ -214,7 +225,8 @@ impl Vocabulary {
             "<eos>",
         ]
         .iter()
-        .find_map(|name| self.token_by_text(name))
+        .filter_map(|name| self.token_by_text(name))
+        .find(|&t| self.is_special(t))
     }
 
     /// The bytes of a sequence of tokens (special tokens contribute nothing); `ids` may be

@@ -1,6 +1,7 @@
 //! On every asset tokenizer (scripts/fetch-assets): the bytes of `encode(text)` concatenate
 //! back to `text`, special tokens stay out of the trie, and the trie holds every text token.
-//! Skipped (with a note) when the assets have not been fetched.
+//! Fails when the assets have not been fetched and `CORRAL_REQUIRE_ASSETS=1` (as
+//! `scripts/test` sets); skipped with a note otherwise.
 
 use corral_trie::{ByteEncoding, TokenTrie, Vocabulary, continuation_tokenizer, new_mask};
 use std::path::PathBuf;
@@ -11,14 +12,14 @@ fn asset(name: &str) -> Option<PathBuf> {
         .join(name)
         .join("tokenizer.json");
     if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "{} missing (run scripts/fetch-assets): skipping",
-            p.display()
-        );
-        None
+        return Some(p);
     }
+    let message = format!("{} is missing (run scripts/fetch-assets)", p.display());
+    if std::env::var_os("CORRAL_REQUIRE_ASSETS").is_some_and(|v| v != "0") {
+        panic!("{message}");
+    }
+    println!("skipped: {message}");
+    None
 }
 
 const CORPUS: &[&str] = &[
@@ -138,5 +139,21 @@ fn llama2() {
         assert_eq!(vocab.decode_bytes(enc.get_ids()), b" x");
         let id = tok.token_to_id("<0x0A>").unwrap();
         assert_eq!(vocab.token_bytes(id.into()), Some(&b"\n"[..]));
+    }
+}
+
+#[test]
+fn gemma3() {
+    check(
+        "gemma3",
+        ByteEncoding::SentencePiece,
+        &["<eos>", "<bos>", "<end_of_turn>"],
+    );
+    if let Some(path) = asset("gemma3") {
+        // Gemma's `</s>` is an ordinary text token: the end of generation is `<eos>`.
+        let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+        assert_eq!(vocab.default_eos(), vocab.token_by_text("<eos>"));
+        let id = vocab.token_by_text("</s>").unwrap();
+        assert!(!vocab.is_special(id));
     }
 }

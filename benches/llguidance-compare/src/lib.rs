@@ -39,6 +39,8 @@ pub fn conformance() -> PathBuf {
 pub enum Source {
     /// llama.cpp's json.gbnf (and its Lark form for llguidance).
     Json { gbnf: String },
+    /// Lark text, for llguidance only.
+    Lark(String),
     /// A JSON Schema, each engine with its default options.
     Schema {
         text: String,
@@ -65,6 +67,7 @@ impl Source {
     pub fn corral(&self) -> Result<Arc<Grammar>> {
         Ok(match self {
             Source::Json { gbnf } => compile_gbnf(gbnf, &CompileOptions::default())?,
+            Source::Lark(_) => return Err(anyhow!("corral has no Lark front end")),
             Source::Schema { text, .. } => {
                 corral_schema::compile_json_schema(text, &Default::default())?.grammar
             }
@@ -76,6 +79,7 @@ impl Source {
             Source::Json { .. } => {
                 llguidance::api::TopLevelGrammar::from_lark(JSON_LARK.to_string())
             }
+            Source::Lark(text) => llguidance::api::TopLevelGrammar::from_lark(text.clone()),
             Source::Schema { value, .. } => {
                 llguidance::api::TopLevelGrammar::from_json_schema(value.clone())
             }
@@ -97,18 +101,19 @@ pub struct Engines {
 
 impl Engines {
     pub fn load(name: &str, path: &Path) -> Result<Engines> {
-        let t0 = std::time::Instant::now();
-        let hf = tokenizers::Tokenizer::from_file(path).map_err(|e| anyhow!("{e}"))?;
-        let vocab = Vocabulary::from_tokenizer(&hf)?;
-        let eos = vocab.default_eos().into_iter().collect();
-        let space = Arc::new(TokenSpace::new(vocab, None, eos));
-        space.slice();
-        let corral_setup = t0.elapsed().as_secs_f64();
-        let t0 = std::time::Instant::now();
+        let t1 = std::time::Instant::now();
         let env = toktrie_hf_tokenizers::ByteTokenizer::from_file(path)?.into_tok_env(None)?;
         let mut factory = llguidance::ParserFactory::new_simple(&env)?;
         factory.quiet();
-        let llg_setup = t0.elapsed().as_secs_f64();
+        let llg_setup = t1.elapsed().as_secs_f64();
+        // Both engines end on the same token: llguidance's choice of EOS.
+        let eos = vec![TokenId(env.tok_trie().eos_token())];
+        let t0 = std::time::Instant::now();
+        let hf = tokenizers::Tokenizer::from_file(path).map_err(|e| anyhow!("{e}"))?;
+        let vocab = Vocabulary::from_tokenizer(&hf)?;
+        let space = Arc::new(TokenSpace::new(vocab, None, eos));
+        space.slice();
+        let corral_setup = t0.elapsed().as_secs_f64();
         Ok(Engines {
             name: name.to_string(),
             tokenizer: continuation_tokenizer(&hf),
