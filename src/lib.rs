@@ -98,7 +98,9 @@ impl From<&str> for Prompt {
     }
 }
 
-/// Generates text in `grammar`'s language after `prompt` (chat template applied).
+/// Generates text in `grammar`'s language after `prompt` (chat template applied). The
+/// grammar's constraint is kept in the model's [`Model::constraints`], so calling again
+/// with the same `grammar` starts with its mask caches warm.
 pub fn generate_constrained(
     model: &mut Model,
     grammar: &Arc<Grammar>,
@@ -117,7 +119,7 @@ pub fn generate_streaming(
     options: &GenerateOptions,
     on_delta: &mut dyn FnMut(&str),
 ) -> Result<Generation, Error> {
-    let constraint = grammar.map(|g| Constraint::new(g.clone(), model.space().clone()));
+    let constraint = grammar.map(|g| model.constraints().for_grammar(g));
     generate_with(model, constraint.as_ref(), prompt, options, on_delta)
 }
 

@@ -136,10 +136,9 @@ pub fn generate_json(
     options: &StructuredOptions,
 ) -> Result<StructuredOutput, Error> {
     let mut prompt = prompt.into();
-    let compiled = compile_json_schema_value(schema, &options.schema)?;
+    let constraint = schema_constraint(model, schema, options)?;
     let validator = Validator::new(schema).map_err(StructuredError::Validator)?;
     let mut last: Option<Rejected> = None;
-    let constraint = Constraint::new(compiled.grammar.clone(), model.space().clone());
     fit_prompt(model, &mut prompt, schema, options)?;
     let mut failed: Vec<Attempt> = Vec::new();
     for attempt in 0..options.max_attempts.max(1) {
@@ -255,12 +254,22 @@ fn compact(
     Ok(out)
 }
 
-/// A shared constraint for a schema (compile once, generate many times).
+/// The constraint for a schema: compiled once, then taken from the model's
+/// [`Model::constraints`] (keyed by the schema and its options) on every later call.
 pub fn schema_constraint(
     model: &Model,
     schema: &Value,
     options: &StructuredOptions,
 ) -> Result<Arc<Constraint>, Error> {
-    let compiled = compile_json_schema_value(schema, &options.schema)?;
-    Ok(Constraint::new(compiled.grammar, model.space().clone()))
+    let key = format!("json-schema\0{:?}\0{schema}", options.schema);
+    let cache = model.constraints();
+    cache.get_or_compile(&key, || {
+        let options = options
+            .schema
+            .clone()
+            .with_dfa_cache(Some(cache.dfas().clone()));
+        compile_json_schema_value(schema, &options)
+            .map(|c| c.grammar)
+            .map_err(Error::from)
+    })
 }

@@ -87,7 +87,10 @@ fn json_gbnf_output_is_valid_json() {
             },
             ..GenerateOptions::default()
         };
+        let (hits, _) = m.constraints().stats();
         let out = generate_constrained(&mut m, &g, *prompt, &opts).unwrap();
+        // The second call finds the first call's constraint (its mask caches warm).
+        assert_eq!(m.constraints().stats().0, hits + u64::from(i > 0));
         check_in_language(&g, &out, "json.gbnf");
         if out.finish_reason != FinishReason::Length {
             let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();

@@ -142,3 +142,31 @@ fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
         &[data("counted.txt"), data("counted_min.txt")],
     );
 }
+
+#[test]
+fn masks_stay_exact_when_grammars_share_a_token_set_cache() {
+    // Two compiles of one grammar (no shared DFA cache) build two lazily numbered DFAs of
+    // the same regex; reached in different orders, their state numbers mean different
+    // states, so the shared cache must not confuse them.
+    let Some(path) = asset_tokenizer("llama3_1") else {
+        return;
+    };
+    let space = Arc::new(TokenSpace::from_tokenizer_json(&path).unwrap());
+    let cache = corral::engine::MaskCache::new(space.clone());
+    let text = r#"root ::= (w " ")+
+w ::= "ab" [a-e]* "." | "cd" [0-9]* "!" | "xy""#;
+    for doc in ["cd12! cd! cd3! ", "abe. ab. abcde. ", "xy cd0! ab. "] {
+        let g = compile_gbnf(text, &CompileOptions::default()).unwrap();
+        let c = Constraint::with_cache(g, &cache);
+        let tokens = space
+            .trie()
+            .random_segmentation(doc.as_bytes(), &mut || 7)
+            .expect("a segmentation");
+        if let Err(m) = check_masks_exact(&c, &tokens) {
+            panic!(
+                "{doc}: mask differs from brute force at step {} after {:?}: extra {:?}, missing {:?}",
+                m.step, m.output, m.extra, m.missing
+            );
+        }
+    }
+}

@@ -196,6 +196,7 @@ fn a_budget_just_above_the_shortest_completion_still_gives_valid_json() {
     let validator = Validator::new(&schema).unwrap();
     // The shortest Recipe ({"title":"","diet":"Vegan","ingredients":[]}) is about 16 tokens.
     for max_tokens in [18, 24, 40] {
+        let (hits, misses) = m.constraints().stats();
         let out = generate_json(
             &mut m,
             &schema,
@@ -211,6 +212,11 @@ fn a_budget_just_above_the_shortest_completion_still_gives_valid_json() {
         );
         assert!(out.generation.stats.generated_tokens <= max_tokens);
         assert!(validator.is_valid(&out.value));
+        // Compiled once: later calls with the same schema find its constraint.
+        let now = m.constraints().stats();
+        if max_tokens > 18 {
+            assert_eq!(now, (hits + 1, misses), "the schema's constraint is reused");
+        }
         assert!(out.failed.is_empty());
         if max_tokens < 40 {
             assert_eq!(out.generation.finish_reason, FinishReason::BudgetCompleted);

@@ -45,7 +45,9 @@ pub struct MaskCacheStats {
     pub resets: u64,
 }
 
-type Key = (Arc<str>, u32);
+/// A lexeme DFA state: the DFA's key (its regex), its numbering (see
+/// `LexemeDfa::numbering`) and the state index.
+type Key = (Arc<str>, u64, u32);
 
 /// Token sets of lexeme DFA states for one token space. See the module docs.
 #[derive(Debug)]
@@ -113,7 +115,7 @@ impl MaskCache {
 
     /// The generic token sets of `state` of the DFA named `key`.
     pub(crate) fn generic(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<LexTokens> {
-        let k = (key.clone(), LexemeDfa::index(state) as u32);
+        let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
         self.get_or(&self.generic, k, || {
             let t = walk_generic(dfa, state, &self.space);
             let bytes = t.inside.as_slice().len() * 8
@@ -125,7 +127,7 @@ impl MaskCache {
 
     /// What the DFA named `key` does with the slice's suffixes from `state`.
     pub(crate) fn walk(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<SuffixWalk> {
-        let k = (key.clone(), LexemeDfa::index(state) as u32);
+        let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
         self.get_or(&self.walks, k, || {
             let w = walk_suffixes(dfa, state, self.space.slice());
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;

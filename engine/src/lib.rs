@@ -36,6 +36,7 @@
 
 pub mod adapter;
 pub mod cache;
+pub mod constraints;
 pub mod generate;
 pub mod model;
 pub mod replay;
@@ -47,6 +48,7 @@ pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
+pub use constraints::{ConstraintCache, DEFAULT_CONSTRAINTS};
 pub use generate::{
     Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate,

@@ -30,11 +30,11 @@ pub mod safetensors;
 
 use candle_core::DType;
 use chat::{ChatTemplate, Message};
-use corral_engine::CausalLm;
+use corral_engine::{CausalLm, ConstraintCache, DEFAULT_CONSTRAINTS};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
 pub use device::DeviceSpec;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Why a model could not be loaded (or its prompt rendered). The causes are kept as
 /// sources: print the chain (`{:#}` with anyhow) to see them.
@@ -108,6 +108,9 @@ pub struct Model {
     lm: Box<dyn CausalLm>,
     tokenizer: tokenizers::Tokenizer,
     space: Arc<TokenSpace>,
+    /// Constraints kept for reuse (made on first use: slicing the vocabulary takes a few
+    /// milliseconds).
+    constraints: OnceLock<ConstraintCache>,
     chat: Option<ChatTemplate>,
     bos: Option<u32>,
     add_bos: bool,
@@ -212,6 +215,7 @@ impl Model {
             lm,
             tokenizer,
             space,
+            constraints: OnceLock::new(),
             chat,
             bos,
             add_bos,
@@ -227,6 +231,14 @@ impl Model {
     /// The tokens masks are computed over (width = the model's logits).
     pub fn space(&self) -> &Arc<TokenSpace> {
         &self.space
+    }
+
+    /// The constraints this model keeps for reuse ([`DEFAULT_CONSTRAINTS`] of them, one
+    /// token-set cache shared by all): the one-call entry points look their grammar up here,
+    /// so a grammar or schema used again starts warm.
+    pub fn constraints(&self) -> &ConstraintCache {
+        self.constraints
+            .get_or_init(|| ConstraintCache::new(self.space.clone(), DEFAULT_CONSTRAINTS))
     }
 
     pub fn tokenizer(&self) -> &tokenizers::Tokenizer {

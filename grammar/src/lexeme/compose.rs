@@ -470,6 +470,7 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
         start,
         fill: Fill::Composed(Box::new(composed)),
         shortest: OnceLock::new(),
+        numbering: 0,
     }))
 }
 

@@ -184,9 +184,24 @@ pub struct LexemeDfa {
     /// Per state index: the fewest bytes to an accepting state and the first of them
     /// (built DFAs; computed on first use).
     shortest: OnceLock<(Vec<u32>, Vec<u8>)>,
+    /// 0 where state indices follow from the regex alone (built and composed DFAs: equal
+    /// regexes, equal numbering); a number of this DFA's own where they follow the order
+    /// states were first reached (lazy subset construction).
+    numbering: u64,
 }
 
+/// Numbers the lazily built DFAs (see [`LexemeDfa::numbering`]).
+static LAZY_NUMBERING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl LexemeDfa {
+    /// How this DFA numbers its states: 0 if the numbering follows from its regex alone,
+    /// so that per-state data keyed by (regex, state) is valid for every DFA of that regex;
+    /// otherwise a number no other DFA has (states numbered in the order they were first
+    /// reached), to be part of such keys.
+    pub fn numbering(&self) -> u64 {
+        self.numbering
+    }
+
     /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and of the DFA table.
     ///
     /// A sequence with counted repetitions is composed from its pieces, its table filled on
@@ -268,6 +283,7 @@ impl LexemeDfa {
                 shortest: Mutex::new(FxHashMap::default()),
             })),
             shortest: OnceLock::new(),
+            numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
         };
         let mut first = [0u64; 4];
         if start != DEAD {
@@ -390,6 +406,7 @@ impl LexemeDfa {
             start,
             fill: Fill::Built,
             shortest: OnceLock::new(),
+            numbering: 0,
         }
     }
 
@@ -463,6 +480,7 @@ impl LexemeDfa {
             start: DEAD,
             fill: Fill::Built,
             shortest: OnceLock::new(),
+            numbering: 0,
         }
     }
 
