@@ -60,6 +60,7 @@ struct SchemaCmdArgs {
 }
 
 mod generate;
+mod position;
 mod replay;
 mod source;
 mod split;
@@ -97,19 +98,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn read_input(input: &str) -> Result<(String, Vec<u8>)> {
-    if input == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buf)
-            .context("cannot read standard input")?;
-        Ok(("<stdin>".into(), buf))
-    } else {
-        let buf = std::fs::read(input).with_context(|| format!("cannot read input {input}"))?;
-        Ok((input.to_string(), buf))
-    }
-}
-
 fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
     let (_, compiled) = source::load_schema(&args.schema, &args.options)?;
     for d in &compiled.deferred {
@@ -122,21 +110,79 @@ fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Bytes read from the input at a time by `corral match`.
+const MATCH_CHUNK: usize = 1 << 20;
+
+fn open_input(input: &str) -> Result<(String, Box<dyn Read>)> {
+    if input == "-" {
+        Ok(("<stdin>".into(), Box::new(std::io::stdin().lock())))
+    } else {
+        let f = std::fs::File::open(input).with_context(|| format!("cannot read input {input}"))?;
+        Ok((input.to_string(), Box::new(f)))
+    }
+}
+
+/// Reads into `buf` until it is full or the input ends; returns the bytes read.
+fn fill(r: &mut dyn Read, buf: &mut [u8], name: &str) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot read input {name}")),
+        }
+    }
+    Ok(n)
+}
+
+/// `corral match`: the input is streamed through the grammar in chunks, never held whole
+/// (unless a lenient schema left keywords to validate on the parsed value).
 fn run_match(args: &MatchArgs) -> Result<(), Failure> {
     // A JSON text may have whitespace around its value (RFC 8259), a file a final newline.
     let mut constraint = args.constraint.clone();
     constraint.schema.outer_whitespace = true;
     let loaded = constraint.require()?;
-    let (name, input) = read_input(&args.input)?;
-    let outcome = corral::grammar::match_bytes(&loaded.grammar, &input)
-        .map_err(|e| Failure::Error(e.into()))?;
+    let deferred = loaded
+        .schema
+        .as_ref()
+        .filter(|(_, compiled)| !compiled.deferred.is_empty());
+    let (name, mut reader) = open_input(&args.input)?;
+    let mut matcher = corral::grammar::StreamMatcher::new(loaded.grammar.clone());
+    let mut position = position::Position::default();
+    let mut whole = Vec::new();
+    let mut buf = vec![0u8; MATCH_CHUNK];
+    let outcome = loop {
+        let n = fill(reader.as_mut(), &mut buf, &name)?;
+        let chunk = &buf[..n];
+        if n == 0 {
+            break matcher.finish().map_err(|e| Failure::Error(e.into()))?;
+        }
+        let before = matcher.position();
+        if let Some(rejected) = matcher.feed(chunk).map_err(|e| Failure::Error(e.into()))? {
+            let at = (matcher.position() - before) as usize;
+            position.advance(&chunk[..at]);
+            // What follows the offending byte, for the message: the rest of this chunk and
+            // a little more if the chunk ends right there.
+            let mut after = chunk[at..].to_vec();
+            if after.len() < 256 {
+                let mut more = [0u8; 256];
+                let k = fill(reader.as_mut(), &mut more, &name).unwrap_or(0);
+                after.extend_from_slice(&more[..k]);
+            }
+            return report_rejection(args, &name, &rejected, &position, &after);
+        }
+        position.advance(chunk);
+        if deferred.is_some() {
+            whole.extend_from_slice(chunk);
+        }
+    };
+    let size = matcher.position();
     match outcome {
         MatchOutcome::Accepted => {
             // Keywords left to validation (lenient schemas) are checked on the value.
-            if let Some((schema, compiled)) = &loaded.schema
-                && !compiled.deferred.is_empty()
-            {
-                let value: serde_json::Value = serde_json::from_slice(&input)
+            if let Some((schema, _)) = deferred {
+                let value: serde_json::Value = serde_json::from_slice(&whole)
                     .map_err(|e| anyhow::anyhow!("{name}: not JSON: {e}"))?;
                 let errors = corral::schema::validate::Validator::new(schema)
                     .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -155,36 +201,50 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
                 }
             }
             if !args.quiet {
-                println!("match: {} bytes accepted", input.len());
+                println!("match: {size} bytes accepted");
             }
             Ok(())
         }
-        MatchOutcome::Rejected { offset, expected } => {
-            let (line, col, shown) = locate(&input, offset as usize);
-            let found = describe_byte(&input, offset as usize);
-            eprintln!(
-                "{name}:{line}:{col}: byte offset {offset}: {found} cannot come here{}",
-                expected_suffix(&expected)
-            );
-            eprintln!("{shown}");
-            if !args.quiet {
-                println!("no match: rejected at byte offset {offset} (line {line}, column {col})");
-            }
-            Err(Failure::NotInLanguage)
+        rejected @ MatchOutcome::Rejected { .. } => {
+            report_rejection(args, &name, &rejected, &position, &[])
         }
         MatchOutcome::Incomplete { expected } => {
-            let (line, col, _) = locate(&input, input.len());
+            let (line, col, _) = position.show(&[]);
             eprintln!(
-                "{name}:{line}:{col}: byte offset {}: input ends early{}",
-                input.len(),
+                "{name}:{line}:{col}: byte offset {size}: input ends early{}",
                 expected_suffix(&expected)
             );
             if !args.quiet {
-                println!("no match: input ends early at byte offset {}", input.len());
+                println!("no match: input ends early at byte offset {size}");
             }
             Err(Failure::NotInLanguage)
         }
     }
+}
+
+/// The message for a byte the grammar refuses; `position` is just before it, `after` the
+/// bytes from it on.
+fn report_rejection(
+    args: &MatchArgs,
+    name: &str,
+    outcome: &MatchOutcome,
+    position: &position::Position,
+    after: &[u8],
+) -> Result<(), Failure> {
+    let MatchOutcome::Rejected { offset, expected } = outcome else {
+        return Err(Failure::Error(anyhow::anyhow!("not a rejection")));
+    };
+    let (line, col, shown) = position.show(after);
+    let found = position::describe_byte(after);
+    eprintln!(
+        "{name}:{line}:{col}: byte offset {offset}: {found} cannot come here{}",
+        expected_suffix(expected)
+    );
+    eprintln!("{shown}");
+    if !args.quiet {
+        println!("no match: rejected at byte offset {offset} (line {line}, column {col})");
+    }
+    Err(Failure::NotInLanguage)
 }
 
 fn expected_suffix(expected: &[String]) -> String {
@@ -197,59 +257,4 @@ fn expected_suffix(expected: &[String]) -> String {
         list.push("...");
     }
     format!(": expected one of: {}", list.join(" | "))
-}
-
-fn describe_byte(input: &[u8], offset: usize) -> String {
-    let b = input[offset];
-    let rest = &input[offset..input.len().min(offset + 4)];
-    match std::str::from_utf8(rest)
-        .ok()
-        .or_else(|| std::str::from_utf8(&rest[..rest.len().min(utf8_len(b))]).ok())
-        .and_then(|s| s.chars().next())
-    {
-        Some(c) => format!("{c:?} (byte 0x{b:02x})"),
-        None => format!("byte 0x{b:02x} (not valid UTF-8 here)"),
-    }
-}
-
-fn utf8_len(b: u8) -> usize {
-    match b {
-        0x00..=0x7f => 1,
-        0xc0..=0xdf => 2,
-        0xe0..=0xef => 3,
-        _ => 4,
-    }
-}
-
-/// 1-based line and column (in characters) of byte `offset`, and the line with a caret,
-/// cut to a window around the caret for long lines.
-fn locate(input: &[u8], offset: usize) -> (usize, usize, String) {
-    let offset = offset.min(input.len());
-    let line_start = input[..offset]
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    let line_end = input[offset..]
-        .iter()
-        .position(|&b| b == b'\n' || b == b'\r')
-        .map_or(input.len(), |i| offset + i);
-    let line = input[..line_start].iter().filter(|&&b| b == b'\n').count() + 1;
-    let before = String::from_utf8_lossy(&input[line_start..offset]);
-    let after = String::from_utf8_lossy(&input[offset..line_end]);
-    let col = before.chars().count() + 1;
-    const WINDOW: usize = 60;
-    let before_chars: Vec<char> = before.chars().collect();
-    let skip = before_chars.len().saturating_sub(WINDOW);
-    let shown_before: String = before_chars[skip..].iter().collect();
-    let shown_after: String = after.chars().take(WINDOW).collect();
-    let prefix = if skip > 0 { "..." } else { "" };
-    let pad: String = format!("{prefix}{shown_before}")
-        .chars()
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
-        .collect();
-    (
-        line,
-        col,
-        format!("{prefix}{shown_before}{shown_after}\n{pad}^"),
-    )
 }

@@ -184,10 +184,15 @@ struct Chart {
     runs: Vec<Run>,
     frames: Vec<Frame>,
     keep_history: bool,
+    /// Without history: the set count at which unreachable sets are next collected.
+    collect_at: usize,
     next_uid: u64,
     share: Box<[ShareSlot]>,
     s: Scratch,
 }
+
+/// Sets kept before the first collection of unreachable sets (without history).
+const FIRST_COLLECTION: usize = 4096;
 
 impl Clone for Chart {
     fn clone(&self) -> Chart {
@@ -199,6 +204,7 @@ impl Clone for Chart {
             runs: self.runs.clone(),
             frames: self.frames.clone(),
             keep_history: self.keep_history,
+            collect_at: self.collect_at,
             next_uid: self.next_uid,
             share: self.share.clone(),
             s: Scratch::default(),
@@ -217,6 +223,7 @@ impl Recognizer {
             runs: Vec::new(),
             frames: Vec::new(),
             keep_history: true,
+            collect_at: FIRST_COLLECTION,
             next_uid: 0,
             share: vec![ShareSlot::default(); SHARE_SLOTS].into_boxed_slice(),
             s: Scratch::default(),
@@ -234,6 +241,7 @@ impl Recognizer {
         self.c.set_lex.clear();
         self.c.runs.clear();
         self.c.frames.clear();
+        self.c.collect_at = FIRST_COLLECTION;
         self.c
             .share
             .iter_mut()
@@ -797,8 +805,117 @@ impl Chart {
         } else {
             *self.frames.last_mut().expect("at least one frame") = frame;
             self.compact_runs();
+            if self.sets.len() >= self.collect_at {
+                self.collect_sets(g);
+            }
         }
         Ok(true)
+    }
+
+    /// Without history, a set is needed only while something can still reach it: a live
+    /// run started there, or a waiting item (dot before a symbol) or Leo item of a needed
+    /// set has it as origin; the current set and set 0 (acceptance) always. Complete items
+    /// are read only while their set is built, so outside the current set they are dropped
+    /// and their origins do not count. Drops the sets nothing needs and renumbers the rest
+    /// in order, so memory follows the open structure of the input (the containers still
+    /// open in a JSON document), not its length. Next collection at twice the sets kept:
+    /// amortized O(1) per set built.
+    fn collect_sets(&mut self, g: &Grammar) {
+        let top = *self.frames.last().expect("at least one frame");
+        let n = self.sets.len();
+        let current = n - 1;
+        let waiting = |it: &Item| matches!(g.next(it.dot), Next::Sym(_));
+        let mut keep = vec![false; n];
+        let mut stack: Vec<u32> = Vec::new();
+        let mark = |s: u32, keep: &mut Vec<bool>, stack: &mut Vec<u32>| {
+            if !keep[s as usize] {
+                keep[s as usize] = true;
+                stack.push(s);
+            }
+        };
+        mark(0, &mut keep, &mut stack);
+        mark(current as u32, &mut keep, &mut stack);
+        for r in &self.runs[top.runs_start as usize..] {
+            mark(r.set, &mut keep, &mut stack);
+        }
+        while let Some(s) = stack.pop() {
+            let info = self.sets[s as usize];
+            for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
+                if it.origin != SELF && (s as usize == current || waiting(it)) {
+                    mark(it.origin, &mut keep, &mut stack);
+                }
+            }
+            for k in info.leo.0..info.leo.1 {
+                let o = self.leo[k as usize].origin;
+                if o != SELF {
+                    mark(o, &mut keep, &mut stack);
+                }
+            }
+        }
+        let mut renumber = vec![u32::MAX; n];
+        let mut kept = 0u32;
+        for (i, &k) in keep.iter().enumerate() {
+            if k {
+                renumber[i] = kept;
+                kept += 1;
+            }
+        }
+        let at = |o: u32| {
+            if o == SELF {
+                SELF
+            } else {
+                renumber[o as usize]
+            }
+        };
+        let (mut sets, mut items, mut leo, mut set_lex) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, info) in self.sets.iter().enumerate() {
+            if !keep[i] {
+                continue;
+            }
+            let mut info = *info;
+            let start = items.len() as u32;
+            items.extend(
+                self.items[info.items.0 as usize..info.items.1 as usize]
+                    .iter()
+                    .filter(|it| i == current || waiting(it))
+                    .map(|it| Item {
+                        origin: at(it.origin),
+                        ..*it
+                    }),
+            );
+            info.items = (start, items.len() as u32);
+            let start = leo.len() as u32;
+            leo.extend(
+                self.leo[info.leo.0 as usize..info.leo.1 as usize]
+                    .iter()
+                    .map(|l| Leo {
+                        origin: at(l.origin),
+                        ..*l
+                    }),
+            );
+            info.leo = (start, leo.len() as u32);
+            let start = set_lex.len() as u32;
+            set_lex
+                .extend_from_slice(&self.set_lex[info.lexemes.0 as usize..info.lexemes.1 as usize]);
+            info.lexemes = (start, set_lex.len() as u32);
+            info.owns = true;
+            sets.push(info);
+        }
+        for r in &mut self.runs[top.runs_start as usize..] {
+            r.set = renumber[r.set as usize];
+        }
+        (self.sets, self.items, self.leo, self.set_lex) = (sets, items, leo, set_lex);
+        // Slots name sets by index: all stale now.
+        self.share
+            .iter_mut()
+            .for_each(|s| *s = ShareSlot::default());
+        let f = self.frames.last_mut().expect("at least one frame");
+        f.sets_len = self.sets.len() as u32;
+        f.items_len = self.items.len() as u32;
+        f.leo_len = self.leo.len() as u32;
+        f.set_lex_len = self.set_lex.len() as u32;
+        self.collect_at = (2 * self.sets.len()).max(FIRST_COLLECTION);
     }
 
     /// Without history, the set built by the previous push is dropped when nothing refers to

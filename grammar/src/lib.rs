@@ -65,7 +65,7 @@ pub use earley::{Expected, Recognizer, Run};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
 pub use lexeme::{Combine, DEAD, LexemeDfa};
 pub use limits::Limits;
-pub use matcher::{MatchOutcome, match_bytes};
+pub use matcher::{MatchOutcome, StreamMatcher, match_bytes};
 pub use regex::compile_regex;
 
 /// Options for compiling a grammar.

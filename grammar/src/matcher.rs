@@ -18,31 +18,68 @@ pub enum MatchOutcome {
     Incomplete { expected: Vec<String> },
 }
 
-/// Matches `input` against `g` in one pass, in memory proportional to the Earley sets (the
-/// recognizer keeps no rollback history).
+/// Matches `input` against `g` in one pass, in memory proportional to the Earley sets still
+/// reachable (the open structure of the input; the recognizer keeps no rollback history).
 pub fn match_bytes(g: &Arc<Grammar>, input: &[u8]) -> Result<MatchOutcome, RecognizeError> {
-    let mut r = Recognizer::new(g.clone());
-    r.set_keep_history(false);
-    for (i, &b) in input.iter().enumerate() {
-        if !r.push_byte(b)? {
-            if let Some(e) = g.overflow() {
-                return Err(e);
+    let mut m = StreamMatcher::new(g.clone());
+    if let Some(rejected) = m.feed(input)? {
+        return Ok(rejected);
+    }
+    m.finish()
+}
+
+/// [`match_bytes`] over input that arrives in pieces (a file read in chunks, a pipe): the
+/// input itself is never held.
+#[derive(Debug)]
+pub struct StreamMatcher {
+    r: Recognizer,
+    pos: u64,
+}
+
+impl StreamMatcher {
+    pub fn new(g: Arc<Grammar>) -> StreamMatcher {
+        let mut r = Recognizer::new(g);
+        r.set_keep_history(false);
+        StreamMatcher { r, pos: 0 }
+    }
+
+    /// Bytes accepted so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Feeds the next piece of input: `Some(Rejected)` at the first byte that cannot come
+    /// next (offsets count from the start of the whole input; nothing after it is
+    /// consumed), `None` if every byte was accepted.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<MatchOutcome>, RecognizeError> {
+        let g = self.r.grammar().clone();
+        for &b in bytes {
+            if !self.r.push_byte(b)? {
+                if let Some(e) = g.overflow() {
+                    return Err(e);
+                }
+                return Ok(Some(MatchOutcome::Rejected {
+                    offset: self.pos,
+                    expected: describe_expected(&self.r),
+                }));
             }
-            return Ok(MatchOutcome::Rejected {
-                offset: i as u64,
-                expected: describe_expected(&r),
-            });
+            self.pos += 1;
         }
+        Ok(None)
     }
-    if let Some(e) = g.overflow() {
-        return Err(e);
-    }
-    if r.is_accepting() {
-        Ok(MatchOutcome::Accepted)
-    } else {
-        Ok(MatchOutcome::Incomplete {
-            expected: describe_expected(&r),
-        })
+
+    /// The verdict at the end of the input (after every piece was accepted).
+    pub fn finish(&self) -> Result<MatchOutcome, RecognizeError> {
+        if let Some(e) = self.r.grammar().overflow() {
+            return Err(e);
+        }
+        if self.r.is_accepting() {
+            Ok(MatchOutcome::Accepted)
+        } else {
+            Ok(MatchOutcome::Incomplete {
+                expected: describe_expected(&self.r),
+            })
+        }
     }
 }
 

@@ -198,3 +198,73 @@ fn ambiguous_grammar_with_shared_prefixes() {
         );
     }
 }
+
+/// The verdict of a recognizer that keeps its history (no set is ever collected).
+fn with_history(g: &std::sync::Arc<corral_grammar::Grammar>, input: &[u8]) -> MatchOutcome {
+    let mut r = Recognizer::new(g.clone());
+    for (i, &b) in input.iter().enumerate() {
+        if !r.push_byte(b).unwrap() {
+            return MatchOutcome::Rejected {
+                offset: i as u64,
+                expected: corral_grammar::matcher::describe_expected(&r),
+            };
+        }
+    }
+    if r.is_accepting() {
+        MatchOutcome::Accepted
+    } else {
+        MatchOutcome::Incomplete {
+            expected: corral_grammar::matcher::describe_expected(&r),
+        }
+    }
+}
+
+#[test]
+fn one_pass_matching_collects_sets_without_changing_verdicts() {
+    // Long inputs (tens of thousands of Earley sets, so unreachable sets are collected many
+    // times) with deep open structure kept across collections, right-recursive and
+    // left-recursive lists, and errors planted late: one-pass matching agrees with a
+    // recognizer that keeps everything.
+    let json = grammar(JSON);
+    let mut doc = String::new();
+    for i in 0..300 {
+        doc.push_str(&format!("{{\"k{i}\": ["));
+    }
+    for i in 0..3000 {
+        doc.push_str(&format!("{{\"a\": {i}, \"b\": [true, null, \"s{i}\"]}}, "));
+    }
+    doc.push('0');
+    for _ in 0..300 {
+        doc.push_str("]}");
+    }
+    let right = grammar("root ::= item\nitem ::= [a-z]+ \";\" item | \".\"");
+    let left = grammar("root ::= list \".\"\nlist ::= list \",\" [0-9]+ | [0-9]+");
+    let long_right = "ab;".repeat(20_000) + ".";
+    let long_left = (0..20_000)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+        + ".";
+    let cases = [
+        (&json, doc.clone()),
+        (&json, doc.replacen("\"s2999\"", "s2999", 1)),
+        (&json, doc[..doc.len() - 7].to_string()),
+        (&right, long_right.clone()),
+        (&right, long_right.replacen("ab;", "a;b", 19_000)),
+        (&left, long_left.clone()),
+        (&left, long_left.replace("19999.", "19999,.")),
+    ];
+    for (g, input) in cases {
+        let ours = match_bytes(g, input.as_bytes()).unwrap();
+        assert_eq!(
+            ours,
+            with_history(g, input.as_bytes()),
+            "{} bytes",
+            input.len()
+        );
+    }
+    assert_eq!(
+        match_bytes(&json, doc.as_bytes()).unwrap(),
+        MatchOutcome::Accepted
+    );
+}
