@@ -194,30 +194,24 @@ pub(crate) fn walk_suffixes(dfa: &LexemeDfa, start: u32, slice: &CharSlice) -> S
     let mut endings = Vec::new();
     // Per depth on the current path: the DFA state, and whether the lexeme could end
     // above (at or below depth 1).
-    let mut state_at: Vec<u32> = vec![start];
-    let mut ended_at: Vec<u32> = vec![NONE];
+    let mut path: Vec<(u32, u32)> = vec![(start, NONE)];
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
         let d = n.depth as usize;
-        let next = dfa.next(state_at[d - 1], n.byte);
+        let next = dfa.next(path[d - 1].0, n.byte);
         if next == DEAD {
             // Dead: below an ending, its subtree walk with the parser covers these.
             i += n.subtree as usize;
             continue;
         }
-        let mut here = ended_at[d - 1];
+        let mut here = path[d - 1].1;
         if here == NONE && dfa.is_accepting(next) {
             here = i as u32;
             endings.push((next, NodeId(i as u32)));
         }
-        if state_at.len() <= d {
-            state_at.push(next);
-            ended_at.push(here);
-        } else {
-            state_at[d] = next;
-            ended_at[d] = here;
-        }
+        path.truncate(d);
+        path.push((next, here));
         trie.mark(i, &mut alive);
         i += 1;
     }
@@ -286,20 +280,19 @@ pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> L
     let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
     // Per depth on the current path: the DFA state, and the first node below the root
     // where the lexeme could end (NONE if none yet).
-    let mut state_at: Vec<u32> = vec![start];
-    let mut ended_at: Vec<u32> = vec![NONE];
+    let mut path: Vec<(u32, u32)> = vec![(start, NONE)];
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
         let d = n.depth as usize;
-        let next = dfa.next(state_at[d - 1], n.byte);
-        let ended = ended_at[d - 1];
+        let next = dfa.next(path[d - 1].0, n.byte);
+        let ended = path[d - 1].1;
         if next == DEAD {
             if ended != NONE && nodes[ended as usize].subtree <= MERGE_SUBTREE {
                 // The tokens below need the parser after the lexeme's end at `ended`.
                 let a = ended as usize;
                 let k = nodes[a].depth as usize;
-                let end_state = state_at[k];
+                let end_state = path[k].0;
                 let g = match groups.iter().position(|g| g.0 == end_state) {
                     Some(g) => g,
                     None => {
@@ -324,13 +317,8 @@ pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> L
                 subtrees.push((next, NodeId(i as u32)));
             }
         }
-        if state_at.len() <= d {
-            state_at.push(next);
-            ended_at.push(here);
-        } else {
-            state_at[d] = next;
-            ended_at[d] = here;
-        }
+        path.truncate(d);
+        path.push((next, here));
         trie.mark(i, &mut inside);
         i += 1;
     }

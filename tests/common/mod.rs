@@ -56,20 +56,9 @@ pub fn temp_file(name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
-/// A test input that may be missing: `Some(path)` if it exists. Missing, it fails the test
-/// when `CORRAL_REQUIRE_ASSETS=1` (what `scripts/test` sets), saying how to get it;
-/// otherwise the skip is printed on standard output.
-pub fn require_input(path: PathBuf, how: &str) -> Option<PathBuf> {
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!("{} is missing ({how})", path.display());
-    if std::env::var_os("CORRAL_REQUIRE_ASSETS").is_some_and(|v| v != "0") {
-        panic!("{message}");
-    }
-    println!("skipped: {message}");
-    None
-}
+#[path = "../support/require.rs"]
+mod require;
+pub use require::require_input;
 
 /// The tokenizers `scripts/fetch-assets` fetches, by folder name under assets/tokenizers.
 pub const ASSET_TOKENIZERS: [&str; 5] = ["llama3_1", "qwen3", "gptoss", "llama2", "gemma3"];

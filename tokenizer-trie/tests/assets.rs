@@ -6,20 +6,15 @@
 use corral_trie::{ByteEncoding, TokenTrie, Vocabulary, continuation_tokenizer, new_mask};
 use std::path::PathBuf;
 
+#[path = "../../tests/support/require.rs"]
+mod require;
+
 fn asset(name: &str) -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/tokenizers")
         .join(name)
         .join("tokenizer.json");
-    if p.exists() {
-        return Some(p);
-    }
-    let message = format!("{} is missing (run scripts/fetch-assets)", p.display());
-    if std::env::var_os("CORRAL_REQUIRE_ASSETS").is_some_and(|v| v != "0") {
-        panic!("{message}");
-    }
-    println!("skipped: {message}");
-    None
+    require::require_input(p, "run scripts/fetch-assets")
 }
 
 const CORPUS: &[&str] = &[
