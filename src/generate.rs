@@ -134,7 +134,7 @@ fn assets_dir() -> PathBuf {
 }
 
 /// The default model's path, fetching it with the project's script if it is missing.
-fn default_model() -> anyhow::Result<String> {
+pub(crate) fn default_model() -> anyhow::Result<String> {
     let path = assets_dir().join(DEFAULT_MODEL);
     if !path.exists() {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-assets");

@@ -9,6 +9,7 @@
 //! - [`engine`]: the `RobustConstrainedAdapter`, sampling, the generation loop.
 //! - [`split`]: stream splitters, post-processing, the tool-call codec (`corral split`).
 //! - [`models`]: candle models (GGUF and safetensors), chat templates.
+//! - [`server`]: `corral serve`, the OpenAI-compatible HTTP server.
 //!
 //! What joins layers lives here: [`scope`] (where a grammar applies, from a splitter's
 //! format) and structured output ([`generate_structured`]: the model, the schema's grammar
@@ -28,6 +29,7 @@ pub use corral_engine as engine;
 pub use corral_grammar as grammar;
 pub use corral_models as models;
 pub use corral_schema as schema;
+pub use corral_server as server;
 pub use corral_split as split;
 pub use corral_trie as trie;
 

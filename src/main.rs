@@ -37,6 +37,9 @@ enum Command {
     /// Replay tokenizations of a text through the constraint (exit 0 all accepted, 1 a
     /// token was refused, 2 bad arguments or grammar).
     Replay(replay::ReplayArgs),
+    /// Serve the model over HTTP with OpenAI's API (chat completions, completions) and
+    /// structured output (`response_format`, `grammar`, `regex`, `structured_outputs`).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(clap::Args)]
@@ -62,6 +65,7 @@ struct SchemaCmdArgs {
 mod generate;
 mod position;
 mod replay;
+mod serve;
 mod source;
 mod split;
 
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Split(args) => split::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

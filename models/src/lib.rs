@@ -103,9 +103,18 @@ impl LoadError {
     }
 }
 
-/// A loaded model: network, tokenizer, chat template, end-of-generation tokens.
+/// A loaded model: the network, and its text side ([`ModelText`]: tokenizer, chat
+/// template, end-of-generation tokens, the token space and the constraints kept for it).
+/// The text side is shared (`Arc`) and usable from any thread while one thread runs the
+/// network: [`Model::into_parts`]. `Model` derefs to it.
 pub struct Model {
     lm: Box<dyn CausalLm>,
+    text: Arc<ModelText>,
+}
+
+/// Everything of a model but the network: what turns a request into token ids and a
+/// constraint. Shared by reference (`Arc`), `Sync`.
+pub struct ModelText {
     tokenizer: tokenizers::Tokenizer,
     space: Arc<TokenSpace>,
     /// Constraints kept for reuse (made on first use: slicing the vocabulary takes a few
@@ -115,14 +124,22 @@ pub struct Model {
     bos: Option<u32>,
     add_bos: bool,
     name: String,
+    max_positions: usize,
 }
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
-            .field("name", &self.name)
-            .field("eos", &self.space.eos())
+            .field("name", &self.text.name)
+            .field("eos", &self.text.space.eos())
             .finish()
+    }
+}
+
+impl std::ops::Deref for Model {
+    type Target = ModelText;
+    fn deref(&self) -> &ModelText {
+        &self.text
     }
 }
 
@@ -211,15 +228,19 @@ impl Model {
             eos.into_iter().map(TokenId).collect()
         };
         let space = Arc::new(TokenSpace::new(vocab, Some(lm.logit_width()), eos));
+        let max_positions = lm.max_positions();
         Ok(Model {
             lm,
-            tokenizer,
-            space,
-            constraints: OnceLock::new(),
-            chat,
-            bos,
-            add_bos,
-            name: name.to_string(),
+            text: Arc::new(ModelText {
+                tokenizer,
+                space,
+                constraints: OnceLock::new(),
+                chat,
+                bos,
+                add_bos,
+                name: name.to_string(),
+                max_positions,
+            }),
         })
     }
 
@@ -228,6 +249,19 @@ impl Model {
         self.lm.as_mut()
     }
 
+    /// The text side, shared.
+    pub fn text(&self) -> &Arc<ModelText> {
+        &self.text
+    }
+
+    /// The network and the text side apart: one thread runs the network, any thread turns
+    /// requests into tokens and constraints.
+    pub fn into_parts(self) -> (Box<dyn CausalLm>, Arc<ModelText>) {
+        (self.lm, self.text)
+    }
+}
+
+impl ModelText {
     /// The tokens masks are computed over (width = the model's logits).
     pub fn space(&self) -> &Arc<TokenSpace> {
         &self.space
@@ -251,6 +285,24 @@ impl Model {
 
     pub fn has_chat_template(&self) -> bool {
         self.chat.is_some()
+    }
+
+    /// Most positions (prompt plus output) the network supports.
+    pub fn max_positions(&self) -> usize {
+        self.max_positions
+    }
+
+    /// A conversation through the chat template, ending with the assistant's turn opened
+    /// (without a template: the messages' contents, one per line).
+    pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, LoadError> {
+        match &self.chat {
+            Some(t) => t.render(messages),
+            None => Ok(messages
+                .iter()
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")),
+        }
     }
 
     /// The prompt text: the chat template applied to an optional system message and the

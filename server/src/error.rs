@@ -1,0 +1,113 @@
+//! Errors as OpenAI error objects: `{"error": {"message", "type", "param", "code"}}` with
+//! the HTTP status the `openai` client maps to its exception classes.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// An error answered to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, ...
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+        }
+    }
+
+    /// 400: the request cannot be served as written.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message.into(),
+        )
+    }
+
+    /// 400 about one parameter.
+    pub fn invalid_param(param: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param),
+            ..ApiError::invalid(message)
+        }
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "invalid API key: send `Authorization: Bearer <key>` with the server's --api-key",
+            )
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
+    /// 429: the queue is full.
+    pub fn busy(queue: usize) -> ApiError {
+        ApiError {
+            code: Some("server_busy"),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!(
+                    "the server is busy: every generation slot is taken and {queue} requests are queued (--max-concurrent, --queue)"
+                ),
+            )
+        }
+    }
+
+    /// 503: the model is not loaded (yet), or the server is stopping.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+    }
+
+    /// 504: the request ran past its time limit.
+    pub fn timeout(seconds: u64) -> ApiError {
+        ApiError {
+            code: Some("timeout"),
+            ..ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "server_error",
+                format!("the request ran past its time limit of {seconds} s (--request-timeout)"),
+            )
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The error object's JSON.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,403 @@
+//! The routes: parsing and checking a request, queueing it, and answering in OpenAI's
+//! shapes, in one response or as server-sent events.
+
+use crate::api::{ChatRequest, CompletionRequest};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::prepare::{self, Prepared};
+use crate::scheduler::{Event, Job};
+use crate::stop::StopFilter;
+use crate::{AppState, Ready};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use corral_engine::FinishReason;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .fallback(|| async { ApiError::not_found("no such route").into_response() })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    match st.ready.get() {
+        Some(_) => (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response(),
+        None => ApiError::unavailable("the model is loading").into_response(),
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let cache = st.ready.get().map(|r| {
+        let c = r.text.constraints();
+        let (hits, misses) = c.stats();
+        (hits, misses, c.len())
+    });
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        st.metrics.render(cache),
+    )
+        .into_response()
+}
+
+async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&st, &headers) {
+        return e.into_response();
+    }
+    let created = st.ready.get().map(|r| r.created).unwrap_or(0);
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": st.config.model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "corral",
+        }],
+    }))
+    .into_response()
+}
+
+fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &st.config.api_key else {
+        return Ok(());
+    };
+    let sent = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if sent == Some(key.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// The body as `T`: a body too large, not JSON, or not of the request's shape is a 400
+/// (413 for size) naming the line and column.
+fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let body = body.map_err(|e| ApiError {
+        status: e.status(),
+        ..ApiError::invalid(e.body_text())
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let what = if e.is_data() {
+            "the request does not have the expected shape"
+        } else {
+            "the request body is not valid JSON"
+        };
+        ApiError::invalid(format!("{what}: {e}"))
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+async fn chat(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    serve(st, headers, Kind::Chat, body).await
+}
+
+async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    serve(st, headers, Kind::Completion, body).await
+}
+
+async fn serve(
+    st: Arc<AppState>,
+    headers: HeaderMap,
+    kind: Kind,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    Metrics::add(&st.metrics.requests, 1);
+    match start(&st, &headers, kind, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            Metrics::add(&st.metrics.request_errors, 1);
+            e.into_response()
+        }
+    }
+}
+
+async fn start(
+    st: &Arc<AppState>,
+    headers: &HeaderMap,
+    kind: Kind,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    authorize(st, headers)?;
+    let ready = st.ready()?;
+    let text = ready.text.clone();
+    let state = st.clone();
+    let prepared = tokio::task::spawn_blocking(move || match kind {
+        Kind::Chat => parse::<ChatRequest>(body)
+            .and_then(|r| prepare::chat(&text, &state.config, &state.metrics, r)),
+        Kind::Completion => parse::<CompletionRequest>(body)
+            .and_then(|r| prepare::completion(&text, &state.config, &state.metrics, r)),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    let reply = Reply::new(&st.config.model_name, kind, &prepared);
+    let events = enqueue(st, ready, prepared.decoder, prepared.prompt)?;
+    let filter = StopFilter::new(prepared.stops);
+    if prepared.stream {
+        Ok(stream(reply, events, filter, prepared.include_usage).into_response())
+    } else {
+        whole(reply, events, filter).await
+    }
+}
+
+fn enqueue(
+    st: &AppState,
+    ready: &Ready,
+    decoder: corral_engine::Decoder,
+    prompt: Vec<corral_trie::TokenId>,
+) -> Result<UnboundedReceiver<Event>, ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job {
+        decoder,
+        prompt,
+        events: tx,
+        deadline: Instant::now() + st.config.request_timeout,
+        timeout: st.config.request_timeout,
+    };
+    let capacity = (st.config.max_concurrent + st.config.queue) as u64;
+    if !st.metrics.admit(capacity) {
+        return Err(ApiError::busy(st.config.queue));
+    }
+    Metrics::add(&st.metrics.queued, 1);
+    match ready.jobs.send(job) {
+        Ok(()) => Ok(rx),
+        Err(_) => {
+            Metrics::sub(&st.metrics.queued, 1);
+            Metrics::sub(&st.metrics.in_system, 1);
+            Err(ApiError::unavailable("the server is stopping"))
+        }
+    }
+}
+
+/// What a response says besides the text.
+struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+    prompt_tokens: usize,
+}
+
+impl Reply {
+    fn new(model: &str, kind: Kind, p: &Prepared) -> Reply {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let prefix = match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Completion => "cmpl",
+        };
+        Reply {
+            id: format!("{prefix}-{:x}", now.as_nanos()),
+            created: now.as_secs(),
+            model: model.to_string(),
+            kind,
+            prompt_tokens: p.prompt.len(),
+        }
+    }
+
+    fn usage(&self, completion_tokens: usize) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        })
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Completion, _) => "text_completion",
+        }
+    }
+
+    /// One choice: the whole message, or a streamed delta.
+    fn choice(&self, text: Option<&str>, finish: Option<&str>, first: bool, chunk: bool) -> Value {
+        match (self.kind, chunk) {
+            (Kind::Chat, false) => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text.unwrap_or("")},
+                "finish_reason": finish,
+                "logprobs": null,
+            }),
+            (Kind::Chat, true) => {
+                let mut delta = serde_json::Map::new();
+                if first {
+                    delta.insert("role".into(), json!("assistant"));
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), json!(t));
+                }
+                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
+            }
+            (Kind::Completion, _) => json!({
+                "index": 0,
+                "text": text.unwrap_or(""),
+                "finish_reason": finish,
+                "logprobs": null,
+            }),
+        }
+    }
+
+    fn envelope(&self, chunk: bool, choices: Vec<Value>, usage: Option<Value>) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "object": self.object(chunk),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    }
+}
+
+/// OpenAI's finish reasons: a grammar that completed, within the budget or not, is `stop`.
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::GrammarComplete | FinishReason::Stop | FinishReason::BudgetCompleted => {
+            "stop"
+        }
+        FinishReason::Length => "length",
+    }
+}
+
+/// The end of a generation as the handler sees it.
+enum End {
+    Finished(&'static str, usize),
+    Failed(ApiError),
+}
+
+/// One event through the stop filter: the text to pass on, and the end if it came.
+fn on_event(e: Event, filter: &mut StopFilter, tokens: &mut usize) -> (String, Option<End>) {
+    match e {
+        Event::Delta { text, tokens: n } => {
+            *tokens = n;
+            let pass = filter.push(&text);
+            // A stop sequence ends the output; the caller drops the receiver, which stops
+            // the generation.
+            let end = filter.stopped().then_some(End::Finished("stop", n));
+            (pass, end)
+        }
+        Event::Done { finish, stats } => (
+            filter.finish(),
+            Some(End::Finished(finish_reason(finish), stats.generated_tokens)),
+        ),
+        Event::Failed(e) => (String::new(), Some(End::Failed(e))),
+    }
+}
+
+/// The scheduler dropped the request without a word (it stopped).
+fn vanished() -> End {
+    End::Failed(ApiError::unavailable("the server stopped the generation"))
+}
+
+async fn whole(
+    reply: Reply,
+    mut events: UnboundedReceiver<Event>,
+    mut filter: StopFilter,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    let mut tokens = 0;
+    let end = loop {
+        let Some(e) = events.recv().await else {
+            break vanished();
+        };
+        let (pass, end) = on_event(e, &mut filter, &mut tokens);
+        text.push_str(&pass);
+        if let Some(end) = end {
+            break end;
+        }
+    };
+    match end {
+        End::Finished(finish, tokens) => {
+            let choice = reply.choice(Some(&text), Some(finish), true, false);
+            let body = reply.envelope(false, vec![choice], Some(reply.usage(tokens)));
+            Ok(axum::Json(body).into_response())
+        }
+        End::Failed(e) => Err(e),
+    }
+}
+
+/// Server-sent events: a chunk per text delta, a last chunk with the finish reason, usage
+/// if asked, then `data: [DONE]`. An error after the stream began is sent as an error
+/// object in a `data:` line. A client that goes away closes the channel: the task ends,
+/// dropping the scheduler's receiver, which stops the generation.
+fn stream(
+    reply: Reply,
+    mut events: UnboundedReceiver<Event>,
+    mut filter: StopFilter,
+    include_usage: bool,
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    let (tx, rx) = mpsc::channel::<Result<SseEvent, Infallible>>(64);
+    tokio::spawn(async move {
+        let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
+        let chunk = |text: Option<&str>, finish: Option<&str>, first: bool| {
+            data(reply.envelope(true, vec![reply.choice(text, finish, first, true)], None))
+        };
+        if matches!(reply.kind, Kind::Chat) && tx.send(chunk(None, None, true)).await.is_err() {
+            return;
+        }
+        let mut tokens = 0;
+        let end = loop {
+            let Some(e) = events.recv().await else {
+                break vanished();
+            };
+            let (pass, end) = on_event(e, &mut filter, &mut tokens);
+            if !pass.is_empty() && tx.send(chunk(Some(&pass), None, false)).await.is_err() {
+                return;
+            }
+            if let Some(end) = end {
+                break end;
+            }
+        };
+        drop(events);
+        let last = match end {
+            End::Finished(finish, tokens) => {
+                let _ = tx.send(chunk(None, Some(finish), false)).await;
+                include_usage.then(|| reply.envelope(true, vec![], Some(reply.usage(tokens))))
+            }
+            End::Failed(e) => Some(e.body()),
+        };
+        if let Some(v) = last {
+            let _ = tx.send(data(v)).await;
+        }
+        let _ = tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).keep_alive(KeepAlive::default())
+}

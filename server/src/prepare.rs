@@ -1,0 +1,338 @@
+//! A request turned into what the scheduler runs: the prompt's tokens (the chat template
+//! applied), the constraint (from the model's constraint cache, compiled on a miss), and a
+//! [`Decoder`] with the request's sampling and budget. Everything that can be refused is
+//! refused here, before the request takes a place in the queue.
+
+use crate::ServeConfig;
+use crate::api::{ChatRequest, Common, CompletionRequest, PromptInput, ResponseFormat};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use corral_engine::{
+    Constraint, ConstraintCache, Decoder, GenerateError, GenerateOptions, ModelError,
+    SamplingOptions, Scope,
+};
+use corral_grammar::CompileOptions;
+use corral_models::ModelText;
+use corral_models::chat::Message;
+use corral_schema::JsonSchemaOptions;
+use corral_trie::TokenId;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// A request ready to queue.
+pub struct Prepared {
+    pub decoder: Decoder,
+    pub prompt: Vec<TokenId>,
+    pub stops: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// What the output must match.
+#[derive(Debug)]
+enum Spec {
+    Schema(Value),
+    Gbnf(String),
+    Regex(String),
+    Choice(Vec<String>),
+}
+
+pub fn chat(
+    text: &ModelText,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    req: ChatRequest,
+) -> Result<Prepared, ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "messages must hold at least one message",
+        ));
+    }
+    refuse_tools(&req.common)?;
+    let mut messages = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.iter().enumerate() {
+        let content = match &m.content {
+            Some(c) => c
+                .text()
+                .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?,
+            None => String::new(),
+        };
+        messages.push(Message::new(&m.role, &content));
+    }
+    let prompt = text
+        .chat_prompt(&messages)
+        .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
+    prepare(text, config, metrics, &prompt, req.common)
+}
+
+pub fn completion(
+    text: &ModelText,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    req: CompletionRequest,
+) -> Result<Prepared, ApiError> {
+    refuse_tools(&req.common)?;
+    let prompt = match req.prompt {
+        PromptInput::One(s) => s,
+        PromptInput::Many(mut v) if v.len() == 1 => v.remove(0),
+        PromptInput::Many(v) => {
+            return Err(ApiError::invalid_param(
+                "prompt",
+                format!("one prompt per request is served ({} given)", v.len()),
+            ));
+        }
+    };
+    prepare(text, config, metrics, &prompt, req.common)
+}
+
+fn refuse_tools(c: &Common) -> Result<(), ApiError> {
+    let tools = c.tools.as_ref().is_some_and(|t| !t.is_empty());
+    let choice = c
+        .tool_choice
+        .as_ref()
+        .is_some_and(|t| t != &Value::String("none".into()));
+    if tools || choice {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "tool calls are not served yet: send the request without `tools`",
+        ));
+    }
+    Ok(())
+}
+
+fn prepare(
+    text: &ModelText,
+    config: &ServeConfig,
+    metrics: &Metrics,
+    prompt: &str,
+    c: Common,
+) -> Result<Prepared, ApiError> {
+    if let Some(n) = c.n.filter(|&n| n != 1) {
+        return Err(ApiError::invalid_param(
+            "n",
+            format!("n is {n}: one choice per request is served"),
+        ));
+    }
+    let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
+        Some(0) => {
+            return Err(ApiError::invalid_param(
+                "max_tokens",
+                "max_tokens must be at least 1",
+            ));
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => config.default_max_tokens,
+    };
+    let sampling = sampling(&c)?;
+    let constraint = match spec(&c)? {
+        Some((param, spec)) => {
+            let t = Instant::now();
+            let r = constraint(text.constraints(), param, spec);
+            Metrics::add(&metrics.compiles, 1);
+            Metrics::add(&metrics.compile_us, t.elapsed().as_micros() as u64);
+            Some(r?)
+        }
+        None => None,
+    };
+    let ids = text
+        .encode(prompt)
+        .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
+    let options = GenerateOptions {
+        max_tokens,
+        sampling,
+        jump_forward: true,
+        overlap_mask: false,
+        ignore_eos: false,
+        complete_within_budget: true,
+        scope: Scope::Whole,
+    };
+    let decoder = Decoder::new(
+        text.space().clone(),
+        constraint,
+        &ids,
+        text.max_positions(),
+        &options,
+    )
+    .map_err(decoder_error)?;
+    Ok(Prepared {
+        decoder,
+        prompt: ids,
+        stops: c.stop.map(|s| s.into_vec()).unwrap_or_default(),
+        stream: c.stream,
+        include_usage: c.stream_options.is_some_and(|o| o.include_usage),
+    })
+}
+
+fn decoder_error(e: GenerateError) -> ApiError {
+    match e {
+        GenerateError::Model(ModelError::Context { needed, max, .. }) => ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::invalid_param(
+                "messages",
+                format!(
+                    "the prompt takes {} tokens; the model's context is {max} positions, and the output needs at least one",
+                    needed - 1
+                ),
+            )
+        },
+        GenerateError::Sampling(s) => ApiError::invalid_param(s.name, s.to_string()),
+        e @ (GenerateError::EmptyPrompt | GenerateError::BudgetTooSmall { .. }) => {
+            ApiError::invalid_param("max_tokens", e.to_string())
+        }
+        e => ApiError::internal(e.to_string()),
+    }
+}
+
+/// Seeds for requests without one: different per request.
+static SEEDS: AtomicU64 = AtomicU64::new(0);
+
+fn sampling(c: &Common) -> Result<SamplingOptions, ApiError> {
+    let f = |v: Option<f64>| v.map(|x| x as f32);
+    let seed = c.seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ SEEDS.fetch_add(0x9E37_79B9_7F4A_7C15, Relaxed)
+    });
+    Ok(SamplingOptions {
+        // OpenAI's defaults: temperature 1, top-p 1.
+        temperature: f(c.temperature).unwrap_or(1.0),
+        top_k: match c.top_k {
+            None | Some(0) => None,
+            Some(k) => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+        },
+        top_p: f(c.top_p).filter(|&p| p != 1.0),
+        min_p: f(c.min_p).filter(|&p| p != 0.0),
+        repetition_penalty: f(c.repetition_penalty).unwrap_or(1.0),
+        seed,
+        ..SamplingOptions::default()
+    })
+}
+
+/// The one structured-output field of the request, if any.
+fn spec(c: &Common) -> Result<Option<(&'static str, Spec)>, ApiError> {
+    let mut found: Vec<(&'static str, Spec)> = Vec::new();
+    match &c.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject) => found.push((
+            "response_format",
+            Spec::Schema(serde_json::json!({"type": "object"})),
+        )),
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            let schema = json_schema.schema.clone().ok_or_else(|| {
+                ApiError::invalid_param(
+                    "response_format",
+                    "response_format.json_schema has no `schema`",
+                )
+            })?;
+            found.push(("response_format", Spec::Schema(schema)));
+        }
+    }
+    if let Some(g) = &c.grammar {
+        found.push(("grammar", Spec::Gbnf(g.clone())));
+    }
+    if let Some(r) = &c.regex {
+        found.push(("regex", Spec::Regex(r.clone())));
+    }
+    if let Some(s) = &c.structured_outputs {
+        let mut n = 0;
+        if let Some(j) = &s.json {
+            let schema = match j {
+                Value::String(text) => serde_json::from_str(text).map_err(|e| {
+                    ApiError::invalid_param(
+                        "structured_outputs",
+                        format!("structured_outputs.json is not JSON: {e}"),
+                    )
+                })?,
+                v => v.clone(),
+            };
+            found.push(("structured_outputs", Spec::Schema(schema)));
+            n += 1;
+        }
+        if let Some(r) = &s.regex {
+            found.push(("structured_outputs", Spec::Regex(r.clone())));
+            n += 1;
+        }
+        if let Some(g) = &s.grammar {
+            found.push(("structured_outputs", Spec::Gbnf(g.clone())));
+            n += 1;
+        }
+        if let Some(ch) = &s.choice {
+            if ch.is_empty() {
+                return Err(ApiError::invalid_param(
+                    "structured_outputs",
+                    "structured_outputs.choice is empty",
+                ));
+            }
+            found.push(("structured_outputs", Spec::Choice(ch.clone())));
+            n += 1;
+        }
+        if n == 0 {
+            return Err(ApiError::invalid_param(
+                "structured_outputs",
+                "structured_outputs needs one of json, regex, grammar, choice",
+            ));
+        }
+    }
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(ApiError::invalid(format!(
+            "give one constraint per request; this one has {}",
+            found
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The constraint for `spec`, from the cache or compiled into it. A compile error keeps
+/// corral's positioned message.
+fn constraint(
+    cache: &ConstraintCache,
+    param: &'static str,
+    spec: Spec,
+) -> Result<Arc<Constraint>, ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| ApiError::invalid_param(param, e.to_string());
+    let opts = |origin: &str| {
+        CompileOptions::default()
+            .origin(origin)
+            .dfa_cache(Some(cache.dfas().clone()))
+    };
+    match spec {
+        Spec::Schema(schema) => {
+            let key = format!("json-schema\0{schema}");
+            cache.get_or_compile(&key, || {
+                let mut o = JsonSchemaOptions::default()
+                    .with_origin("schema")
+                    .with_dfa_cache(Some(cache.dfas().clone()));
+                o.closed_objects = true;
+                corral_schema::compile_json_schema_value(&schema, &o)
+                    .map(|c| c.grammar)
+                    .map_err(|e| invalid(&e))
+            })
+        }
+        Spec::Gbnf(text) => cache.get_or_compile(&format!("gbnf\0{text}"), || {
+            corral_grammar::compile_gbnf(&text, &opts("grammar")).map_err(|e| invalid(&e))
+        }),
+        Spec::Regex(re) => cache.get_or_compile(&format!("regex\0{re}"), || {
+            corral_grammar::compile_regex(&re, &opts("regex")).map_err(|e| invalid(&e))
+        }),
+        Spec::Choice(choices) => {
+            let re = choices
+                .iter()
+                .map(|c| regex_syntax::escape(c))
+                .collect::<Vec<_>>()
+                .join("|");
+            cache.get_or_compile(&format!("regex\0{re}"), || {
+                corral_grammar::compile_regex(&re, &opts("choice")).map_err(|e| invalid(&e))
+            })
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! The server on loopback with the real model (SmolLM2, from `scripts/fetch-assets model`),
+//! driven over HTTP.
+
+#[path = "../../tests/support/require.rs"]
+mod require;
+
+use corral_models::{DeviceSpec, Model};
+use corral_server::{ServeConfig, ServerHandle, spawn};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn model_path() -> Option<PathBuf> {
+    let assets = std::env::var_os("CORRAL_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets"));
+    require::require_input(
+        assets.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "run scripts/fetch-assets model",
+    )
+}
+
+struct Server {
+    handle: Option<ServerHandle>,
+    base: String,
+}
+
+impl Server {
+    /// A server on a free port, once `/health` says the model is loaded.
+    fn start(config: ServeConfig) -> Option<Server> {
+        let path = model_path()?;
+        let config = ServeConfig { port: 0, ..config };
+        let handle = spawn(
+            config,
+            Box::new(move || Model::load(&path.display().to_string(), DeviceSpec::Cpu)),
+        )
+        .expect("server starts");
+        let base = format!("http://{}", handle.addr());
+        let t = Instant::now();
+        loop {
+            match ureq::get(&format!("{base}/health")).call() {
+                Ok(r) if r.status() == 200 => break,
+                Err(ureq::Error::Status(503, _)) => {}
+                other => panic!("unexpected /health answer: {other:?}"),
+            }
+            assert!(t.elapsed() < Duration::from_secs(120), "model never loaded");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Server {
+            handle: Some(handle),
+            base,
+        })
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, &body.to_string(), None)
+    }
+
+    fn post_raw(&self, path: &str, body: &str, key: Option<&str>) -> (u16, Value) {
+        let mut req =
+            ureq::post(&format!("{}{path}", self.base)).set("content-type", "application/json");
+        if let Some(k) = key {
+            req = req.set("authorization", &format!("Bearer {k}"));
+        }
+        match req.send_string(body) {
+            Ok(r) => (r.status(), r.into_json().expect("JSON body")),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().expect("JSON error body")),
+            Err(e) => panic!("transport error: {e}"),
+        }
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let text = ureq::get(&format!("{}/metrics", self.base))
+            .call()
+            .expect("metrics")
+            .into_string()
+            .expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
+    /// Polls until `cond` holds (or fails after 60 s).
+    fn wait_for(&self, what: &str, cond: impl Fn(&Server) -> bool) {
+        let t = Instant::now();
+        while !cond(self) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "timed out waiting: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = h.shutdown();
+        }
+    }
+}
+
+fn chat(content: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+    });
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            body[k] = v;
+        }
+    }
+    body
+}
+
+fn content(v: &Value) -> &str {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no content in {v}"))
+}
+
+fn error_message(v: &Value) -> &str {
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error object in {v}"))
+}
+
+#[test]
+fn schema_constrained_chat_returns_valid_json_with_usage() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let models: Value = ureq::get(&format!("{}/v1/models", s.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["object"], "model");
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "age": {"type": "integer", "minimum": 0, "maximum": 30},
+            "indoor": {"type": "boolean"}
+        },
+        "required": ["name", "age", "indoor"],
+        "additionalProperties": false
+    });
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat(
+            "Describe a cat as JSON.",
+            json!({
+                "max_tokens": 80,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema, "strict": true}},
+            }),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let cat: Value = serde_json::from_str(content(&v)).expect("the content is JSON");
+    assert!(
+        cat["name"]
+            .as_str()
+            .is_some_and(|n| n.chars().count() <= 20)
+    );
+    assert!(cat["age"].as_i64().is_some_and(|a| (0..=30).contains(&a)));
+    assert!(cat["indoor"].is_boolean());
+    assert_eq!(cat.as_object().map(|o| o.len()), Some(3));
+    let u = &v["usage"];
+    assert!(u["prompt_tokens"].as_u64().unwrap() > 0);
+    assert!(u["completion_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
+    // The same schema again is served from the constraint cache.
+    let hits = s.metric("corral_constraint_cache_hits_total");
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat(
+            "Another cat.",
+            json!({"max_tokens": 80, "response_format": {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}}}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(s.metric("corral_constraint_cache_hits_total"), hits + 1.0);
+}
+
+#[test]
+fn every_constraint_field_is_honored() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let cases = [
+        (
+            json!({"grammar": "root ::= (\"yes\" | \"no\") \".\""}),
+            r"^(yes|no)\.$",
+        ),
+        (
+            json!({"regex": "[0-9]{3}-[a-z]{2}"}),
+            r"^[0-9]{3}-[a-z]{2}$",
+        ),
+        (
+            json!({"structured_outputs": {"choice": ["red", "green", "a.b"]}}),
+            r"^(red|green|a\.b)$",
+        ),
+        (
+            json!({"structured_outputs": {"regex": "(ab)+"}, "max_tokens": 6}),
+            r"^(ab)+$",
+        ),
+        (
+            json!({"structured_outputs": {"grammar": "root ::= [A-Z]{4}"}}),
+            r"^[A-Z]{4}$",
+        ),
+    ];
+    for (extra, pattern) in cases {
+        let (code, v) = s.post("/v1/chat/completions", &chat("Answer.", extra.clone()));
+        assert_eq!(code, 200, "{extra}: {v}");
+        let re = regex_lite(pattern);
+        assert!(re(content(&v)), "{extra}: {:?}", content(&v));
+        // `(ab)+` may go on: at max_tokens it ends complete, but cut short.
+        let finish = if pattern.contains('+') {
+            "length"
+        } else {
+            "stop"
+        };
+        assert_eq!(v["choices"][0]["finish_reason"], finish, "{extra}: {v}");
+    }
+    for extra in [
+        json!({"response_format": {"type": "json_object"}, "max_tokens": 60}),
+        json!({"structured_outputs": {"json": "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"maxItems\": 3}"}, "max_tokens": 40}),
+    ] {
+        let (code, v) = s.post("/v1/chat/completions", &chat("Some JSON.", extra.clone()));
+        assert_eq!(code, 200, "{extra}: {v}");
+        let out: Value = serde_json::from_str(content(&v))
+            .unwrap_or_else(|e| panic!("{extra}: {e}: {:?}", content(&v)));
+        assert!(out.is_object() || out.is_array(), "{extra}: {out}");
+    }
+}
+
+/// Matches whole strings with the few regex forms the test above uses, by compiling them
+/// with corral itself (its `match_bytes` is tested against llama.cpp's cases elsewhere).
+fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
+    let inner = pattern.trim_start_matches('^').trim_end_matches('$');
+    let g = corral_grammar::compile_regex(inner, &Default::default()).expect("test regex");
+    move |s: &str| {
+        matches!(
+            corral_grammar::match_bytes(&g, s.as_bytes()),
+            Ok(corral_grammar::MatchOutcome::Accepted)
+        )
+    }
+}
+
+#[test]
+fn streaming_sends_openai_chunks_then_usage_then_done() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let body = chat(
+        "Count.",
+        json!({"stream": true, "stream_options": {"include_usage": true}, "regex": "[0-9]{1,2}( [0-9]{1,2}){5}", "max_tokens": 40}),
+    );
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
+        .send_string(&body.to_string())
+        .expect("200");
+    assert!(
+        r.header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+    );
+    let mut datas = Vec::new();
+    for line in BufReader::new(r.into_reader()).lines() {
+        let line = line.expect("line");
+        if let Some(d) = line.strip_prefix("data: ") {
+            datas.push(d.to_string());
+        }
+    }
+    assert_eq!(datas.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = datas[..datas.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("JSON chunk"))
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(regex_lite(r"[0-9]{1,2}( [0-9]{1,2}){5}")(&text), "{text:?}");
+    let n = chunks.len();
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunks[n - 1]["choices"], json!([]));
+    assert!(
+        chunks[n - 1]["usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let Some(s) = Server::start(ServeConfig {
+        max_body_bytes: 64 << 10,
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let url = "/v1/chat/completions";
+    let (code, v) = s.post_raw(url, r#"{"messages": [{"role": "user""#, None);
+    assert_eq!(code, 400);
+    assert!(error_message(&v).contains("not valid JSON"), "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    let (code, v) = s.post_raw(url, r#"{"messages": 3}"#, None);
+    assert_eq!(code, 400);
+    assert!(error_message(&v).contains("expected shape"), "{v}");
+    // An invalid grammar: corral's positioned error, line:column and caret.
+    let (code, v) = s.post(url, &chat("x", json!({"grammar": "root ::= \"a\" | b"})));
+    assert_eq!(code, 400);
+    assert_eq!(v["error"]["param"], "grammar");
+    assert!(
+        error_message(&v).contains("grammar:1:16: undefined rule 'b'"),
+        "{v}"
+    );
+    let (code, v) = s.post(
+        url,
+        &chat(
+            "x",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "strin"}}}}),
+        ),
+    );
+    assert_eq!(code, 400);
+    assert!(error_message(&v).contains("#/type"), "{v}");
+    let (code, v) = s.post(url, &chat("x", json!({"regex": "(a"})));
+    assert_eq!(code, 400);
+    assert_eq!(v["error"]["param"], "regex");
+    for (extra, param) in [
+        (json!({"n": 2}), "n"),
+        (json!({"temperature": -1}), "temperature"),
+        (json!({"top_p": 2}), "top_p"),
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            "tools",
+        ),
+    ] {
+        let (code, v) = s.post(url, &chat("x", extra.clone()));
+        assert_eq!(code, 400, "{extra}: {v}");
+        assert_eq!(v["error"]["param"], param, "{extra}: {v}");
+    }
+    let (code, v) = s.post(
+        url,
+        &chat("x", json!({"grammar": "root ::= \"a\"", "regex": "b"})),
+    );
+    assert_eq!(code, 400);
+    assert!(error_message(&v).contains("one constraint"), "{v}");
+    // A prompt over the context (8192 positions for SmolLM2): under the body limit in
+    // bytes, over the context in tokens.
+    let long = "hi ".repeat(9000);
+    let (code, v) = s.post(url, &chat(&long, json!({})));
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let (code, v) = s.post(url, &chat(&"x".repeat(70 << 10), json!({})));
+    assert_eq!(code, 413, "{v}");
+    let (code, v) = s.post_raw("/v1/nothing", "{}", None);
+    assert_eq!(code, 404, "{v}");
+    // Still serving.
+    let (code, v) = s.post(url, &chat("Say yes.", json!({"regex": "yes|no"})));
+    assert_eq!(code, 200, "{v}");
+    assert!(s.metric("corral_request_errors_total") >= 13.0);
+}
+
+#[test]
+fn an_api_key_is_required_when_set() {
+    let Some(s) = Server::start(ServeConfig {
+        api_key: Some("sesame".into()),
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let body = chat("x", json!({"regex": "a", "max_tokens": 2})).to_string();
+    for key in [None, Some("wrong")] {
+        let (code, v) = s.post_raw("/v1/chat/completions", &body, key);
+        assert_eq!(code, 401, "{v}");
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+    }
+    let (code, v) = s.post_raw("/v1/chat/completions", &body, Some("sesame"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(content(&v), "a");
+}
+
+/// A request that generates `n` letters (no end token can come earlier).
+fn long_request(n: usize, stream: bool) -> Value {
+    chat(
+        "Letters.",
+        json!({"regex": format!("[a-z]{{{n}}}"), "max_tokens": n + 5, "stream": stream, "temperature": 1}),
+    )
+}
+
+#[test]
+fn a_full_queue_answers_429_and_requests_run_concurrently() {
+    let Some(s) = Server::start(ServeConfig {
+        max_concurrent: 2,
+        queue: 1,
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let base = s.base.clone();
+    let send = move |body: Value| {
+        let base = base.clone();
+        std::thread::spawn(move || {
+            ureq::post(&format!("{base}/v1/chat/completions"))
+                .send_string(&body.to_string())
+                .map(|r| r.status())
+                .unwrap_or_else(|e| match e {
+                    ureq::Error::Status(c, _) => c,
+                    e => panic!("{e}"),
+                })
+        })
+    };
+    let first = send(long_request(120, false));
+    let second = send(long_request(120, false));
+    s.wait_for("two requests generating", |s| {
+        s.metric("corral_active_requests") == 2.0
+    });
+    let third = send(long_request(120, false));
+    s.wait_for("one request queued", |s| {
+        s.metric("corral_queue_depth") == 1.0
+    });
+    let (code, v) = s.post("/v1/chat/completions", &long_request(10, false));
+    assert_eq!(code, 429, "{v}");
+    assert_eq!(v["error"]["code"], "server_busy");
+    for h in [first, second, third] {
+        assert_eq!(h.join().unwrap(), 200);
+    }
+}
+
+#[test]
+fn concurrent_greedy_requests_match_the_same_request_alone() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let body = chat("Tell me about the sea.", json!({"max_tokens": 40}));
+    let (_, alone) = s.post("/v1/chat/completions", &body);
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let (base, body) = (s.base.clone(), body.clone());
+            std::thread::spawn(move || -> Value {
+                ureq::post(&format!("{base}/v1/chat/completions"))
+                    .send_string(&body.to_string())
+                    .expect("200")
+                    .into_json()
+                    .expect("JSON")
+            })
+        })
+        .collect();
+    for h in handles {
+        // Each request keeps its own KV cache across the interleaved steps.
+        assert_eq!(content(&h.join().unwrap()), content(&alone));
+    }
+}
+
+#[test]
+fn a_client_that_goes_away_stops_its_generation() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
+        .send_string(&long_request(400, true).to_string())
+        .expect("200");
+    let mut reader = BufReader::new(r.into_reader());
+    let mut line = String::new();
+    while !line.contains("content") {
+        line.clear();
+        reader.read_line(&mut line).expect("a chunk");
+    }
+    drop(reader);
+    s.wait_for("the generation to stop", |s| {
+        s.metric("corral_active_requests") == 0.0
+    });
+    assert_eq!(s.metric("corral_requests_cancelled_total"), 1.0);
+    assert!(s.metric("corral_generated_tokens_total") < 400.0);
+}
+
+#[test]
+fn a_request_past_its_time_limit_gets_504() {
+    let Some(s) = Server::start(ServeConfig {
+        request_timeout: Duration::from_millis(300),
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let (code, v) = s.post("/v1/chat/completions", &long_request(2000, false));
+    assert_eq!(code, 504, "{v}");
+    assert_eq!(v["error"]["code"], "timeout");
+    assert_eq!(s.metric("corral_requests_timed_out_total"), 1.0);
+}
+
+#[test]
+fn completions_honor_stop_sequences() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let (code, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Numbers:", "regex": " 1, 2, 3, 4, 5, 6", "stop": [", 4"], "temperature": 0}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], " 1, 2, 3");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn shutdown_lets_requests_in_flight_finish() {
+    let Some(mut s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let base = s.base.clone();
+    let req = std::thread::spawn(move || {
+        ureq::post(&format!("{base}/v1/chat/completions"))
+            .send_string(&long_request(60, false).to_string())
+            .map(|r| r.status())
+            .map_err(|e| e.to_string())
+    });
+    s.wait_for("the request to run", |s| {
+        s.metric("corral_active_requests") == 1.0
+    });
+    let handle = s.handle.take().expect("running");
+    handle.shutdown().expect("a clean stop");
+    assert_eq!(req.join().unwrap().expect("answered"), 200);
+    assert!(ureq::get(&format!("{}/health", s.base)).call().is_err());
+}

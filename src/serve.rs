@@ -1,0 +1,87 @@
+//! `corral serve`: the OpenAI-compatible server (corral-server) on a model.
+
+use crate::Failure;
+use anyhow::{Context, anyhow};
+use corral::models::{DeviceSpec, Model};
+use corral::server::{ServeConfig, spawn};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A GGUF file, a safetensors folder, a Hub repo id (`owner/name`, or
+    /// `owner/name:file.gguf`). Default: SmolLM2-135M-Instruct Q4_1, fetched if missing.
+    #[arg(long, short = 'm')]
+    model: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port (printed on standard error).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Clients must send `Authorization: Bearer KEY` (default: $CORRAL_API_KEY if set).
+    #[arg(long, env = "CORRAL_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Requests generating at once.
+    #[arg(long, default_value_t = 4)]
+    max_concurrent: usize,
+    /// Requests waiting for a place; past this, 429.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Most seconds a request may take, queueing included.
+    #[arg(long, default_value_t = 600)]
+    request_timeout: u64,
+    /// max_tokens for requests that give none.
+    #[arg(long, default_value_t = 1024)]
+    default_max_tokens: usize,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_body_bytes: usize,
+    /// The model's id in responses (default: the model file's name).
+    #[arg(long)]
+    model_name: Option<String>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+pub fn run(args: &ServeArgs) -> Result<(), Failure> {
+    let device: DeviceSpec = args
+        .device
+        .parse()
+        .map_err(|e: corral::models::LoadError| anyhow!(e))?;
+    if args.max_concurrent == 0 {
+        return Err(anyhow!("--max-concurrent must be at least 1").into());
+    }
+    if args.request_timeout == 0 {
+        return Err(anyhow!("--request-timeout must be at least 1 second").into());
+    }
+    let source = match &args.model {
+        Some(m) => m.clone(),
+        None => crate::generate::default_model()?,
+    };
+    let model_name = args.model_name.clone().unwrap_or_else(|| {
+        let base = source.rsplit(['/', ':']).next().unwrap_or(&source);
+        base.strip_suffix(".gguf").unwrap_or(base).to_string()
+    });
+    let config = ServeConfig {
+        host: args.host.clone(),
+        port: args.port,
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        max_concurrent: args.max_concurrent,
+        queue: args.queue,
+        request_timeout: Duration::from_secs(args.request_timeout),
+        default_max_tokens: args.default_max_tokens,
+        max_body_bytes: args.max_body_bytes,
+        model_name,
+        handle_signals: true,
+    };
+    let load_from = source.clone();
+    let server =
+        spawn(config, Box::new(move || Model::load(&load_from, device))).context("corral serve")?;
+    eprintln!(
+        "corral: listening on http://{} (model {source} loading)",
+        server.addr()
+    );
+    server.wait().context("corral serve")?;
+    eprintln!("corral: stopped");
+    Ok(())
+}
