@@ -24,6 +24,7 @@ impl Message {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -46,16 +47,33 @@ impl ChatTemplate {
             .map_err(LoadError::Template)?;
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
     }
 
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Renders `messages`, ending with the assistant's turn opened.
     pub fn render(&self, messages: &[Message]) -> Result<String, LoadError> {
+        self.render_with_tools(messages, None)
+    }
+
+    /// Renders `messages` with the `tools` variable set (OpenAI's tool list), for templates
+    /// that describe tools themselves.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, LoadError> {
         let t = self.env.get_template("chat").expect("added in new");
         t.render(context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => true,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,

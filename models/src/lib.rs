@@ -292,11 +292,21 @@ impl ModelText {
         self.max_positions
     }
 
+    /// The chat template, if the model has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+
     /// A conversation through the chat template, ending with the assistant's turn opened
-    /// (without a template: the messages' contents, one per line).
-    pub fn chat_prompt(&self, messages: &[Message]) -> Result<String, LoadError> {
+    /// (without a template: the messages' contents, one per line). `tools` (OpenAI's list)
+    /// is passed to templates that describe tools themselves.
+    pub fn chat_prompt(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, LoadError> {
         match &self.chat {
-            Some(t) => t.render(messages),
+            Some(t) => t.render_with_tools(messages, tools),
             None => Ok(messages
                 .iter()
                 .map(|m| m.content.as_str())

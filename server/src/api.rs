@@ -117,6 +117,9 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's earlier calls: `[{"id", "type", "function": {"name", "arguments"}}]`.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
 }
 
 #[derive(Debug, Deserialize)]

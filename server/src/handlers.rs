@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::prepare::{self, Prepared};
 use crate::scheduler::{Event, Job};
+use crate::shape::{Piece, Shaper};
 use crate::stop::StopFilter;
 use crate::{AppState, Ready};
 use axum::Router;
@@ -163,12 +164,18 @@ async fn start(
     .await
     .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
     let reply = Reply::new(&st.config.model_name, kind, &prepared);
+    let shaper =
+        Shaper::new(prepared.format, &prepared.prefix, &reply.id).map_err(ApiError::internal)?;
     let events = enqueue(st, ready, prepared.decoder, prepared.prompt)?;
-    let filter = StopFilter::new(prepared.stops);
+    let out = Output {
+        filter: StopFilter::new(prepared.stops),
+        shaper,
+        tokens: 0,
+    };
     if prepared.stream {
-        Ok(stream(reply, events, filter, prepared.include_usage).into_response())
+        Ok(stream(reply, events, out, prepared.include_usage).into_response())
     } else {
-        whole(reply, events, filter).await
+        whole(reply, events, out).await
     }
 }
 
@@ -244,31 +251,54 @@ impl Reply {
         }
     }
 
-    /// One choice: the whole message, or a streamed delta.
-    fn choice(&self, text: Option<&str>, finish: Option<&str>, first: bool, chunk: bool) -> Value {
-        match (self.kind, chunk) {
-            (Kind::Chat, false) => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text.unwrap_or("")},
-                "finish_reason": finish,
-                "logprobs": null,
-            }),
-            (Kind::Chat, true) => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), json!("assistant"));
+    /// The one choice of a whole response.
+    fn message(&self, out: &Whole, finish: &str) -> Value {
+        match self.kind {
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": out.content});
+                if !out.reasoning.is_empty() {
+                    message["reasoning_content"] = json!(out.reasoning);
+                    message["reasoning"] = json!(out.reasoning);
                 }
-                if let Some(t) = text {
-                    delta.insert("content".into(), json!(t));
+                if !out.calls.is_empty() {
+                    let calls: Vec<Value> = out
+                        .calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}})
+                        })
+                        .collect();
+                    message["tool_calls"] = json!(calls);
+                    if out.content.trim().is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                }
+                json!({"index": 0, "message": message, "finish_reason": finish, "logprobs": null})
+            }
+            Kind::Completion => {
+                json!({"index": 0, "text": out.content, "finish_reason": finish, "logprobs": null})
+            }
+        }
+    }
+
+    /// One streamed choice: a chat delta, or a completion's text.
+    fn chunk_choice(&self, piece: Option<&Piece>, finish: Option<&str>, first: bool) -> Value {
+        match self.kind {
+            Kind::Chat => {
+                let mut delta = piece.map(Piece::delta).unwrap_or_else(|| json!({}));
+                if first {
+                    delta["role"] = json!("assistant");
                 }
                 json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
             }
-            (Kind::Completion, _) => json!({
-                "index": 0,
-                "text": text.unwrap_or(""),
-                "finish_reason": finish,
-                "logprobs": null,
-            }),
+            Kind::Completion => {
+                let text = match piece {
+                    Some(Piece::Content(s)) => s.as_str(),
+                    _ => "",
+                };
+                json!({"index": 0, "text": text, "finish_reason": finish, "logprobs": null})
+            }
         }
     }
 
@@ -303,22 +333,48 @@ enum End {
     Failed(ApiError),
 }
 
-/// One event through the stop filter: the text to pass on, and the end if it came.
-fn on_event(e: Event, filter: &mut StopFilter, tokens: &mut usize) -> (String, Option<End>) {
-    match e {
-        Event::Delta { text, tokens: n } => {
-            *tokens = n;
-            let pass = filter.push(&text);
-            // A stop sequence ends the output; the caller drops the receiver, which stops
-            // the generation.
-            let end = filter.stopped().then_some(End::Finished("stop", n));
-            (pass, end)
+/// A response's text on its way out: stop sequences first, then the shape.
+struct Output {
+    filter: StopFilter,
+    shaper: Shaper,
+    /// Tokens generated so far.
+    tokens: usize,
+}
+
+impl Output {
+    /// One event: the pieces to pass on, and the end if it came.
+    fn event(&mut self, e: Event) -> (Vec<Piece>, Option<End>) {
+        match e {
+            Event::Delta { text, tokens } => {
+                self.tokens = tokens;
+                let pass = self.filter.push(&text);
+                let mut pieces = self.shaper.push(&pass);
+                // A stop sequence ends the output; the caller drops the receiver, which
+                // stops the generation.
+                let end = self.filter.stopped().then(|| {
+                    pieces.extend(self.shaper.finish());
+                    End::Finished(self.finish_reason("stop"), tokens)
+                });
+                (pieces, end)
+            }
+            Event::Done { finish, stats } => {
+                let rest = self.filter.finish();
+                let mut pieces = self.shaper.push(&rest);
+                pieces.extend(self.shaper.finish());
+                let reason = self.finish_reason(finish_reason(finish));
+                (pieces, Some(End::Finished(reason, stats.generated_tokens)))
+            }
+            Event::Failed(e) => (Vec::new(), Some(End::Failed(e))),
         }
-        Event::Done { finish, stats } => (
-            filter.finish(),
-            Some(End::Finished(finish_reason(finish), stats.generated_tokens)),
-        ),
-        Event::Failed(e) => (String::new(), Some(End::Failed(e))),
+    }
+
+    /// `tool_calls` when the output made calls.
+    fn finish_reason(&self, reason: &'static str) -> &'static str {
+        if self.shaper.calls().is_empty() {
+            reason
+        } else {
+            "tool_calls"
+        }
     }
 }
 
@@ -327,26 +383,40 @@ fn vanished() -> End {
     End::Failed(ApiError::unavailable("the server stopped the generation"))
 }
 
+/// A whole response's parts.
+#[derive(Default)]
+struct Whole {
+    content: String,
+    reasoning: String,
+    calls: Vec<crate::shape::Call>,
+}
+
 async fn whole(
     reply: Reply,
     mut events: UnboundedReceiver<Event>,
-    mut filter: StopFilter,
+    mut out: Output,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    let mut tokens = 0;
+    let mut w = Whole::default();
     let end = loop {
         let Some(e) = events.recv().await else {
             break vanished();
         };
-        let (pass, end) = on_event(e, &mut filter, &mut tokens);
-        text.push_str(&pass);
+        let (pieces, end) = out.event(e);
+        for p in pieces {
+            match p {
+                Piece::Content(s) => w.content.push_str(&s),
+                Piece::Reasoning(s) => w.reasoning.push_str(&s),
+                Piece::CallBegin { .. } | Piece::CallArguments { .. } => {}
+            }
+        }
         if let Some(end) = end {
             break end;
         }
     };
     match end {
         End::Finished(finish, tokens) => {
-            let choice = reply.choice(Some(&text), Some(finish), true, false);
+            w.calls = out.shaper.calls().to_vec();
+            let choice = reply.message(&w, finish);
             let body = reply.envelope(false, vec![choice], Some(reply.usage(tokens)));
             Ok(axum::Json(body).into_response())
         }
@@ -354,33 +424,34 @@ async fn whole(
     }
 }
 
-/// Server-sent events: a chunk per text delta, a last chunk with the finish reason, usage
-/// if asked, then `data: [DONE]`. An error after the stream began is sent as an error
+/// Server-sent events: a chunk per piece of text, a last chunk with the finish reason,
+/// usage if asked, then `data: [DONE]`. An error after the stream began is sent as an error
 /// object in a `data:` line. A client that goes away closes the channel: the task ends,
 /// dropping the scheduler's receiver, which stops the generation.
 fn stream(
     reply: Reply,
     mut events: UnboundedReceiver<Event>,
-    mut filter: StopFilter,
+    mut out: Output,
     include_usage: bool,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Result<SseEvent, Infallible>>(64);
     tokio::spawn(async move {
         let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
-        let chunk = |text: Option<&str>, finish: Option<&str>, first: bool| {
-            data(reply.envelope(true, vec![reply.choice(text, finish, first, true)], None))
+        let chunk = |piece: Option<&Piece>, finish: Option<&str>, first: bool| {
+            data(reply.envelope(true, vec![reply.chunk_choice(piece, finish, first)], None))
         };
         if matches!(reply.kind, Kind::Chat) && tx.send(chunk(None, None, true)).await.is_err() {
             return;
         }
-        let mut tokens = 0;
         let end = loop {
             let Some(e) = events.recv().await else {
                 break vanished();
             };
-            let (pass, end) = on_event(e, &mut filter, &mut tokens);
-            if !pass.is_empty() && tx.send(chunk(Some(&pass), None, false)).await.is_err() {
-                return;
+            let (pieces, end) = out.event(e);
+            for p in &pieces {
+                if tx.send(chunk(Some(p), None, false)).await.is_err() {
+                    return;
+                }
             }
             if let Some(end) = end {
                 break end;

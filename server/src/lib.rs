@@ -37,7 +37,9 @@ pub mod error;
 pub mod metrics;
 pub mod prepare;
 pub mod scheduler;
+pub mod shape;
 pub mod stop;
+pub mod tools;
 
 mod handlers;
 

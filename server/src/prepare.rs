@@ -7,6 +7,7 @@ use crate::ServeConfig;
 use crate::api::{ChatRequest, Common, CompletionRequest, PromptInput, ResponseFormat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::tools::{self, Tools};
 use corral_engine::{
     Constraint, ConstraintCache, Decoder, GenerateError, GenerateOptions, ModelError,
     SamplingOptions, Scope,
@@ -15,6 +16,7 @@ use corral_grammar::CompileOptions;
 use corral_models::ModelText;
 use corral_models::chat::Message;
 use corral_schema::JsonSchemaOptions;
+use corral_split::Format;
 use corral_trie::TokenId;
 use serde_json::Value;
 use std::sync::Arc;
@@ -25,6 +27,10 @@ use std::time::Instant;
 pub struct Prepared {
     pub decoder: Decoder,
     pub prompt: Vec<TokenId>,
+    /// The output is split into content, reasoning and tool calls in this format (chat
+    /// requests with tools); `prefix` is what the prompt already opened (a call's marker).
+    pub format: Option<Format>,
+    pub prefix: String,
     pub stops: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
@@ -51,21 +57,58 @@ pub fn chat(
             "messages must hold at least one message",
         ));
     }
-    refuse_tools(&req.common)?;
-    let mut messages = Vec::with_capacity(req.messages.len());
+    let template = text.chat_template().map(|t| t.source());
+    let tools = tools::parse(
+        req.common.tools.as_ref(),
+        req.common.tool_choice.as_ref(),
+        template,
+    )?;
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
     for (i, m) in req.messages.iter().enumerate() {
-        let content = match &m.content {
+        let mut content = match &m.content {
             Some(c) => c
                 .text()
                 .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?,
             None => String::new(),
         };
+        // Earlier calls go back into the text as the model wrote them.
+        for call in m.tool_calls.iter().flatten() {
+            let f = &call["function"];
+            let args = match &f["arguments"] {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            content.push_str(&format!(
+                "<tool_call>\n{{\"name\": {}, \"arguments\": {args}}}\n</tool_call>",
+                f["name"]
+            ));
+        }
         messages.push(Message::new(&m.role, &content));
     }
-    let prompt = text
-        .chat_prompt(&messages)
+    let describes = Tools::template_describes(template);
+    if let Some(t) = tools.as_ref().filter(|_| !describes) {
+        let text = t.instructions();
+        match messages.first_mut() {
+            Some(m) if m.role == "system" => m.content = format!("{}\n\n{text}", m.content),
+            _ => messages.insert(0, Message::new("system", &text)),
+        }
+    }
+    let listed = tools.as_ref().filter(|_| describes).map(|t| &t.list);
+    let mut prompt = text
+        .chat_prompt(&messages, listed)
         .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
-    prepare(text, config, metrics, &prompt, req.common)
+    let (scope, prefix, format, call) = match &tools {
+        Some(t) => {
+            let (scope, prefix) = t.scope();
+            (scope, prefix, Some(t.format.clone()), Some(t.call_schema()))
+        }
+        None => (Scope::Whole, String::new(), None, None),
+    };
+    prompt.push_str(&prefix);
+    let mut p = prepare(text, config, metrics, &prompt, req.common, call, scope)?;
+    p.format = format;
+    p.prefix = prefix;
+    Ok(p)
 }
 
 pub fn completion(
@@ -74,7 +117,12 @@ pub fn completion(
     metrics: &Metrics,
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
-    refuse_tools(&req.common)?;
+    if req.common.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "tools are served by /v1/chat/completions",
+        ));
+    }
     let prompt = match req.prompt {
         PromptInput::One(s) => s,
         PromptInput::Many(mut v) if v.len() == 1 => v.remove(0),
@@ -85,22 +133,15 @@ pub fn completion(
             ));
         }
     };
-    prepare(text, config, metrics, &prompt, req.common)
-}
-
-fn refuse_tools(c: &Common) -> Result<(), ApiError> {
-    let tools = c.tools.as_ref().is_some_and(|t| !t.is_empty());
-    let choice = c
-        .tool_choice
-        .as_ref()
-        .is_some_and(|t| t != &Value::String("none".into()));
-    if tools || choice {
-        return Err(ApiError::invalid_param(
-            "tools",
-            "tool calls are not served yet: send the request without `tools`",
-        ));
-    }
-    Ok(())
+    prepare(
+        text,
+        config,
+        metrics,
+        &prompt,
+        req.common,
+        None,
+        Scope::Whole,
+    )
 }
 
 fn prepare(
@@ -109,6 +150,8 @@ fn prepare(
     metrics: &Metrics,
     prompt: &str,
     c: Common,
+    tool_call: Option<Value>,
+    scope: Scope,
 ) -> Result<Prepared, ApiError> {
     if let Some(n) = c.n.filter(|&n| n != 1) {
         return Err(ApiError::invalid_param(
@@ -127,7 +170,17 @@ fn prepare(
         None => config.default_max_tokens,
     };
     let sampling = sampling(&c)?;
-    let constraint = match spec(&c)? {
+    let spec = match (spec(&c)?, tool_call) {
+        (None, call) => call.map(|c| ("tools", Spec::Schema(c))),
+        (Some(s), None) => Some(s),
+        (Some((param, _)), Some(_)) => {
+            return Err(ApiError::invalid_param(
+                param,
+                "a request with tools takes no other constraint",
+            ));
+        }
+    };
+    let constraint = match spec {
         Some((param, spec)) => {
             let t = Instant::now();
             let r = constraint(text.constraints(), param, spec);
@@ -147,7 +200,7 @@ fn prepare(
         overlap_mask: false,
         ignore_eos: false,
         complete_within_budget: true,
-        scope: Scope::Whole,
+        scope,
     };
     let decoder = Decoder::new(
         text.space().clone(),
@@ -160,6 +213,8 @@ fn prepare(
     Ok(Prepared {
         decoder,
         prompt: ids,
+        format: None,
+        prefix: String::new(),
         stops: c.stop.map(|s| s.into_vec()).unwrap_or_default(),
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),

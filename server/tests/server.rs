@@ -348,8 +348,12 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         (json!({"top_p": 2}), "top_p"),
         (json!({"max_tokens": 0}), "max_tokens"),
         (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            json!({"tools": [{"type": "function", "function": {}}]}),
             "tools",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}], "regex": "a"}),
+            "regex",
         ),
     ] {
         let (code, v) = s.post(url, &chat("x", extra.clone()));
@@ -539,4 +543,143 @@ fn shutdown_lets_requests_in_flight_finish() {
     handle.shutdown().expect("a clean stop");
     assert_eq!(req.join().unwrap().expect("answered"), 200);
     assert!(ureq::get(&format!("{}/health", s.base)).call().is_err());
+}
+
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["c", "f"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"], "additionalProperties": false}}}
+    ])
+}
+
+/// The calls of a chat response, with their arguments parsed.
+fn calls(v: &Value) -> Vec<(String, Value)> {
+    v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    assert_eq!(c["type"], "function");
+                    assert!(c["id"].as_str().is_some_and(|i| !i.is_empty()));
+                    let args = c["function"]["arguments"].as_str().expect("a JSON string");
+                    (
+                        c["function"]["name"].as_str().unwrap().to_string(),
+                        serde_json::from_str(args).expect("arguments are JSON"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn tool_choice_required_and_named_constrain_the_call() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let url = "/v1/chat/completions";
+    let (code, v) = s.post(
+        url,
+        &chat(
+            "What is the weather in Paris?",
+            json!({"tools": weather_tools(), "tool_choice": "required"}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    let c = calls(&v);
+    assert_eq!(c.len(), 1, "{v}");
+    let (name, args) = &c[0];
+    assert!(name == "get_weather" || name == "get_time", "{name}");
+    assert!(
+        args["city"]
+            .as_str()
+            .is_some_and(|c| c.chars().count() <= 30)
+    );
+    if name == "get_weather" {
+        assert!(args["unit"] == "c" || args["unit"] == "f", "{args}");
+    }
+    let named = json!({"type": "function", "function": {"name": "get_time"}});
+    let (code, v) = s.post(
+        url,
+        &chat(
+            "What is the weather in Paris?",
+            json!({"tools": weather_tools(), "tool_choice": named, "stream": false}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    let c = calls(&v);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].0, "get_time");
+    assert_eq!(
+        c[0].1
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["city".to_string()])
+    );
+    // auto: free text or calls; whatever calls come validate.
+    let (code, v) = s.post(
+        url,
+        &chat(
+            "Use a tool to get the time in Oslo.",
+            json!({"tools": weather_tools(), "max_tokens": 60}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    for (name, args) in calls(&v) {
+        assert!(name == "get_weather" || name == "get_time");
+        assert!(args["city"].is_string(), "{args}");
+    }
+    // none: no calls.
+    let (code, v) = s.post(
+        url,
+        &chat(
+            "Hi.",
+            json!({"tools": weather_tools(), "tool_choice": "none", "max_tokens": 10}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert!(calls(&v).is_empty());
+}
+
+#[test]
+fn streamed_tool_calls_reassemble() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let body = chat(
+        "Weather in Rome?",
+        json!({"tools": weather_tools(), "tool_choice": "required", "stream": true}),
+    );
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
+        .send_string(&body.to_string())
+        .expect("200");
+    let (mut name, mut args, mut finish) = (String::new(), String::new(), String::new());
+    for line in BufReader::new(r.into_reader()).lines() {
+        let line = line.expect("line");
+        let Some(d) = line.strip_prefix("data: ").filter(|d| *d != "[DONE]") else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(d).expect("chunk");
+        let choice = &v["choices"][0];
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+        for call in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert_eq!(call["index"], 0);
+            name.push_str(call["function"]["name"].as_str().unwrap_or(""));
+            args.push_str(call["function"]["arguments"].as_str().unwrap_or(""));
+        }
+    }
+    assert_eq!(finish, "tool_calls");
+    assert!(name == "get_weather" || name == "get_time", "{name}");
+    let args: Value = serde_json::from_str(&args).expect("arguments reassemble to JSON");
+    assert!(args["city"].is_string());
 }

@@ -1,0 +1,213 @@
+//! The output's shape: with a tool-call format, the text streams through corral-split's
+//! splitter into content, reasoning and tool calls; without one, all of it is content.
+
+use corral_split::{Format, GenericParser, Splitter, ToolCallEvent};
+use serde_json::{Value, json};
+
+/// A piece of the response, in stream order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    Content(String),
+    Reasoning(String),
+    CallBegin {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    CallArguments {
+        index: usize,
+        delta: String,
+    },
+}
+
+impl Piece {
+    /// The piece as a chat chunk's `delta`.
+    pub fn delta(&self) -> Value {
+        match self {
+            Piece::Content(s) => json!({"content": s}),
+            // Both names are in use by clients.
+            Piece::Reasoning(s) => json!({"reasoning_content": s, "reasoning": s}),
+            Piece::CallBegin { index, id, name } => json!({"tool_calls": [{
+                "index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }]}),
+            Piece::CallArguments { index, delta } => json!({"tool_calls": [{
+                "index": index, "function": {"arguments": delta},
+            }]}),
+        }
+    }
+}
+
+/// A finished call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+    /// Whether its arguments were streamed as deltas already.
+    streamed: bool,
+}
+
+/// Splits a response's text as it streams.
+pub struct Shaper {
+    splitter: Option<GenericParser>,
+    id: String,
+    calls: Vec<Call>,
+}
+
+impl Shaper {
+    /// `prefix`: what the prompt already opened (a call's marker), fed to the splitter
+    /// first. `id` names the response (call ids derive from it).
+    pub fn new(format: Option<Format>, prefix: &str, id: &str) -> Result<Shaper, String> {
+        let splitter = format
+            .map(GenericParser::new)
+            .transpose()
+            .map_err(|e| format!("tool-call format: {e}"))?;
+        let mut s = Shaper {
+            splitter,
+            id: id.to_string(),
+            calls: Vec::new(),
+        };
+        if !prefix.is_empty()
+            && let Some(sp) = s.splitter.as_mut()
+        {
+            sp.process(prefix);
+        }
+        Ok(s)
+    }
+
+    pub fn calls(&self) -> &[Call] {
+        &self.calls
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        match self.splitter.as_mut() {
+            None if text.is_empty() => Vec::new(),
+            None => vec![Piece::Content(text.to_string())],
+            Some(sp) => {
+                sp.process(text);
+                self.take()
+            }
+        }
+    }
+
+    /// The end of the text: what the splitter held back, calls closed.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        match self.splitter.as_mut() {
+            None => Vec::new(),
+            Some(sp) => {
+                sp.finish();
+                self.take()
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Piece> {
+        let Some(sp) = self.splitter.as_mut() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let r = sp.take_reasoning();
+        if !r.is_empty() {
+            out.push(Piece::Reasoning(r));
+        }
+        let c = sp.take_content();
+        if !c.is_empty() {
+            out.push(Piece::Content(c));
+        }
+        for e in sp.take_tool_calls() {
+            match e {
+                ToolCallEvent::Begin { index, name } => {
+                    let id = format!("call_{}_{index}", self.id);
+                    self.calls.push(Call {
+                        id: id.clone(),
+                        name: name.clone(),
+                        ..Call::default()
+                    });
+                    out.push(Piece::CallBegin { index, id, name });
+                }
+                ToolCallEvent::Arguments { index, delta } => {
+                    if let Some(c) = self.calls.get_mut(index) {
+                        c.streamed = true;
+                        c.arguments.push_str(&delta);
+                    }
+                    out.push(Piece::CallArguments { index, delta });
+                }
+                ToolCallEvent::End {
+                    index, arguments, ..
+                } => {
+                    if let Some(c) = self.calls.get_mut(index) {
+                        if !c.streamed {
+                            out.push(Piece::CallArguments {
+                                index,
+                                delta: arguments.clone(),
+                            });
+                        }
+                        c.arguments = arguments;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(format: Option<Format>, prefix: &str, chunks: &[&str]) -> (Vec<Piece>, Vec<Call>) {
+        let mut s = Shaper::new(format, prefix, "x").unwrap();
+        let mut pieces = Vec::new();
+        for c in chunks {
+            pieces.extend(s.push(c));
+        }
+        pieces.extend(s.finish());
+        (pieces, s.calls().to_vec())
+    }
+
+    #[test]
+    fn hermes_calls_come_apart_from_content_and_reasoning() {
+        let text = "<think>hmm</think>Sure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        let chunks: Vec<&str> = text.split_inclusive(['>', ',']).collect();
+        let (pieces, calls) = run(Some(Format::hermes()), "", &chunks);
+        let content: String = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Content(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(content, "Sure.");
+        assert!(pieces.contains(&Piece::Reasoning("hmm".into())));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "f");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(args, json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_call_opened_by_the_prompt_is_one_call() {
+        let (_, calls) = run(
+            Some(Format::hermes()),
+            "<tool_call>",
+            &["{\"name\": \"g\", ", "\"arguments\": {}}"],
+        );
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "g");
+        assert_eq!(calls[0].arguments.trim(), "{}");
+    }
+
+    #[test]
+    fn without_a_format_everything_is_content() {
+        let (pieces, calls) = run(None, "", &["<tool_call>", "x"]);
+        assert_eq!(
+            pieces,
+            vec![
+                Piece::Content("<tool_call>".into()),
+                Piece::Content("x".into())
+            ]
+        );
+        assert!(calls.is_empty());
+    }
+}
