@@ -1,0 +1,119 @@
+"""corral serve under load: single-stream and aggregate decode speed, time to first token.
+
+    cargo build --release --bin corral && python3 benches/serve/load.py [--tokens 128]
+
+Starts `corral serve --port 0 --max-concurrent 8` with the default model and measures, with
+streaming clients (standard library only):
+- one client's decode tok/s, beside `corral generate --stats` on the same prompt (its
+  decode_tok_s), both unconstrained and greedy, `--tokens` tokens each (greedy, so every run is the
+  same; a regex of lowercase letters and spaces, so outputs can be checked);
+- aggregate tok/s with 1, 4 and 8 concurrent clients, every output checked against its
+  constraint;
+- time to the first content chunk for a schema the server has not seen (compile included;
+  benches/data/order.schema.json, about 25 properties) and for the same schema again.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+CORRAL = "target/release/corral"
+
+
+def start():
+    p = subprocess.Popen([CORRAL, "serve", "--port", "0", "--max-concurrent", "8"], stderr=subprocess.PIPE, text=True)
+    base = re.search(r"(http://\S+)", p.stderr.readline()).group(1)
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(base + "/health") as r:
+                if r.status == 200:
+                    return p, base
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError("server did not become healthy")
+
+
+def stream(base, body):
+    """(text, completion tokens, seconds to first content, seconds total)."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    t0 = time.perf_counter()
+    first, text, tokens = None, "", 0
+    with urllib.request.urlopen(req) as r:
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            c = json.loads(line[6:])
+            if c.get("usage"):
+                tokens = c["usage"]["completion_tokens"]
+            for ch in c["choices"]:
+                d = ch["delta"].get("content")
+                if d:
+                    first = first or time.perf_counter() - t0
+                    text += d
+    return text, tokens, first, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=128)
+    args = ap.parse_args()
+    n = args.tokens
+    prompt = "Write a long story about the sea."
+    gen = subprocess.run([CORRAL, "generate", "--prompt", prompt, "--regex", "[a-z ]{1,4000}", "--max-tokens",
+                          str(n), "--temperature", "0", "--stats"], capture_output=True, text=True, check=True)
+    stats = json.loads(gen.stderr.strip().splitlines()[-1])
+    print(f"corral generate, {stats['prompt_tokens']}-token prompt at {stats['prompt_tok_s']:.0f} tok/s, "
+          f"{stats['generated_tokens']} tokens: decode {stats['decode_tok_s']:.1f} tok/s")
+    p, base = start()
+    try:
+        body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": n,
+                "regex": "[a-z ]{1,4000}"}
+        stream(base, body)  # warm-up: the constraint is cached from here on
+        for clients in (1, 4, 8):
+            results = [None] * clients
+
+            def run(i):
+                results[i] = stream(base, body)
+
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            total = sum(r[1] for r in results)
+            for text, _, _, _ in results:
+                assert re.fullmatch(r"[a-z ]+", text), text
+            per = [r[1] / (r[3] - r[2]) for r in results]
+            print(f"{clients} streaming client(s): aggregate {total / wall:.1f} tok/s, per client {min(per):.1f}-{max(per):.1f} tok/s "
+                  f"(decode after first token), {total} tokens in {wall:.2f} s")
+        order = json.load(open("benches/data/order.schema.json"))
+        for label, fresh in (("new schema", True), ("cached schema", False)):
+            ttfts = []
+            for k in range(5):
+                # A schema the server has not seen: the order schema under a new title.
+                schema = dict(order, title=f"order {k if fresh else 0}")
+                b = {"messages": [{"role": "user", "content": "An order, as JSON."}], "max_tokens": 300,
+                     "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+                if not fresh and k == 0:
+                    stream(base, b)
+                text, _, first, _ = stream(base, b)
+                json.loads(text)
+                ttfts.append(first * 1e3)
+            ttfts.sort()
+            print(f"time to first token, {label}: median {ttfts[2]:.1f} ms (min {ttfts[0]:.1f}, max {ttfts[-1]:.1f})")
+    finally:
+        p.terminate()
+        p.wait()
+
+
+if __name__ == "__main__":
+    main()
