@@ -3,7 +3,7 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use corral::models::{DeviceSpec, Model};
-use corral::server::{ServeConfig, spawn};
+use corral::server::{Reasoning, ServeConfig, spawn};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -38,9 +38,20 @@ pub struct ServeArgs {
     /// The model's id in responses (default: the model file's name).
     #[arg(long)]
     model_name: Option<String>,
+    /// Whether the model reasons before answering (`<think>...</think>`): auto (when its chat
+    /// template writes `</think>`), think or off.
+    #[arg(long, value_enum, default_value = "auto")]
+    reasoning: ReasoningArg,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ReasoningArg {
+    Auto,
+    Think,
+    Off,
 }
 
 pub fn run(args: &ServeArgs) -> Result<(), Failure> {
@@ -72,6 +83,11 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         default_max_tokens: args.default_max_tokens,
         max_body_bytes: args.max_body_bytes,
         model_name,
+        reasoning: match args.reasoning {
+            ReasoningArg::Auto => Reasoning::Auto,
+            ReasoningArg::Think => Reasoning::Think,
+            ReasoningArg::Off => Reasoning::Off,
+        },
         handle_signals: true,
     };
     let load_from = source.clone();

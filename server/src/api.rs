@@ -57,6 +57,8 @@ pub struct Common {
     /// vLLM's structured outputs.
     pub structured_outputs: Option<StructuredOutputs>,
     pub tools: Option<Vec<Value>>,
+    /// Reasoning tokens before the end of reasoning is forced (reasoning models).
+    pub reasoning_budget: Option<u64>,
     pub tool_choice: Option<Value>,
 }
 

@@ -74,6 +74,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// The model's id in responses and `/v1/models`.
     pub model_name: String,
+    /// Whether the model reasons before it answers. Default [`Reasoning::Auto`].
+    pub reasoning: Reasoning,
     /// Stop on SIGINT and SIGTERM (the command line); tests stop through the handle.
     pub handle_signals: bool,
 }
@@ -90,9 +92,23 @@ impl Default for ServeConfig {
             default_max_tokens: 1024,
             max_body_bytes: 8 << 20,
             model_name: "corral".into(),
+            reasoning: Reasoning::Auto,
             handle_signals: false,
         }
     }
+}
+
+/// Whether a chat model reasons first (`<think>...</think>`, then the answer). When it
+/// does, the output starts inside the reasoning block, which streams as
+/// `reasoning_content`; a constraint applies to the answer after it, and the request's
+/// `reasoning_budget` forces its end after that many tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reasoning {
+    /// When the chat template writes `</think>`.
+    #[default]
+    Auto,
+    Think,
+    Off,
 }
 
 /// Why the server could not run.

@@ -3,11 +3,11 @@
 //! [`Decoder`] with the request's sampling and budget. Everything that can be refused is
 //! refused here, before the request takes a place in the queue.
 
-use crate::ServeConfig;
 use crate::api::{ChatRequest, Common, CompletionRequest, PromptInput, ResponseFormat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::tools::{self, Tools};
+use crate::{Reasoning, ServeConfig};
 use corral_engine::{
     Constraint, ConstraintCache, Decoder, GenerateError, GenerateOptions, ModelError,
     SamplingOptions, Scope,
@@ -22,6 +22,10 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
+
+/// The reasoning block's markers (the hermes family's, as Qwen3 and DeepSeek-R1 write them).
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
 
 /// A request ready to queue.
 pub struct Prepared {
@@ -97,13 +101,45 @@ pub fn chat(
     let mut prompt = text
         .chat_prompt(&messages, listed)
         .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
-    let (scope, prefix, format, call) = match &tools {
+    let (mut scope, prefix, mut format, call) = match &tools {
         Some(t) => {
             let (scope, prefix) = t.scope();
             (scope, prefix, Some(t.format.clone()), Some(t.call_schema()))
         }
         None => (Scope::Whole, String::new(), None, None),
     };
+    let reasoning = match config.reasoning {
+        Reasoning::Auto => template.is_some_and(|t| t.contains(THINK_CLOSE)),
+        Reasoning::Think => true,
+        Reasoning::Off => false,
+    };
+    if reasoning {
+        if prefix.is_empty() {
+            // The output starts inside the reasoning block; the grammar (if any) applies
+            // after it, and the splitter sends what comes before as reasoning.
+            if !prompt.trim_end().ends_with(THINK_OPEN) {
+                prompt.push_str(THINK_OPEN);
+                prompt.push('\n');
+            }
+            let budget = req
+                .common
+                .reasoning_budget
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+            if scope == Scope::Whole {
+                scope = Scope::After {
+                    trigger: THINK_CLOSE.into(),
+                    budget,
+                };
+            }
+            format = Some(format.unwrap_or_else(Format::hermes).prefilled(true));
+        } else {
+            // A call from the first token: the reasoning block is closed empty first.
+            if !prompt.trim_end().ends_with(THINK_OPEN) {
+                prompt.push_str(THINK_OPEN);
+            }
+            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
+        }
+    }
     prompt.push_str(&prefix);
     let mut p = prepare(text, config, metrics, &prompt, req.common, call, scope)?;
     p.format = format;

@@ -683,3 +683,53 @@ fn streamed_tool_calls_reassemble() {
     let args: Value = serde_json::from_str(&args).expect("arguments reassemble to JSON");
     assert!(args["city"].is_string());
 }
+
+#[test]
+fn a_reasoning_model_reasons_freely_then_answers_under_the_schema() {
+    let Some(s) = Server::start(ServeConfig {
+        reasoning: corral_server::Reasoning::Think,
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"], "additionalProperties": false});
+    let body = chat(
+        "What is 2 + 3?",
+        json!({"max_tokens": 60, "reasoning_budget": 6,
+               "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}}),
+    );
+    let (code, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(code, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    let reasoning = m["reasoning_content"].as_str().expect("reasoning");
+    assert!(!reasoning.is_empty());
+    assert_eq!(m["reasoning"], m["reasoning_content"]);
+    let answer: Value = serde_json::from_str(content(&v).trim()).expect("the answer is JSON");
+    assert!(answer["answer"].is_i64(), "{answer}");
+    // Streamed: reasoning deltas first, then content deltas.
+    let mut body = body;
+    body["stream"] = json!(true);
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
+        .send_string(&body.to_string())
+        .expect("200");
+    let (mut kinds, mut text) = (Vec::new(), String::new());
+    for line in BufReader::new(r.into_reader()).lines() {
+        let line = line.expect("line");
+        let Some(d) = line.strip_prefix("data: ").filter(|d| *d != "[DONE]") else {
+            continue;
+        };
+        let c: Value = serde_json::from_str(d).expect("chunk");
+        let delta = &c["choices"][0]["delta"];
+        if delta["reasoning_content"].is_string() {
+            kinds.push("reasoning");
+        }
+        if let Some(t) = delta["content"].as_str() {
+            kinds.push("content");
+            text.push_str(t);
+        }
+    }
+    let first_content = kinds.iter().position(|k| *k == "content").expect("content");
+    assert!(kinds[..first_content].contains(&"reasoning"));
+    assert!(kinds[first_content..].iter().all(|k| *k == "content"));
+    serde_json::from_str::<Value>(text.trim()).expect("streamed answer is JSON");
+}
