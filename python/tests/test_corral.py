@@ -1,0 +1,173 @@
+"""The corral Python package on real tokenizers (scripts/test-python runs this).
+
+Masks are checked against brute force: every token is tried on a fork of the matcher.
+"""
+
+import os
+import pathlib
+import random
+import unittest
+
+import numpy as np
+
+import corral
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ASSETS = pathlib.Path(os.environ.get("CORRAL_ASSETS", ROOT / "assets"))
+
+
+def tokenizer_path(name):
+    p = ASSETS / "tokenizers" / name / "tokenizer.json"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} is missing: run scripts/fetch-assets tokenizers")
+    return str(p)
+
+
+def allowed(bitmask_row, vocab_size):
+    bits = np.unpackbits(bitmask_row.view(np.uint8), bitorder="little")
+    return set(np.flatnonzero(bits[:vocab_size]).tolist())
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "tags": {"type": "array", "items": {"enum": ["a", "bc"]}, "maxItems": 2},
+    },
+    "required": ["name", "n", "tags"],
+    "additionalProperties": False,
+}
+
+
+class MaskTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tok = corral.Tokenizer.from_file(tokenizer_path("llama3_1"))
+
+    def brute_force(self, m):
+        ok = set()
+        for t in range(self.tok.vocab_size):
+            f = m.fork()
+            if f.accept_token(t):
+                ok.add(t)
+        return ok
+
+    def test_masks_equal_brute_force_along_a_random_walk(self):
+        rng = random.Random(7)
+        g = corral.Grammar.from_json_schema(SCHEMA, whitespace=0)
+        m = corral.Matcher(g, self.tok)
+        bitmask = corral.allocate_token_bitmask(1, self.tok.vocab_size)
+        for step in range(12):
+            m.fill_next_token_bitmask(bitmask, 0)
+            mask = allowed(bitmask[0], self.tok.vocab_size)
+            if step % 3 == 0:
+                self.assertEqual(mask, self.brute_force(m), f"step {step}")
+            self.assertTrue(mask, f"step {step}: nothing allowed")
+            t = rng.choice(sorted(mask))
+            self.assertTrue(m.accept_token(t))
+            if m.is_terminated():
+                break
+        self.assertIsNone(m.error)
+
+    def test_accept_refuse_validate_rollback_fork_reset(self):
+        g = corral.Grammar.from_regex("(ab)+")
+        m = corral.Matcher(g, self.tok)
+        bitmask = corral.allocate_token_bitmask(1, self.tok.vocab_size)
+        m.fill_next_token_bitmask(bitmask)
+        a = next(iter(allowed(bitmask[0], self.tok.vocab_size)))
+        refused = next(t for t in range(self.tok.vocab_size) if not m.fork().accept_token(t))
+        self.assertFalse(m.accept_token(refused))
+        self.assertFalse(m.is_accepting())
+        ids = [a]
+        n = m.validate_tokens(ids + [refused])
+        self.assertEqual(n, 1)
+        # validate_tokens did not advance.
+        m.fill_next_token_bitmask(bitmask)
+        self.assertIn(a, allowed(bitmask[0], self.tok.vocab_size))
+        f = m.fork()
+        self.assertTrue(m.accept_token(a))
+        m.rollback(1)
+        m.fill_next_token_bitmask(bitmask)
+        self.assertIn(a, allowed(bitmask[0], self.tok.vocab_size))
+        self.assertTrue(f.accept_token(a))
+        m.reset()
+        self.assertFalse(m.is_accepting())
+
+    def test_termination_and_forced_tokens(self):
+        g = corral.Grammar.from_gbnf('root ::= "hello world"')
+        m = corral.Matcher(g, self.tok)
+        forced = m.forced_tokens()
+        self.assertTrue(forced)
+        for t in forced:
+            self.assertTrue(m.accept_token(t))
+        self.assertTrue(m.is_accepting())
+        # Complete and admitting nothing more but the end token.
+        self.assertTrue(m.is_terminated())
+        bitmask = corral.allocate_token_bitmask(1, self.tok.vocab_size)
+        m.fill_next_token_bitmask(bitmask)
+        self.assertEqual(allowed(bitmask[0], self.tok.vocab_size), set(self.tok.eos_token_ids))
+        self.assertTrue(m.accept_token(self.tok.eos_token_ids[0]))
+        m.fill_next_token_bitmask(bitmask)
+        self.assertEqual(allowed(bitmask[0], self.tok.vocab_size), set())
+
+    def test_batch_fill_equals_single_fills(self):
+        grammars = [
+            corral.Grammar.from_json_schema(SCHEMA),
+            corral.Grammar.from_regex("[0-9]+"),
+            corral.Grammar.from_gbnf('root ::= "yes" | "no"'),
+        ]
+        matchers = [corral.Matcher(g, self.tok) for g in grammars]
+        batch = corral.allocate_token_bitmask(4, self.tok.vocab_size)
+        corral.fill_next_token_bitmask_batch(matchers, batch, [3, 0, 1])
+        for m, row in zip(matchers, [3, 0, 1]):
+            one = corral.allocate_token_bitmask(1, self.tok.vocab_size)
+            m.fill_next_token_bitmask(one)
+            np.testing.assert_array_equal(one[0], batch[row])
+        self.assertTrue((batch[2] == -1).all())
+
+    def test_bad_bitmasks_are_refused_clearly(self):
+        m = corral.Matcher(corral.Grammar.from_regex("a"), self.tok)
+        words = corral.bitmask_words(self.tok.vocab_size)
+        cases = [
+            (np.zeros((1, words), dtype=np.float32), "int32"),
+            (np.zeros((1, words + 1), dtype=np.int32), "shape"),
+            (np.zeros((2, words * 2), dtype=np.int32)[:, ::2], "contiguous"),
+            ([0] * words, "numpy array"),
+        ]
+        ro = np.zeros((1, words), dtype=np.int32)
+        ro.flags.writeable = False
+        cases.append((ro, "read-only"))
+        for bad, word in cases:
+            with self.assertRaises(ValueError) as e:
+                m.fill_next_token_bitmask(bad)
+            self.assertIn(word, str(e.exception))
+        with self.assertRaises(IndexError):
+            m.fill_next_token_bitmask(np.zeros((1, words), dtype=np.int32), 1)
+
+    def test_errors_are_positioned_grammar_errors(self):
+        for make, text, needle in [
+            (corral.Grammar.from_gbnf, 'root ::= "a" | b', "grammar:1:16"),
+            (corral.Grammar.from_regex, "(a", "regex"),
+            (corral.Grammar.from_json_schema, {"type": "strin"}, "#/type"),
+            (corral.Grammar.from_json_schema, "{not json", "schema"),
+        ]:
+            with self.assertRaises(corral.GrammarError) as e:
+                make(text)
+            self.assertIsInstance(e.exception, ValueError)
+            self.assertIn(needle, str(e.exception))
+
+    def test_tokenizer_options(self):
+        t = corral.Tokenizer.from_file(tokenizer_path("qwen3"), vocab_size=151936, eos_token_ids=[151645])
+        self.assertEqual(t.vocab_size, 151936)
+        self.assertEqual(t.eos_token_ids, [151645])
+        with self.assertRaises(ValueError):
+            corral.Tokenizer.from_file(tokenizer_path("qwen3"), vocab_size=10)
+        with self.assertRaises(ValueError):
+            corral.Tokenizer.from_file(tokenizer_path("qwen3"), eos_token_ids=[10**7])
+        with self.assertRaises(ValueError):
+            corral.Tokenizer.from_file("/nonexistent/tokenizer.json")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
