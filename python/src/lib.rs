@@ -51,6 +51,44 @@ impl Tokenizer {
     ) -> PyResult<Tokenizer> {
         let vocab = Vocabulary::from_tokenizer_json(path.as_ref())
             .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
+        Tokenizer::build(vocab, vocab_size, eos_token_ids)
+    }
+
+    /// A tokenizer from its `tokenizer.json` text (a Hugging Face fast tokenizer's
+    /// `backend_tokenizer.to_str()`).
+    #[staticmethod]
+    #[pyo3(signature = (json, vocab_size=None, eos_token_ids=None))]
+    fn from_str(
+        json: &str,
+        vocab_size: Option<usize>,
+        eos_token_ids: Option<Vec<u32>>,
+    ) -> PyResult<Tokenizer> {
+        let hf = json
+            .parse::<tokenizers::Tokenizer>()
+            .map_err(|e| PyValueError::new_err(format!("not a tokenizer.json: {e}")))?;
+        let vocab =
+            Vocabulary::from_tokenizer(&hf).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Tokenizer::build(vocab, vocab_size, eos_token_ids)
+    }
+
+    /// Mask width: the model's logit count.
+    #[getter]
+    fn vocab_size(&self) -> usize {
+        self.space.width()
+    }
+
+    #[getter]
+    fn eos_token_ids(&self) -> Vec<u32> {
+        self.space.eos().iter().map(|t| t.0).collect()
+    }
+}
+
+impl Tokenizer {
+    fn build(
+        vocab: Vocabulary,
+        vocab_size: Option<usize>,
+        eos_token_ids: Option<Vec<u32>>,
+    ) -> PyResult<Tokenizer> {
         if let Some(w) = vocab_size.filter(|&w| w < vocab.len()) {
             return Err(PyValueError::new_err(format!(
                 "vocab_size {w} is smaller than the tokenizer's {} tokens",
@@ -72,17 +110,6 @@ impl Tokenizer {
         let space = Arc::new(TokenSpace::new(vocab, Some(width), eos));
         let masks = MaskCache::new(space.clone());
         Ok(Tokenizer { space, masks })
-    }
-
-    /// Mask width: the model's logit count.
-    #[getter]
-    fn vocab_size(&self) -> usize {
-        self.space.width()
-    }
-
-    #[getter]
-    fn eos_token_ids(&self) -> Vec<u32> {
-        self.space.eos().iter().map(|t| t.0).collect()
     }
 }
 

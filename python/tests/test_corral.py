@@ -8,12 +8,31 @@ import pathlib
 import random
 import unittest
 
+import threading
+
 import numpy as np
 
 import corral
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSETS = pathlib.Path(os.environ.get("CORRAL_ASSETS", ROOT / "assets"))
+CONFORMANCE = pathlib.Path(os.environ.get("CORRAL_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
+
+# llama.cpp's json.gbnf in Lark for llguidance, with its forcing (masks narrowed to the
+# canonical tokenization of forced text) off, so that both engines allow the same tokens.
+JSON_LARK = r'''%llguidance {"no_forcing": true}
+start: object
+value: object | array | string | number | ("true" | "false" | "null") ws
+object: "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array: "[" ws ( value ("," ws value)* )? "]" ws
+string: STRING ws
+number: NUMBER ws
+STRING: /"([^"\\\x7F\x00-\x1F]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/
+NUMBER: /-?([0-9]|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9][1-9]{0,15})?/
+ws: /( |\n[ \t]{0,20})?/
+'''
+
+DOC = '{"name": "Ada", "tags": ["x", "y"], "n": -12.5e3, "ok": true, "none": null,\n "nested": {"a": [1, 2, {"b": "\\u00e9"}]}}'
 
 
 def tokenizer_path(name):
@@ -157,6 +176,34 @@ class MaskTest(unittest.TestCase):
             self.assertIsInstance(e.exception, ValueError)
             self.assertIn(needle, str(e.exception))
 
+    def test_batch_fills_from_several_threads(self):
+        g = corral.Grammar.from_json_schema(SCHEMA)
+        words = corral.bitmask_words(self.tok.vocab_size)
+        prefix = [corral.Matcher(g, self.tok) for _ in range(4)]
+        expected = corral.allocate_token_bitmask(4, self.tok.vocab_size)
+        corral.fill_next_token_bitmask_batch(prefix, expected)
+        results, errors = [], []
+
+        def run():
+            try:
+                ms = [corral.Matcher(g, self.tok) for _ in range(4)]
+                out = np.zeros((4, words), dtype=np.int32)
+                for _ in range(5):
+                    corral.fill_next_token_bitmask_batch(ms, out)
+                results.append(out)
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(results), 6)
+        for r in results:
+            np.testing.assert_array_equal(r, expected)
+
     def test_tokenizer_options(self):
         t = corral.Tokenizer.from_file(tokenizer_path("qwen3"), vocab_size=151936, eos_token_ids=[151645])
         self.assertEqual(t.vocab_size, 151936)
@@ -167,6 +214,44 @@ class MaskTest(unittest.TestCase):
             corral.Tokenizer.from_file(tokenizer_path("qwen3"), eos_token_ids=[10**7])
         with self.assertRaises(ValueError):
             corral.Tokenizer.from_file("/nonexistent/tokenizer.json")
+
+
+class LlguidanceTest(unittest.TestCase):
+    """Masks equal the llguidance package's (1.9.1) at every step of a replay."""
+
+    def test_json_gbnf_masks_equal_llguidance(self):
+        import json
+
+        import llguidance
+        import llguidance.numpy
+
+        gbnf = CONFORMANCE / "llama_cpp/grammars/json.gbnf"
+        if not gbnf.exists():
+            raise FileNotFoundError(f"{gbnf} is missing (../shared/conformance beside the checkout)")
+        for name in ["llama3_1", "qwen3", "gemma3"]:
+            path = tokenizer_path(name)
+            lltok = llguidance.LLTokenizer(path)
+            # Both engines end on llguidance's choice of end token.
+            tok = corral.Tokenizer.from_file(path, vocab_size=lltok.vocab_size, eos_token_ids=[lltok.eos_token])
+            # Added tokens the tokenizer does not mark special are text to corral and
+            # special to llguidance: left out of the comparison.
+            with open(path) as f:
+                added = json.load(f)["added_tokens"]
+            text_added = [a["id"] for a in added if not a["special"] and a["id"] != lltok.eos_token]
+            ours = corral.Matcher(corral.Grammar.from_gbnf(gbnf.read_text()), tok)
+            theirs = llguidance.LLMatcher(lltok, llguidance.grammar_from("lark", JSON_LARK))
+            self.assertFalse(theirs.is_error(), theirs.get_error())
+            mask = corral.allocate_token_bitmask(2, tok.vocab_size)
+            tokens = lltok.tokenize_str(DOC) + [lltok.eos_token]
+            for step, t in enumerate(tokens):
+                ours.fill_next_token_bitmask(mask, 0)
+                llguidance.numpy.fill_next_token_bitmask(theirs, mask, 1)
+                a, b = allowed(mask[0], tok.vocab_size), allowed(mask[1], tok.vocab_size)
+                a.difference_update(text_added)
+                b.difference_update(text_added)
+                self.assertEqual(a, b, f"{name}, step {step}: {lltok.decode_str(tokens[:step])!r}")
+                self.assertTrue(ours.accept_token(t))
+                self.assertTrue(theirs.consume_token(t))
 
 
 if __name__ == "__main__":
