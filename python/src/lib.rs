@@ -287,20 +287,21 @@ impl BitmaskView {
     /// Writes `mask` as int32 words into row `index` (bit `t % 32` of word `t / 32`).
     fn write(&self, index: usize, words: usize, mask: &FixedBitSet) -> PyResult<()> {
         self.check_row(index)?;
+        // Little-endian 64-bit blocks are the 32-bit words in order (bit t of the set is
+        // bit t % 32 of word t / 32): the row is the blocks' bytes, then zeros.
         let blocks = mask.as_slice();
-        let mut row = vec![0i32; words];
-        for (w, slot) in row.iter_mut().enumerate() {
-            let block = blocks.get(w / 2).copied().unwrap_or(0) as u64;
-            let word = if w % 2 == 0 { block } else { block >> 32 };
-            *slot = word as u32 as i32;
+        let mut bytes = Vec::with_capacity(words * 4);
+        for b in blocks {
+            bytes.extend_from_slice(&(*b as u64).to_le_bytes());
         }
+        bytes.resize(words * 4, 0);
         // SAFETY: `of` checked that `ptr` is a writable, C-contiguous int32 array of
         // `rows` x `words` elements on the CPU, and `index < rows`; the caller holds the GIL
         // and a reference to the array, so it stays alive and no Python code runs while
         // the row is copied in.
         unsafe {
-            let base = (self.ptr as *mut i32).add(index * words);
-            std::ptr::copy_nonoverlapping(row.as_ptr(), base, words);
+            let base = (self.ptr as *mut u8).add(index * words * 4);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base, words * 4);
         }
         Ok(())
     }
