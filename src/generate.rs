@@ -25,8 +25,12 @@ pub struct GenerateArgs {
     /// Regular expression the whole output must match.
     #[arg(long, conflicts_with_all = ["grammar", "json_schema"])]
     regex: Option<String>,
-    #[arg(long, short = 'p')]
-    prompt: String,
+    #[arg(long, short = 'p', required_unless_present = "prompt_file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file (`-`: standard input), for prompts too long for an
+    /// argument.
+    #[arg(long, conflicts_with = "prompt")]
+    prompt_file: Option<PathBuf>,
     #[arg(long)]
     system: Option<String>,
     /// Do not apply the model's chat template.
@@ -157,6 +161,24 @@ pub(crate) fn default_model() -> anyhow::Result<String> {
     Ok(path.display().to_string())
 }
 
+/// The prompt: `--prompt`, or the text of `--prompt-file` (`-`: standard input).
+fn read_prompt(args: &GenerateArgs) -> anyhow::Result<String> {
+    use std::io::Read;
+    match (&args.prompt, &args.prompt_file) {
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("cannot read the prompt from standard input (is it UTF-8?)")?;
+            Ok(s)
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the prompt file {}", path.display())),
+        (None, None) => Err(anyhow!("give --prompt or --prompt-file")),
+    }
+}
+
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let device: DeviceSpec = args
         .device
@@ -172,6 +194,18 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         ),
         (None, None) => None,
     };
+    // Checked before the model loads: bad values fail at once.
+    let sampling = SamplingOptions {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        // 1 is off; anything else is checked (a top-p of 2 or NaN is an error).
+        top_p: (args.top_p != 1.0).then_some(args.top_p),
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        seed: args.seed,
+        ..SamplingOptions::default()
+    };
+    sampling.validate().map_err(|e| anyhow!("sampling: {e}"))?;
     let source = match &args.model {
         Some(m) => m.clone(),
         None => default_model()?,
@@ -179,15 +213,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let mut model = Model::load(&source, device).map_err(|e| anyhow!("{e}"))?;
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
-        sampling: SamplingOptions {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: (args.top_p < 1.0).then_some(args.top_p),
-            min_p: args.min_p,
-            repetition_penalty: args.repeat_penalty,
-            seed: args.seed,
-            ..SamplingOptions::default()
-        },
+        sampling,
         jump_forward: !args.no_jump_forward,
         overlap_mask: args.overlap_mask,
         ignore_eos: false,
@@ -197,11 +223,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let (mut splitter, scope) = split_setup(args)?;
     let options = corral::GenerateOptions { scope, ..options };
     let prompt = Prompt {
-        user: args.prompt.clone(),
+        user: read_prompt(args)?,
         system: args.system.clone(),
         raw: args.raw,
     };
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::Latch::new(std::io::stdout().lock());
     // With --format: the answer (content) is kept apart, to check against a schema.
     let mut answer = String::new();
     // Whether reasoning went to standard error (to end its line).
@@ -235,6 +261,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         answer = out.text.clone();
     }
     let _ = writeln!(stdout);
+    let _ = stdout.flush();
+    stdout.result()?;
     // A schema's keywords beyond the grammar (lenient compiles) are checked on the value.
     let schema_valid = match &schema {
         Some((value, _)) => {

@@ -73,6 +73,9 @@ mod split;
 pub(crate) enum Failure {
     /// Exit 1: a definite "no".
     NotInLanguage,
+    /// Standard output cannot be written: a closed pipe exits quietly with 141 (as a
+    /// process killed by SIGPIPE would), anything else (a full disk) says so and exits 2.
+    Output(std::io::Error),
     /// Exit 2: anything else.
     Error(anyhow::Error),
 }
@@ -82,6 +85,71 @@ impl From<anyhow::Error> for Failure {
         Failure::Error(e)
     }
 }
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure::Output(e)
+    }
+}
+
+/// Writes to standard output (flushed), returning a write error instead of panicking as
+/// `print!` does.
+pub(crate) fn write_out(args: std::fmt::Arguments) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args)?;
+    o.flush()?;
+    Ok(())
+}
+
+/// A writer that keeps its first error and drops what comes after it (a generation streams
+/// on after standard output closes; the error is reported at the end).
+pub(crate) struct Latch<W: std::io::Write> {
+    w: W,
+    pub error: Option<std::io::Error>,
+}
+
+impl<W: std::io::Write> Latch<W> {
+    pub fn new(w: W) -> Latch<W> {
+        Latch { w, error: None }
+    }
+
+    /// The first error, if any.
+    pub fn result(&mut self) -> Result<(), Failure> {
+        match self.error.take() {
+            Some(e) => Err(Failure::Output(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Latch<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.error.is_none()
+            && let Err(e) = self.w.write_all(buf)
+        {
+            self.error = Some(e);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.error.is_none()
+            && let Err(e) = self.w.flush()
+        {
+            self.error = Some(e);
+        }
+        Ok(())
+    }
+}
+
+/// `println!` through [`write_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -96,6 +164,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::NotInLanguage) => ExitCode::from(1),
+        Err(Failure::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(141)
+        }
+        Err(Failure::Output(e)) => {
+            eprintln!("error: cannot write the output: {e}");
+            ExitCode::from(2)
+        }
         Err(Failure::Error(e)) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -106,12 +181,14 @@ fn main() -> ExitCode {
 fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
     let (_, compiled) = source::load_schema(&args.schema, &args.options)?;
     for d in &compiled.deferred {
-        println!(
+        outln!(
             "# left to validation after generation: '{}' at #{} ({})",
-            d.keyword, d.pointer, d.reason
-        );
+            d.keyword,
+            d.pointer,
+            d.reason
+        )?;
     }
-    print!("{}", compiled.gbnf);
+    write_out(format_args!("{}", compiled.gbnf))?;
     Ok(())
 }
 
@@ -197,16 +274,16 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
                         eprintln!("{name}: {e}");
                     }
                     if !args.quiet {
-                        println!(
+                        outln!(
                             "no match: the grammar accepts it, but {} schema error(s) remain",
                             errors.len()
-                        );
+                        )?;
                     }
                     return Err(Failure::NotInLanguage);
                 }
             }
             if !args.quiet {
-                println!("match: {size} bytes accepted");
+                outln!("match: {size} bytes accepted")?;
             }
             Ok(())
         }
@@ -220,7 +297,7 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
                 expected_suffix(&expected)
             );
             if !args.quiet {
-                println!("no match: input ends early at byte offset {size}");
+                outln!("no match: input ends early at byte offset {size}")?;
             }
             Err(Failure::NotInLanguage)
         }
@@ -247,7 +324,7 @@ fn report_rejection(
     );
     eprintln!("{shown}");
     if !args.quiet {
-        println!("no match: rejected at byte offset {offset} (line {line}, column {col})");
+        outln!("no match: rejected at byte offset {offset} (line {line}, column {col})")?;
     }
     Err(Failure::NotInLanguage)
 }

@@ -131,7 +131,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
         "tokenization": format!("{:?}", args.tokenization).to_lowercase(),
         "cached_states": constraint.cached_states(),
     });
-    println!("{out}");
+    crate::outln!("{out}")?;
     if report.first_reject.is_some() {
         return Err(Failure::NotInLanguage);
     }

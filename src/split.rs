@@ -220,13 +220,13 @@ pub fn run(args: &SplitArgs) -> Result<(), Failure> {
         );
     }
     if args.summary {
-        println!(
+        crate::outln!(
             "{}",
             json!({"content": content, "reasoning": reasoning, "tool_calls": calls, "stop": stop})
-        );
+        )?;
     } else {
         for l in lines {
-            println!("{l}");
+            crate::outln!("{l}")?;
         }
     }
     Ok(())

@@ -88,6 +88,9 @@ pub struct GrammarError {
     pub location: Option<Location>,
 }
 
+/// Characters of the source line shown on each side of an error's caret.
+pub const CARET_WINDOW: usize = 80;
+
 /// Line and column of a byte offset, with the line's text (for the caret display).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Location {
@@ -116,16 +119,32 @@ impl Location {
         }
     }
 
-    /// The source line and a caret line under column `col`. Tabs before the column are kept
-    /// so the caret lines up in a terminal.
+    /// The source line and a caret line under column `col`. A long line is cut to
+    /// [`CARET_WINDOW`] characters on each side of the caret (`...` marks a cut); control
+    /// characters other than tabs show as `?`, so an error never echoes raw control bytes.
+    /// Tabs before the column are kept so the caret lines up in a terminal.
     pub fn caret_lines(&self) -> String {
-        let pad: String = self
-            .line_text
-            .chars()
-            .take(self.col - 1)
-            .map(|c| if c == '\t' { '\t' } else { ' ' })
-            .collect();
-        format!("{}\n{}^", self.line_text, pad)
+        let chars: Vec<char> = self.line_text.chars().collect();
+        let at = (self.col - 1).min(chars.len());
+        let start = at.saturating_sub(CARET_WINDOW);
+        let end = (at + CARET_WINDOW).min(chars.len());
+        let shown = |c: char| if c.is_control() && c != '\t' { '?' } else { c };
+        let mut line = String::new();
+        let mut pad = String::new();
+        if start > 0 {
+            line.push_str("...");
+            pad.push_str("   ");
+        }
+        for (i, &c) in chars[start..end].iter().enumerate() {
+            line.push(shown(c));
+            if start + i < at {
+                pad.push(if c == '\t' { '\t' } else { ' ' });
+            }
+        }
+        if end < chars.len() {
+            line.push_str("...");
+        }
+        format!("{line}\n{pad}^")
     }
 }
 
@@ -214,6 +233,23 @@ mod tests {
         assert_eq!((loc.line, loc.col), (2, 5));
         assert_eq!(loc.line_text, "cdé f");
         assert_eq!(loc.caret_lines(), "cdé f\n    ^");
+    }
+
+    #[test]
+    fn grammar_errors_show_a_window_of_a_long_line_without_control_bytes() {
+        let text = format!("root ::= \"a\" {} \u{1} ]", "x".repeat(1000));
+        let loc = Location::of(&text, text.find('\u{1}').unwrap());
+        let shown = loc.caret_lines();
+        let (line, caret) = shown.split_once('\n').unwrap();
+        assert!(line.starts_with("...x") && line.contains('?'), "{line}");
+        assert!(!shown.contains('\u{1}'));
+        assert!(
+            line.chars().count() <= 2 * CARET_WINDOW + 6,
+            "{}",
+            line.len()
+        );
+        // The caret still sits under the offending character.
+        assert_eq!(line.chars().nth(caret.chars().count() - 1), Some('?'));
     }
 
     #[test]
