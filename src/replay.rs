@@ -40,7 +40,8 @@ pub struct ReplayArgs {
     /// Seed for random tokenizations.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// End-of-sequence token id (default: the tokenizer's usual one).
+    /// End-of-sequence token id (default: what generation_config.json or
+    /// tokenizer_config.json beside the tokenizer names, else the family's usual one).
     #[arg(long)]
     eos: Option<u32>,
 }
@@ -49,11 +50,22 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     let tok = tokenizers::Tokenizer::from_file(&args.tokenizer)
         .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", args.tokenizer.display()))?;
     let vocab = Vocabulary::from_tokenizer(&tok).map_err(anyhow::Error::from)?;
-    let eos = match args.eos.map(TokenId).or_else(|| vocab.default_eos()) {
-        Some(e) => vec![e],
-        None => Err(anyhow!(
-            "the tokenizer has no usual end-of-sequence token; pass --eos ID"
+    let dir = args.tokenizer.parent().unwrap_or(std::path::Path::new("."));
+    let eos = match args.eos {
+        Some(id) if id as usize >= vocab.len() => Err(anyhow!(
+            "--eos {id} is outside the vocabulary ({} tokens)",
+            vocab.len()
         ))?,
+        Some(id) => vec![TokenId(id)],
+        None => match vocab
+            .configured_eos(dir)
+            .or_else(|| vocab.default_eos().map(|e| vec![e]))
+        {
+            Some(e) => e,
+            None => Err(anyhow!(
+                "the tokenizer has no usual end-of-sequence token and no generation_config.json or tokenizer_config.json beside it names one; pass --eos ID"
+            ))?,
+        },
     };
     let space = Arc::new(TokenSpace::new(vocab, None, eos));
     let t0 = Instant::now();

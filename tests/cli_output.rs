@@ -125,3 +125,33 @@ fn the_prompt_can_come_from_a_file_or_standard_input() {
     assert_eq!(code, 0, "{err}");
     assert!(out.trim() == "yes" || out.trim() == "no", "{out}");
 }
+
+#[test]
+fn replay_takes_eos_from_the_model_config_and_refuses_one_outside_the_vocabulary() {
+    let Some(tok) = common::asset_tokenizer("qwen3") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("corral-eos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("tokenizer.json");
+    std::fs::copy(&tok, &copy).unwrap();
+    let text = temp_file("eos-doc.json", "{\"a\": 1}");
+    let base = ["replay", "--grammar", "grammars/json.gbnf", "--text", &text];
+    let tok_arg = copy.display().to_string();
+    let (code, _, err) = run_corral(
+        &[&base[..], &["--tokenizer", &tok_arg, "--eos", "99999999"]].concat(),
+        b"",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("outside the vocabulary"), "{err}");
+    // generation_config.json names <|endoftext|> (151643): the end of the replay allows it.
+    std::fs::write(
+        dir.join("generation_config.json"),
+        r#"{"eos_token_id": 151643}"#,
+    )
+    .unwrap();
+    let (code, out, err) = run_corral(&[&base[..], &["--tokenizer", &tok_arg]].concat(), b"");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON report");
+    assert_eq!(v["eos_allowed_at_end"], true, "{v}");
+}

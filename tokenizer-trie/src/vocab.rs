@@ -219,6 +219,9 @@ impl Vocabulary {
             "<|eot_id|>",
             "<|im_end|>",
             "<|return|>",
+            "<｜end▁of▁sentence｜>",
+            "<|end|>",
+            "<end_of_turn>",
             "</s>",
             "<|endoftext|>",
             "<|end_of_text|>",
@@ -227,6 +230,42 @@ impl Vocabulary {
         .iter()
         .filter_map(|name| self.token_by_text(name))
         .find(|&t| self.is_special(t))
+    }
+
+    /// The end tokens the model's own configuration names, from the files Hugging Face
+    /// ships beside `tokenizer.json` in `dir`: `generation_config.json`'s `eos_token_id`
+    /// (a number or a list), then `tokenizer_config.json`'s `eos_token` (a string or
+    /// `{"content": ...}`). `None` if neither file names one that is in the vocabulary.
+    pub fn configured_eos(&self, dir: &std::path::Path) -> Option<Vec<TokenId>> {
+        let read = |name: &str| -> Option<serde_json::Value> {
+            let text = std::fs::read_to_string(dir.join(name)).ok()?;
+            serde_json::from_str(&text).ok()
+        };
+        let mut out: Vec<TokenId> = Vec::new();
+        if let Some(g) = read("generation_config.json") {
+            let ids: Vec<u64> = match &g["eos_token_id"] {
+                serde_json::Value::Number(n) => n.as_u64().into_iter().collect(),
+                serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_u64()).collect(),
+                _ => Vec::new(),
+            };
+            out.extend(
+                ids.into_iter()
+                    .filter(|&i| (i as usize) < self.len())
+                    .map(|i| TokenId(i as u32)),
+            );
+        }
+        if let Some(c) = read("tokenizer_config.json") {
+            let name = match &c["eos_token"] {
+                serde_json::Value::String(s) => Some(s.as_str()),
+                v => v["content"].as_str(),
+            };
+            if let Some(t) = name.and_then(|n| self.token_by_text(n))
+                && !out.contains(&t)
+            {
+                out.push(t);
+            }
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// The bytes of a sequence of tokens (special tokens contribute nothing); `ids` may be
@@ -300,6 +339,41 @@ pub fn continuation_tokenizer(tok: &tokenizers::Tokenizer) -> tokenizers::Tokeni
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn end_tokens_come_from_the_model_config_files() {
+        let v = Vocabulary::from_parts(
+            [(TokenId(0), b"a".to_vec())],
+            [
+                (TokenId(1), "<|im_end|>".to_string()),
+                (TokenId(2), "<|endoftext|>".to_string()),
+                (TokenId(3), "<｜end▁of▁sentence｜>".to_string()),
+            ],
+        );
+        // The family's usual token when nothing says otherwise: DeepSeek's is known too.
+        let ds = Vocabulary::from_parts([], [(TokenId(0), "<｜end▁of▁sentence｜>".to_string())]);
+        assert_eq!(ds.default_eos(), Some(TokenId(0)));
+        let dir = std::env::temp_dir().join(format!("corral-vocab-eos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(v.configured_eos(&dir), None);
+        std::fs::write(
+            dir.join("tokenizer_config.json"),
+            r#"{"eos_token": {"content": "<|endoftext|>"}}"#,
+        )
+        .unwrap();
+        assert_eq!(v.configured_eos(&dir), Some(vec![TokenId(2)]));
+        // generation_config.json first; ids outside the vocabulary are ignored.
+        std::fs::write(
+            dir.join("generation_config.json"),
+            r#"{"eos_token_id": [3, 1, 99]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            v.configured_eos(&dir),
+            Some(vec![TokenId(3), TokenId(1), TokenId(2)])
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn byte_level_alphabet_is_a_bijection() {
