@@ -199,7 +199,7 @@ pub fn compile_json_schema(
     let schema: Value = serde_json::from_str(text).map_err(|e| {
         let offset = line_col_offset(text, e.line(), e.column());
         SchemaError::at(
-            SchemaErrorKind::NotJson(e.to_string()),
+            SchemaErrorKind::NotJson(json_error(&e)),
             String::new(),
             Span::new(offset, offset + 1),
             &opts.origin,
@@ -211,6 +211,21 @@ pub fn compile_json_schema(
         SchemaError::at(kind, pointer, span, &opts.origin, text)
     })
 }
+
+/// serde_json's message, with its nesting limit spelled out.
+pub fn json_error(e: &serde_json::Error) -> String {
+    let m = e.to_string();
+    if m.starts_with("recursion limit exceeded") {
+        return format!(
+            "{m}: it nests arrays and objects deeper than {JSON_NESTING_LIMIT} levels, the JSON parser's limit"
+        );
+    }
+    m
+}
+
+/// How deep serde_json (without its `unbounded_depth` feature) lets arrays and objects
+/// nest.
+pub const JSON_NESTING_LIMIT: usize = 128;
 
 /// Compiles a JSON Schema value (errors name the JSON pointer, with no source position).
 pub fn compile_json_schema_value(

@@ -66,8 +66,8 @@ pub struct Rejected {
 
 /// Checks a generated text: the value if it is JSON valid for the schema, else the errors.
 pub fn check(validator: &Validator, text: &str) -> Result<Value, Vec<String>> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| vec![format!("not valid JSON: {e}")])?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| vec![format!("not valid JSON: {}", crate::json_error(&e))])?;
     let errors = validator.errors(&value);
     if errors.is_empty() {
         Ok(value)

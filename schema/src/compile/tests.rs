@@ -313,3 +313,14 @@ fn unsupported_keywords_are_positioned_errors() {
     let e = compile_json_schema(r#"{"type": "strin"}"#, &JsonSchemaOptions::default()).unwrap_err();
     assert!(e.to_string().contains("unknown type"), "{e}");
 }
+
+#[test]
+fn a_schema_nested_past_the_json_parsers_limit_says_what_the_limit_is() {
+    let text = format!(
+        "{}{{}}{}",
+        r#"{"type": "array", "items": "#.repeat(200),
+        "}".repeat(200)
+    );
+    let e = crate::compile_json_schema(&text, &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("deeper than 128 levels"), "{e}");
+}
