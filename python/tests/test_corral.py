@@ -3,8 +3,6 @@
 Masks are checked against brute force: every token is tried on a fork of the matcher.
 """
 
-import os
-import pathlib
 import random
 import unittest
 
@@ -14,37 +12,7 @@ import numpy as np
 
 import corral
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ASSETS = pathlib.Path(os.environ.get("CORRAL_ASSETS", ROOT / "assets"))
-CONFORMANCE = pathlib.Path(os.environ.get("CORRAL_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
-
-# llama.cpp's json.gbnf in Lark for llguidance, with its forcing (masks narrowed to the
-# canonical tokenization of forced text) off, so that both engines allow the same tokens.
-JSON_LARK = r'''%llguidance {"no_forcing": true}
-start: object
-value: object | array | string | number | ("true" | "false" | "null") ws
-object: "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array: "[" ws ( value ("," ws value)* )? "]" ws
-string: STRING ws
-number: NUMBER ws
-STRING: /"([^"\\\x7F\x00-\x1F]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/
-NUMBER: /-?([0-9]|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9][1-9]{0,15})?/
-ws: /( |\n[ \t]{0,20})?/
-'''
-
-DOC = '{"name": "Ada", "tags": ["x", "y"], "n": -12.5e3, "ok": true, "none": null,\n "nested": {"a": [1, 2, {"b": "\\u00e9"}]}}'
-
-
-def tokenizer_path(name):
-    p = ASSETS / "tokenizers" / name / "tokenizer.json"
-    if not p.exists():
-        raise FileNotFoundError(f"{p} is missing: run scripts/fetch-assets tokenizers")
-    return str(p)
-
-
-def allowed(bitmask_row, vocab_size):
-    bits = np.unpackbits(bitmask_row.view(np.uint8), bitorder="little")
-    return set(np.flatnonzero(bits[:vocab_size]).tolist())
+from common import DOC, allowed, json_gbnf, json_lark, tokenizer_path
 
 
 SCHEMA = {
@@ -225,9 +193,6 @@ class LlguidanceTest(unittest.TestCase):
         import llguidance
         import llguidance.numpy
 
-        gbnf = CONFORMANCE / "llama_cpp/grammars/json.gbnf"
-        if not gbnf.exists():
-            raise FileNotFoundError(f"{gbnf} is missing (../shared/conformance beside the checkout)")
         for name in ["llama3_1", "qwen3", "gemma3"]:
             path = tokenizer_path(name)
             lltok = llguidance.LLTokenizer(path)
@@ -238,8 +203,8 @@ class LlguidanceTest(unittest.TestCase):
             with open(path) as f:
                 added = json.load(f)["added_tokens"]
             text_added = [a["id"] for a in added if not a["special"] and a["id"] != lltok.eos_token]
-            ours = corral.Matcher(corral.Grammar.from_gbnf(gbnf.read_text()), tok)
-            theirs = llguidance.LLMatcher(lltok, llguidance.grammar_from("lark", JSON_LARK))
+            ours = corral.Matcher(corral.Grammar.from_gbnf(json_gbnf()), tok)
+            theirs = llguidance.LLMatcher(lltok, llguidance.grammar_from("lark", json_lark()))
             self.assertFalse(theirs.is_error(), theirs.get_error())
             mask = corral.allocate_token_bitmask(2, tok.vocab_size)
             tokens = lltok.tokenize_str(DOC) + [lltok.eos_token]

@@ -9,10 +9,9 @@ backend, whose masks must equal corral's.
 """
 
 import json
-import os
-import pathlib
 import unittest
 
+import llguidance
 import torch
 from transformers import PreTrainedTokenizerFast
 
@@ -29,35 +28,7 @@ from sglang.srt.server_args import GRAMMAR_BACKEND_CHOICES, prepare_server_args 
 import corral  # noqa: E402
 import corral.sglang  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ASSETS = pathlib.Path(os.environ.get("CORRAL_ASSETS", ROOT / "assets"))
-CONFORMANCE = pathlib.Path(os.environ.get("CORRAL_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
-
-# llama.cpp's json.gbnf in Lark for llguidance, with its forcing (masks narrowed to the
-# canonical tokenization of forced text) off, so that both engines allow the same tokens.
-JSON_LARK = r'''%llguidance {"no_forcing": true}
-start: object
-value: object | array | string | number | ("true" | "false" | "null") ws
-object: "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array: "[" ws ( value ("," ws value)* )? "]" ws
-string: STRING ws
-number: NUMBER ws
-STRING: /"([^"\\\x7F\x00-\x1F]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/
-NUMBER: /-?([0-9]|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9][1-9]{0,15})?/
-ws: /( |\n[ \t]{0,20})?/
-'''
-
-DOC = '{"name": "Ada", "tags": ["x", "y"], "n": -12.5e3, "ok": true, "none": null,\n "nested": {"a": [1, 2, {"b": "\\u00e9"}]}}'
-
-
-def need(path):
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing (scripts/fetch-assets; ../shared/conformance beside the checkout)")
-    return path
-
-
-def allowed(row):
-    return {w * 32 + b for w, x in enumerate(row.tolist()) for b in range(32) if (x >> b) & 1}
+from common import DOC, allowed, json_gbnf, json_lark, tokenizer_path  # noqa: E402
 
 
 class SglangBackendTest(unittest.TestCase):
@@ -67,7 +38,7 @@ class SglangBackendTest(unittest.TestCase):
         args.resolve_once()
         publish(args, role="scheduler")
         cls.args = args
-        cls.hf = PreTrainedTokenizerFast(tokenizer_file=str(need(ASSETS / "tokenizers/llama3_1/tokenizer.json")))
+        cls.hf = PreTrainedTokenizerFast(tokenizer_file=tokenizer_path("llama3_1"))
         cls.vocab = 128256
         cls.eos = {128009}
         cls.backend = bgb.create_grammar_backend(args, cls.hf, cls.vocab, cls.eos)
@@ -104,9 +75,9 @@ class SglangBackendTest(unittest.TestCase):
             self.assertIn(needle, bad.error_message)
 
     def test_masks_equal_llguidance_backend_along_a_replay(self):
-        ours, _ = self.compile(("ebnf", need(CONFORMANCE / "llama_cpp/grammars/json.gbnf").read_text()))
+        ours, _ = self.compile(("ebnf", json_gbnf()))
         llg_backend = GuidanceBackend(self.hf, n_vocab=self.vocab, eos_token_ids=self.eos)
-        theirs = llg_backend._from_serialized(corral_lark())
+        theirs = llg_backend._from_serialized(llguidance.grammar_from("lark", json_lark()))
         self.assertIsInstance(theirs, GuidanceGrammar)
         tokens = self.hf.encode(DOC, add_special_tokens=False) + sorted(self.eos)
         mask = ours.allocate_vocab_mask(self.vocab, 2, "cpu")
@@ -115,7 +86,7 @@ class SglangBackendTest(unittest.TestCase):
             ours.fill_vocab_mask_batched([GrammarRow(0, ours)], mask)
             GuidanceGrammar.fill_vocab_mask_batched([GrammarRow(1, theirs)], mask)
             self.assertTrue(torch.equal(mask[0], mask[1]), f"step {step}: {self.hf.decode(tokens[:step])!r}")
-            self.assertIn(t, allowed(mask[0]))
+            self.assertIn(t, allowed(mask[0].numpy(), self.vocab))
             ours.accept_token(t)
             theirs.accept_token(t)
         self.assertTrue(ours.is_terminated())
@@ -161,7 +132,7 @@ class SglangBackendTest(unittest.TestCase):
         args.resolve_once()
         publish(args, role="scheduler")
         try:
-            qwen = PreTrainedTokenizerFast(tokenizer_file=str(need(ASSETS / "tokenizers/qwen3/tokenizer.json")))
+            qwen = PreTrainedTokenizerFast(tokenizer_file=tokenizer_path("qwen3"))
             be = bgb.create_grammar_backend(args, qwen, 151936, {151645})
             self.assertIsInstance(be, ReasonerGrammarBackend)
             fut, _ = be.get_cached_or_future_value(("json", '{"type": "object"}'), True)
@@ -172,15 +143,9 @@ class SglangBackendTest(unittest.TestCase):
             for t in qwen.encode("hmm</think>", add_special_tokens=False):
                 g.accept_token(t)
             g.fill_vocab_mask(mask, 0)
-            self.assertLess(len(allowed(mask[0])), 1000, "constrained after </think>")
+            self.assertLess(len(allowed(mask[0].numpy(), 151936)), 1000, "constrained after </think>")
         finally:
             publish(self.args, role="scheduler")
-
-
-def corral_lark():
-    import llguidance
-
-    return llguidance.grammar_from("lark", JSON_LARK)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,7 @@ use std::sync::Arc;
 
 /// llama.cpp's json.gbnf, transliterated to Lark (an explicit `ws` rule, the same string and
 /// number lexemes).
-pub const JSON_LARK: &str = r#"start: object
-value: object | array | string | number | ("true" | "false" | "null") ws
-object: "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array: "[" ws ( value ("," ws value)* )? "]" ws
-string: STRING ws
-number: NUMBER ws
-STRING: /"([^"\\\x7F\x00-\x1F]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/
-NUMBER: /-?([0-9]|[1-9][0-9]{0,15})(\.[0-9]+)?([eE][-+]?[0-9][1-9]{0,15})?/
-ws: /( |\n[ \t]{0,20})?/
-"#;
+pub const JSON_LARK: &str = include_str!("../../data/json.lark");
 
 /// The repository's root.
 pub fn root() -> PathBuf {
