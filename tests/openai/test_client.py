@@ -232,6 +232,43 @@ class ServerTest(unittest.TestCase):
         ]
         self.assertEqual("".join(parts), whole)
 
+    def test_eight_concurrent_streaming_clients_all_get_valid_output(self):
+        import threading
+
+        schema = {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer", "minimum": 0}},
+            "required": ["city", "population"],
+            "additionalProperties": False,
+        }
+        results, errors = [None] * 8, []
+
+        def run(i):
+            try:
+                stream = self.client.chat.completions.create(
+                    model="default",
+                    messages=[{"role": "user", "content": f"A city, number {i}, as JSON."}],
+                    response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+                    stream=True,
+                    max_tokens=60,
+                    seed=i,
+                )
+                results[i] = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for text in results:
+            city = json.loads(text)
+            self.assertEqual(set(city), {"city", "population"})
+            self.assertLessEqual(len(city["city"]), 20)
+            self.assertGreaterEqual(city["population"], 0)
+
     def test_errors_are_the_clients_exceptions(self):
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.chat.completions.create(

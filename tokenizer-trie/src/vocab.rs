@@ -221,7 +221,6 @@ impl Vocabulary {
             "<|return|>",
             "<｜end▁of▁sentence｜>",
             "<|end|>",
-            "<end_of_turn>",
             "</s>",
             "<|endoftext|>",
             "<|end_of_text|>",
