@@ -47,8 +47,32 @@ pub fn stats(xs: &[f64]) -> (f64, f64, f64) {
     (v.iter().sum::<f64>() / v.len() as f64, pct(0.5), pct(0.99))
 }
 
+/// One computed mask of a replay, as [`replay_observed`] shows it.
+pub struct ReplayStep<'a> {
+    pub run: usize,
+    /// Tokens of the run consumed before this mask.
+    pub step: usize,
+    pub mask: &'a corral_trie::FixedBitSet,
+    /// The run's token taken after this mask; `None` for the mask after the last token
+    /// (where EOS is checked).
+    pub token: Option<TokenId>,
+}
+
 /// Replays each token sequence from the start of the output.
 pub fn replay(c: &Arc<Constraint>, runs: &[Vec<TokenId>]) -> ReplayReport {
+    match replay_observed(c, runs, |_| Ok::<(), std::convert::Infallible>(())) {
+        Ok(report) => report,
+    }
+}
+
+/// [`replay`], showing every computed mask to `observe` (untimed) before its token is
+/// checked; the observer's first error ends the replay. `corral replay --masks` writes
+/// them out this way.
+pub fn replay_observed<E>(
+    c: &Arc<Constraint>,
+    runs: &[Vec<TokenId>],
+    mut observe: impl FnMut(ReplayStep) -> Result<(), E>,
+) -> Result<ReplayReport, E> {
     let mut report = ReplayReport {
         runs: runs.len(),
         eos_allowed_at_end: true,
@@ -65,6 +89,14 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<TokenId>]) -> ReplayReport {
             let ok = a.compute_mask(&mut mask).is_ok();
             report.mask_us.push(t0.elapsed().as_secs_f64() * 1e6);
             report.tokens += 1;
+            if ok {
+                observe(ReplayStep {
+                    run: r,
+                    step: i,
+                    mask: &mask,
+                    token: Some(t),
+                })?;
+            }
             if !ok || !mask.contains(t.index()) || a.step_with_token(t).is_err() {
                 if report.first_reject.is_none() {
                     report.first_reject = Some(Rejection {
@@ -79,13 +111,20 @@ pub fn replay(c: &Arc<Constraint>, runs: &[Vec<TokenId>]) -> ReplayReport {
         }
         if !refused {
             completed += 1;
-            let ok =
-                a.compute_mask(&mut mask).is_ok() && eos.iter().any(|&e| mask.contains(e.index()));
-            report.eos_allowed_at_end &= ok;
+            let computed = a.compute_mask(&mut mask).is_ok();
+            if computed {
+                observe(ReplayStep {
+                    run: r,
+                    step: tokens.len(),
+                    mask: &mask,
+                    token: None,
+                })?;
+            }
+            report.eos_allowed_at_end &= computed && eos.iter().any(|&e| mask.contains(e.index()));
         }
     }
     report.eos_allowed_at_end &= completed > 0;
-    report
+    Ok(report)
 }
 
 /// The mask by brute force: every token is stepped on a fork of `a` (and so rolled back),
