@@ -393,33 +393,16 @@ impl GrammarBuilder {
         self.prods.push((start_rule, vec![Sym::Rule(start)]));
         let n_rules = self.rule_names.len();
 
-        // Productive symbols: fixpoint.
+        // Productive symbols.
         let lexeme_ok: Vec<bool> = self
             .lexemes
             .iter()
             .map(|l| !l.empty || l.nullable)
             .collect();
-        let mut productive = vec![false; n_rules];
-        loop {
-            let mut changed = false;
-            for (lhs, syms) in &self.prods {
-                if productive[lhs.0 as usize] {
-                    continue;
-                }
-                let ok = syms.iter().all(|s| match s {
-                    Sym::Rule(r) => productive[r.0 as usize],
-                    Sym::Lexeme(l) => lexeme_ok[l.0 as usize],
-                    Sym::Token(_) => true,
-                });
-                if ok {
-                    productive[lhs.0 as usize] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let productive = rule_fixpoint(&self.prods, n_rules, |s| match s {
+            Sym::Lexeme(l) => lexeme_ok[l.0 as usize],
+            _ => true,
+        });
         if !productive[start.0 as usize] {
             return Err(ErrorKind::EmptyLanguage(
                 self.rule_names[start.0 as usize].clone(),
@@ -435,56 +418,148 @@ impl GrammarBuilder {
             .filter(|(lhs, syms)| productive[lhs.0 as usize] && syms.iter().all(sym_ok))
             .collect();
 
-        // Nullable rules: fixpoint.
         let lex_nullable: Vec<bool> = self.lexemes.iter().map(|l| l.nullable).collect();
-        let mut nullable = vec![false; n_rules];
-        loop {
-            let mut changed = false;
-            for (lhs, syms) in &prods {
-                if nullable[lhs.0 as usize] {
-                    continue;
-                }
-                let ok = syms.iter().all(|s| match s {
-                    Sym::Rule(r) => nullable[r.0 as usize],
-                    Sym::Lexeme(l) => lex_nullable[l.0 as usize],
-                    Sym::Token(_) => false,
-                });
-                if ok {
-                    nullable[lhs.0 as usize] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
+        let nullable = rule_fixpoint(&prods, n_rules, |s| match s {
+            Sym::Lexeme(l) => lex_nullable[l.0 as usize],
+            _ => false,
+        });
+        let dots = Dots::of(&prods, n_rules, start_rule);
+        let predictions = dots.predictions(&nullable, &lex_nullable, &self.limits)?;
+        Ok(Grammar {
+            rule_names: self.rule_names,
+            nullable,
+            dot_next: dots.next,
+            dot_lhs: dots.lhs,
+            dot_penult: dots.penult,
+            predictions,
+            lexemes: self.lexemes,
+            token_refs: self.token_refs,
+            start_rule,
+            accept_dot: dots.accept,
+            limits: self.limits,
+            productions: prods.len(),
+            shortest: std::sync::OnceLock::new(),
+        })
+    }
+}
+
+/// The least set of rules with a production whose every symbol is a rule of the set or a
+/// symbol `terminal` passes: productive rules, nullable rules. Worklist-driven, linear in
+/// the grammar's size: each production counts the rule symbols it still waits for, and a
+/// rule found decrements the productions that use it.
+fn rule_fixpoint(
+    prods: &[(RuleId, Vec<Sym>)],
+    n_rules: usize,
+    terminal: impl Fn(&Sym) -> bool,
+) -> Vec<bool> {
+    // Productions with a symbol that is neither a rule nor passes `terminal` never fire.
+    let viable: Vec<bool> = prods
+        .iter()
+        .map(|(_, syms)| {
+            syms.iter()
+                .all(|s| matches!(s, Sym::Rule(_)) || terminal(s))
+        })
+        .collect();
+    // The viable productions each rule occurs in (once per occurrence), in CSR form.
+    let mut first = vec![0u32; n_rules + 1];
+    for ((_, syms), _) in prods.iter().zip(&viable).filter(|(_, v)| **v) {
+        for s in syms {
+            if let Sym::Rule(r) = s {
+                first[r.0 as usize + 1] += 1;
             }
         }
+    }
+    for i in 1..=n_rules {
+        first[i] += first[i - 1];
+    }
+    let mut fill = first.clone();
+    let mut uses = vec![0u32; first[n_rules] as usize];
+    let mut waiting = vec![0u32; prods.len()];
+    let mut found = vec![false; n_rules];
+    let mut work: Vec<usize> = Vec::new();
+    for (p, (lhs, syms)) in prods.iter().enumerate() {
+        if !viable[p] {
+            continue;
+        }
+        for s in syms {
+            if let Sym::Rule(r) = s {
+                uses[fill[r.0 as usize] as usize] = p as u32;
+                fill[r.0 as usize] += 1;
+                waiting[p] += 1;
+            }
+        }
+        if waiting[p] == 0 && !found[lhs.0 as usize] {
+            found[lhs.0 as usize] = true;
+            work.push(lhs.0 as usize);
+        }
+    }
+    while let Some(r) = work.pop() {
+        for &p in &uses[first[r] as usize..first[r + 1] as usize] {
+            let p = p as usize;
+            waiting[p] -= 1;
+            let lhs = prods[p].0.0 as usize;
+            if waiting[p] == 0 && !found[lhs] {
+                found[lhs] = true;
+                work.push(lhs);
+            }
+        }
+    }
+    found
+}
 
-        // Dots.
-        let mut dot_next = Vec::new();
-        let mut dot_lhs = Vec::new();
-        let mut dot_penult = Vec::new();
-        let mut first_dots: Vec<Vec<DotId>> = vec![Vec::new(); n_rules];
-        let mut accept_dot = DotId(0);
-        for (lhs, syms) in &prods {
-            first_dots[lhs.0 as usize].push(DotId(dot_next.len() as u32));
+/// The dotted productions, numbered production by production: each symbol's dot, then the
+/// production's end.
+struct Dots {
+    next: Vec<Next>,
+    lhs: Vec<RuleId>,
+    /// The dot before a production's last symbol.
+    penult: Vec<bool>,
+    /// Each rule's productions' first dots.
+    first: Vec<Vec<DotId>>,
+    /// The end of the start production.
+    accept: DotId,
+}
+
+impl Dots {
+    fn of(prods: &[(RuleId, Vec<Sym>)], n_rules: usize, start_rule: RuleId) -> Dots {
+        let mut d = Dots {
+            next: Vec::new(),
+            lhs: Vec::new(),
+            penult: Vec::new(),
+            first: vec![Vec::new(); n_rules],
+            accept: DotId(0),
+        };
+        for (lhs, syms) in prods {
+            d.first[lhs.0 as usize].push(DotId(d.next.len() as u32));
             for (k, s) in syms.iter().enumerate() {
-                dot_next.push(Next::Sym(*s));
-                dot_lhs.push(*lhs);
-                dot_penult.push(k + 1 == syms.len());
+                d.next.push(Next::Sym(*s));
+                d.lhs.push(*lhs);
+                d.penult.push(k + 1 == syms.len());
             }
             if *lhs == start_rule {
-                accept_dot = DotId(dot_next.len() as u32);
+                d.accept = DotId(d.next.len() as u32);
             }
-            dot_next.push(Next::End);
-            dot_lhs.push(*lhs);
-            dot_penult.push(false);
+            d.next.push(Next::End);
+            d.lhs.push(*lhs);
+            d.penult.push(false);
         }
+        d
+    }
 
-        // Prediction closures.
+    /// Each rule's prediction closure: the dots predicting it reaches (through nullable
+    /// symbols), the lexemes they expect, whether any expects a token reference. Over
+    /// `Limits::max_prediction_items` dots in all is an error.
+    fn predictions(
+        &self,
+        nullable: &[bool],
+        lex_nullable: &[bool],
+        limits: &Limits,
+    ) -> Result<Vec<Prediction>, ErrorKind> {
+        let n_rules = self.first.len();
         let mut predictions = Vec::with_capacity(n_rules);
         let mut total = 0usize;
         let mut seen_rule = vec![u32::MAX; n_rules];
-        let mut seen_lex = vec![u32::MAX; self.lexemes.len()];
+        let mut seen_lex = vec![u32::MAX; lex_nullable.len()];
         for r in 0..n_rules {
             let stamp = r as u32;
             let mut dots = Vec::new();
@@ -493,46 +568,45 @@ impl GrammarBuilder {
             let mut stack = vec![r];
             seen_rule[r] = stamp;
             while let Some(rule) = stack.pop() {
-                for &first in &first_dots[rule] {
+                for &first in &self.first[rule] {
                     let mut d = first;
                     loop {
                         dots.push(d);
-                        match dot_next[d.0 as usize] {
-                            Next::End => break,
+                        let go_on = match self.next[d.0 as usize] {
+                            Next::End => false,
                             Next::Sym(Sym::Rule(c)) => {
                                 if seen_rule[c.0 as usize] != stamp {
                                     seen_rule[c.0 as usize] = stamp;
                                     stack.push(c.0 as usize);
                                 }
-                                if !nullable[c.0 as usize] {
-                                    break;
-                                }
+                                nullable[c.0 as usize]
                             }
                             Next::Sym(Sym::Lexeme(l)) => {
                                 if seen_lex[l.0 as usize] != stamp {
                                     seen_lex[l.0 as usize] = stamp;
                                     lexemes.push(l);
                                 }
-                                if !lex_nullable[l.0 as usize] {
-                                    break;
-                                }
+                                lex_nullable[l.0 as usize]
                             }
                             Next::Sym(Sym::Token(_)) => {
                                 tokens = true;
-                                break;
+                                false
                             }
+                        };
+                        if !go_on {
+                            break;
                         }
                         d = DotId(d.0 + 1);
                     }
                 }
             }
             total += dots.len();
-            if total > self.limits.max_prediction_items {
+            if total > limits.max_prediction_items {
                 return Err(ErrorKind::Limit {
                     what: "the size of the grammar's prediction closures".into(),
                     value: total,
                     limit_name: "max_prediction_items",
-                    limit: self.limits.max_prediction_items,
+                    limit: limits.max_prediction_items,
                 });
             }
             predictions.push(Prediction {
@@ -541,21 +615,6 @@ impl GrammarBuilder {
                 tokens,
             });
         }
-
-        Ok(Grammar {
-            rule_names: self.rule_names,
-            nullable,
-            dot_next,
-            dot_lhs,
-            dot_penult,
-            predictions,
-            lexemes: self.lexemes,
-            token_refs: self.token_refs,
-            start_rule,
-            accept_dot,
-            limits: self.limits,
-            productions: prods.len(),
-            shortest: std::sync::OnceLock::new(),
-        })
+        Ok(predictions)
     }
 }
