@@ -1,8 +1,8 @@
 //! The `RobustConstrainedAdapter`: a grammar's recognizer joined with a model's tokens.
 //!
-//! Per decoding step, in the seeds' terms:
+//! Per decoding step:
 //! 1. [`RobustConstrainedAdapter::compute_mask`] fills a bitset with every token that can
-//!    come next: for each lexer run (a partial lexeme, the seeds' "partial match") the
+//!    come next: for each lexer run (a partial lexeme, matched so far) the
 //!    token sets of its DFA state ([`crate::tokens`], cached per tokenizer in a
 //!    [`MaskCache`]), plus walks with the recognizer of what follows where the lexeme can
 //!    end inside a token; token references by id; EOS and stop tokens exactly when the
@@ -230,7 +230,7 @@ pub struct PartialLexeme {
     pub can_end: bool,
 }
 
-/// What the adapter is doing, for debugging (the seeds' `get_current_state_info`).
+/// What the adapter is doing, for debugging.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateInfo {
     /// Bytes of output so far.
@@ -734,13 +734,13 @@ impl RobustConstrainedAdapter {
     }
 
     /// The byte string the grammar forces next (every byte is the only one possible, and
-    /// the grammar does not accept before it ends). Empty if the next byte is free.
+    /// the grammar does not accept before it ends). Empty if the next byte is free. At
+    /// most the grammar's `Limits::max_forced_bytes` per call.
     pub fn forced_bytes(&mut self) -> Result<Vec<u8>, AdapterError> {
         self.check()?;
-        const MAX_FORCED: usize = 4096;
         let mut out = Vec::new();
         let g = self.c.grammar.clone();
-        while out.len() < MAX_FORCED
+        while out.len() < g.limits().max_forced_bytes
             && !self.finished
             && !self.rec.is_accepting()
             && self.rec.expected_tokens().is_empty()

@@ -46,8 +46,8 @@
 //!
 //! # Glossary
 //! Earley *set* = a chart row (one per position where a lexeme ends, not per byte); *item*
-//! = dotted production + origin set; *run* = a partial lexeme (the seeds' "partial match");
-//! *frame* = the state after one push, the unit of rollback.
+//! = dotted production + origin set; *run* = a partial lexeme (a lexer run); *frame* = the
+//! state after one push, the unit of rollback. All of corral's terms: docs/glossary.md.
 
 use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
 use crate::complete;
@@ -578,9 +578,6 @@ struct Completion<'a> {
     active: FxHashSet<(u32, Sym)>,
 }
 
-/// Deepest chain of completions followed (nesting of the parse).
-const MAX_COMPLETION_DEPTH: u32 = 4096;
-
 impl Completion<'_> {
     /// Bytes needed after `sym` completes in `set`, whether the result depends on a pair
     /// being computed (then it is not memoized), and the first step.
@@ -588,7 +585,7 @@ impl Completion<'_> {
         if let Some(&(cost, step)) = self.memo.get(&(set, sym)) {
             return (cost, false, step);
         }
-        if depth > MAX_COMPLETION_DEPTH || !self.active.insert((set, sym)) {
+        if depth > self.rec.g.limits.max_completion_depth || !self.active.insert((set, sym)) {
             return (complete::INF, true, None);
         }
         let g = &*self.rec.g;
@@ -1103,32 +1100,7 @@ impl Chart {
         self.begin_set(g);
         // Items visited, against `max_work_per_push`: highly ambiguous grammars make every
         // lexeme end complete many items from many sets.
-        let mut work = 0usize;
-        // Scan: items waiting for the completed lexemes move over them.
-        for e in 0..self.s.events.len() {
-            let (j, lex) = self.s.events[e];
-            let (a, b) = self.sets[j as usize].items;
-            work += (b - a) as usize;
-            for k in a..b {
-                let it = self.items[k as usize];
-                if g.next(it.dot) == Next::Sym(Sym::Lexeme(lex)) {
-                    let origin = if it.origin == SELF { j } else { it.origin };
-                    self.add_concrete(DotId(it.dot.0 + 1), origin);
-                }
-            }
-        }
-        if let Some((u, matches)) = unit {
-            let (a, b) = self.sets[u as usize].items;
-            for k in a..b {
-                let it = self.items[k as usize];
-                if let Next::Sym(Sym::Token(t)) = g.next(it.dot)
-                    && matches(t)
-                {
-                    let origin = if it.origin == SELF { u } else { it.origin };
-                    self.add_concrete(DotId(it.dot.0 + 1), origin);
-                }
-            }
-        }
+        let mut work = self.scan(g, unit);
         if self.items.len() == items_start {
             return Ok(false);
         }
@@ -1184,31 +1156,47 @@ impl Chart {
                 Next::Sym(Sym::Token(_)) => tokens = true,
             }
             work += 1;
-            if self.items.len() - items_start > g.limits.max_items_per_set
-                || work > g.limits.max_work_per_push
-            {
-                let (what, value, name, limit) = if work > g.limits.max_work_per_push {
-                    (
-                        "Earley items visited for one byte",
-                        work,
-                        "max_work_per_push",
-                        g.limits.max_work_per_push,
-                    )
-                } else {
-                    (
-                        "Earley items in one set",
-                        self.items.len() - items_start,
-                        "max_items_per_set",
-                        g.limits.max_items_per_set,
-                    )
-                };
+            let items = self.items.len() - items_start;
+            if items > g.limits.max_items_per_set || work > g.limits.max_work_per_push {
                 self.items.truncate(items_start);
                 self.leo.truncate(leo_start);
-                return Err(RecognizeError::limit(what, value, name, limit));
+                return Err(set_limit_error(g, work, items));
             }
         }
         self.finish_set(g, items_start, accepting, tokens, pos);
         Ok(true)
+    }
+
+    /// Scan: the items waiting for the completed lexemes (and for the token reference
+    /// `unit`, in its set) move over them into the new set. Returns the items visited.
+    #[inline]
+    fn scan(&mut self, g: &Grammar, unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>) -> usize {
+        let mut work = 0;
+        for e in 0..self.s.events.len() {
+            let (j, lex) = self.s.events[e];
+            let (a, b) = self.sets[j as usize].items;
+            work += (b - a) as usize;
+            for k in a..b {
+                let it = self.items[k as usize];
+                if g.next(it.dot) == Next::Sym(Sym::Lexeme(lex)) {
+                    let origin = if it.origin == SELF { j } else { it.origin };
+                    self.add_concrete(DotId(it.dot.0 + 1), origin);
+                }
+            }
+        }
+        if let Some((u, matches)) = unit {
+            let (a, b) = self.sets[u as usize].items;
+            for k in a..b {
+                let it = self.items[k as usize];
+                if let Next::Sym(Sym::Token(t)) = g.next(it.dot)
+                    && matches(t)
+                {
+                    let origin = if it.origin == SELF { u } else { it.origin };
+                    self.add_concrete(DotId(it.dot.0 + 1), origin);
+                }
+            }
+        }
+        work
     }
 
     /// Computes the new set's Leo items, records it, and starts its lexer runs.
@@ -1333,5 +1321,18 @@ impl Recognizer {
     /// Earley items held (all sets): a measure of work and memory for tests and benches.
     pub fn item_count(&self) -> usize {
         self.c.items.len()
+    }
+}
+
+/// The limit a set being built broke: the work of one byte first, else its size.
+#[cold]
+fn set_limit_error(g: &Grammar, work: usize, items: usize) -> RecognizeError {
+    let l = &g.limits;
+    if work > l.max_work_per_push {
+        let what = "Earley items visited for one byte";
+        RecognizeError::limit(what, work, "max_work_per_push", l.max_work_per_push)
+    } else {
+        let what = "Earley items in one set";
+        RecognizeError::limit(what, items, "max_items_per_set", l.max_items_per_set)
     }
 }

@@ -25,6 +25,21 @@ pub struct Limits {
     /// cost of highly ambiguous grammars, where every lexeme end completes items from many
     /// sets; JSON visits a few dozen. Default 100,000.
     pub max_work_per_push: usize,
+    /// Deepest chain of completions the shortest-completion search follows (the nesting
+    /// of the parse it can close: budget completion and `finish_reason:
+    /// budget_completed`). Deeper parses get no shortest completion. Each level is one
+    /// frame of a recursive search, so raising it far needs a larger thread stack.
+    /// Default 4,096.
+    pub max_completion_depth: u32,
+    /// Deepest nesting (in expression levels) of a regular rule inlined into its callers'
+    /// lexemes; a deeper one stays a rule of its own. Bounds the recursion of the regex
+    /// compiler; a rule left un-inlined costs Earley items instead of DFA steps.
+    /// Default 400.
+    pub max_inline_depth: u32,
+    /// Most bytes one call of jump-forward (the adapter's `forced_bytes`) returns; the rest
+    /// comes on the next call. Bounds the time of one call on grammars that force long
+    /// literals. Default 4,096.
+    pub max_forced_bytes: usize,
 }
 
 impl Default for Limits {
@@ -37,6 +52,9 @@ impl Default for Limits {
             max_items_per_set: 100_000,
             max_lexer_runs: 10_000,
             max_work_per_push: 100_000,
+            max_completion_depth: 4096,
+            max_inline_depth: 400,
+            max_forced_bytes: 4096,
         }
     }
 }

@@ -25,10 +25,6 @@ use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition}
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-/// Inlining a regular rule deeper than this (in expression levels) makes it non-regular
-/// instead, which bounds the recursion of the regex compiler.
-const MAX_INLINE_DEPTH: u32 = 400;
-
 /// A repetition of a regular expression whose expansion is larger than this many units
 /// (`(a|ab){0,5000}`) is not one automaton: it is cut into chunks (see [`chunking`]).
 const BIG_REPEAT_UNITS: usize = 16384;
@@ -91,132 +87,30 @@ pub fn lower(
         opts.inline_units,
     );
     let err = |kind: ErrorKind, span: Span| GrammarError::at(kind, span, origin, text);
-
-    // 1. Names.
-    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
-    for (i, r) in rules.iter().enumerate() {
-        if let Some(&first) = index.get(r.name.as_str()) {
-            let first_line = crate::error::Location::of(text, rules[first].name_span.start).line;
-            return Err(err(
-                ErrorKind::DuplicateRule {
-                    name: r.name.clone(),
-                    first_line,
-                },
-                r.name_span,
-            ));
-        }
-        index.insert(&r.name, i);
-    }
-    let mut refs: Vec<Vec<usize>> = vec![Vec::new(); rules.len()];
-    // Rules holding token references or `&`/`~` are never inlined into lexemes.
-    let mut opaque = vec![false; rules.len()];
-    for (i, r) in rules.iter().enumerate() {
-        let mut undefined = None;
-        visit(&r.body, &mut |e| match &e.kind {
-            ExprKind::RuleRef(name) => match index.get(name.as_str()) {
-                Some(&j) => refs[i].push(j),
-                None => {
-                    if undefined.is_none() {
-                        undefined = Some((name.clone(), e.span));
-                    }
-                }
-            },
-            ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => opaque[i] = true,
-            _ => {}
-        });
-        if let Some((name, span)) = undefined {
-            return Err(err(ErrorKind::UndefinedRule(name), span));
-        }
-    }
+    let (index, refs, opaque) = names_and_references(rules, text, &err)?;
     let Some(&start_ix) = index.get(start) else {
-        let mut defined: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
-        defined.truncate(8);
-        let defined = if defined.is_empty() {
-            "none".to_string()
-        } else {
-            defined.join(", ")
-        };
-        let kind = ErrorKind::MissingStartRule {
-            name: start.to_string(),
-            defined,
-        };
-        return Err(if rules.is_empty() {
-            GrammarError::at(kind, Span::new(0, 0), origin, text)
-        } else {
-            err(kind, rules[0].name_span)
-        });
-    };
-
-    // 2. Regular rules, callees before callers (Tarjan's SCC order), and 3. sizes (regular
-    // rules' expansions memoized, callees first).
-    let sccs = tarjan_sccs(&refs);
-    let mut regular = vec![false; rules.len()];
-    // Regular whatever the inlining policy says (what `&` and `~` operands may reference),
-    // with their sizes.
-    let mut intrinsic = vec![false; rules.len()];
-    let mut intrinsic_units = vec![1usize; rules.len()];
-    let mut inline_depth = vec![0u32; rules.len()];
-    let mut rule_units = vec![1usize; rules.len()];
-    let mut rule_shape = vec![1usize; rules.len()];
-    // Regular rules that match "" (others count as if they might).
-    let mut rule_empty = vec![true; rules.len()];
-    for scc in &sccs {
-        let recursive = scc.len() > 1 || refs[scc[0]].contains(&scc[0]);
-        for &r in scc {
-            let empty = |j: usize| rule_empty[j];
-            if recursive
-                || opaque[r]
-                || refs[r].iter().any(|&j| !intrinsic[j])
-                || has_big_repeat(&rules[r].body, &index, &intrinsic, &intrinsic_units, &empty)
-            {
-                continue;
-            }
-            let depth =
-                rules[r].body.depth + refs[r].iter().map(|&j| inline_depth[j]).max().unwrap_or(0);
-            if depth <= MAX_INLINE_DEPTH {
-                intrinsic[r] = true;
-                regular[r] = refs[r].iter().all(|&j| regular[j]);
-                inline_depth[r] = depth;
-            }
-        }
-        for &r in scc {
-            let empty = |j: usize| rule_empty[j];
-            let u = units(
-                &rules[r].body,
-                &index,
-                &regular,
-                &rule_units,
-                &empty,
-                limits.max_grammar_size,
+        return Err(missing_start(rules, start, &err, || {
+            GrammarError::at(
+                ErrorKind::MissingStartRule {
+                    name: start.to_string(),
+                    defined: "none".into(),
+                },
+                Span::new(0, 0),
+                origin,
+                text,
             )
-            .map_err(|(value, span)| err(size_limit(value, limits), span))?;
-            // A regular rule's references are all regular: the same count. Only rules that
-            // reference demoted ones are counted again.
-            if regular[r] {
-                intrinsic_units[r] = u;
-            } else if intrinsic[r] {
-                intrinsic_units[r] = units(
-                    &rules[r].body,
-                    &index,
-                    &intrinsic,
-                    &intrinsic_units,
-                    &empty,
-                    usize::MAX,
-                )
-                .unwrap_or(usize::MAX);
-            }
-            if regular[r] {
-                rule_empty[r] = matches_empty(&rules[r].body, &index, &empty);
-                let shape = shape_units(&rules[r].body, &index, &regular, &rule_shape);
-                if inline_units.is_some_and(|n| shape > n) {
-                    regular[r] = false;
-                } else {
-                    rule_units[r] = u;
-                    rule_shape[r] = shape;
-                }
-            }
-        }
-    }
+        }));
+    };
+    let sccs = tarjan_sccs(&refs);
+    let classes = classify(rules, &index, &refs, &opaque, &sccs, limits, inline_units)
+        .map_err(|(value, span)| err(size_limit(value, limits), span))?;
+    let Classes {
+        regular,
+        intrinsic,
+        intrinsic_units,
+        rule_units,
+        rule_empty,
+    } = &classes;
 
     // Regular rules' regexes, callees first.
     let mut rule_hir: Vec<Option<Hir>> = vec![None; rules.len()];
@@ -229,30 +123,17 @@ pub fn lower(
     }
 
     // 4. Productions for the rules reachable from the start rule.
-    let mut reachable = vec![false; rules.len()];
-    let mut stack = vec![start_ix];
-    reachable[start_ix] = true;
-    while let Some(r) = stack.pop() {
-        if regular[r] {
-            continue;
-        }
-        for &j in &refs[r] {
-            if !reachable[j] {
-                reachable[j] = true;
-                stack.push(j);
-            }
-        }
-    }
+    let reachable = reachable_rules(start_ix, &refs, regular);
     let mut lw = Lowerer {
         text,
         rules,
-        intrinsic: &intrinsic,
-        intrinsic_units: &intrinsic_units,
+        intrinsic,
+        intrinsic_units,
         operand_hir: FxHashMap::default(),
         index: &index,
-        regular: &regular,
-        rule_units: &rule_units,
-        rule_empty: &rule_empty,
+        regular,
+        rule_units,
+        rule_empty,
         rule_hir: &rule_hir,
         b: GrammarBuilder::new(limits.clone()).with_cache(opts.dfa_cache.clone()),
         rule_ids: vec![None; rules.len()],
@@ -278,6 +159,190 @@ pub fn lower(
     let start_id = lw.rule_ids[start_ix].expect("start rule is reachable");
     lw.b.build(start_id)
         .map_err(|k| err(k, rules[start_ix].name_span))
+}
+
+/// Rule indices by name, each rule's references, and which rules are opaque (hold token
+/// references or `&`/`~`, so are never inlined into lexemes). Step 1 of [`lower`].
+#[allow(clippy::type_complexity)]
+fn names_and_references<'r>(
+    rules: &'r [RuleAst],
+    text: &str,
+    err: &dyn Fn(ErrorKind, Span) -> GrammarError,
+) -> Result<(FxHashMap<&'r str, usize>, Vec<Vec<usize>>, Vec<bool>), GrammarError> {
+    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, r) in rules.iter().enumerate() {
+        if let Some(&first) = index.get(r.name.as_str()) {
+            let first_line = crate::error::Location::of(text, rules[first].name_span.start).line;
+            return Err(err(
+                ErrorKind::DuplicateRule {
+                    name: r.name.clone(),
+                    first_line,
+                },
+                r.name_span,
+            ));
+        }
+        index.insert(&r.name, i);
+    }
+    let mut refs: Vec<Vec<usize>> = vec![Vec::new(); rules.len()];
+    let mut opaque = vec![false; rules.len()];
+    for (i, r) in rules.iter().enumerate() {
+        let mut undefined = None;
+        visit(&r.body, &mut |e| match &e.kind {
+            ExprKind::RuleRef(name) => match index.get(name.as_str()) {
+                Some(&j) => refs[i].push(j),
+                None => {
+                    if undefined.is_none() {
+                        undefined = Some((name.clone(), e.span));
+                    }
+                }
+            },
+            ExprKind::Token(_) | ExprKind::And(_) | ExprKind::Not(_) => opaque[i] = true,
+            _ => {}
+        });
+        if let Some((name, span)) = undefined {
+            return Err(err(ErrorKind::UndefinedRule(name), span));
+        }
+    }
+    Ok((index, refs, opaque))
+}
+
+/// The error for a start rule that is not defined, listing a few rules that are
+/// (`empty`: the error for a grammar with no rules at all).
+fn missing_start(
+    rules: &[RuleAst],
+    start: &str,
+    err: &dyn Fn(ErrorKind, Span) -> GrammarError,
+    empty: impl FnOnce() -> GrammarError,
+) -> GrammarError {
+    if rules.is_empty() {
+        return empty();
+    }
+    let defined: Vec<&str> = rules.iter().take(8).map(|r| r.name.as_str()).collect();
+    let kind = ErrorKind::MissingStartRule {
+        name: start.to_string(),
+        defined: defined.join(", "),
+    };
+    err(kind, rules[0].name_span)
+}
+
+/// What steps 2 and 3 of [`lower`] find out about each rule.
+struct Classes {
+    /// Inlined into its callers' lexemes.
+    regular: Vec<bool>,
+    /// Regular whatever the inlining policy says (what `&` and `~` operands may
+    /// reference), with its size in `intrinsic_units`.
+    intrinsic: Vec<bool>,
+    intrinsic_units: Vec<usize>,
+    rule_units: Vec<usize>,
+    /// Regular rules that match "" (others count as if they might).
+    rule_empty: Vec<bool>,
+}
+
+/// Steps 2 and 3 of [`lower`]: the regular rules, callees before callers (in `sccs`,
+/// Tarjan's order), and their sizes (expansions memoized, callees first). A size over the
+/// limit is `(size, span)`.
+fn classify(
+    rules: &[RuleAst],
+    index: &FxHashMap<&str, usize>,
+    refs: &[Vec<usize>],
+    opaque: &[bool],
+    sccs: &[Vec<usize>],
+    limits: &crate::Limits,
+    inline_units: Option<usize>,
+) -> Result<Classes, (usize, Span)> {
+    let n = rules.len();
+    let mut c = Classes {
+        regular: vec![false; n],
+        intrinsic: vec![false; n],
+        intrinsic_units: vec![1usize; n],
+        rule_units: vec![1usize; n],
+        rule_empty: vec![true; n],
+    };
+    let mut inline_depth = vec![0u32; n];
+    let mut rule_shape = vec![1usize; n];
+    for scc in sccs {
+        let recursive = scc.len() > 1 || refs[scc[0]].contains(&scc[0]);
+        for &r in scc {
+            let empty = |j: usize| c.rule_empty[j];
+            if recursive
+                || opaque[r]
+                || refs[r].iter().any(|&j| !c.intrinsic[j])
+                || has_big_repeat(
+                    &rules[r].body,
+                    index,
+                    &c.intrinsic,
+                    &c.intrinsic_units,
+                    &empty,
+                )
+            {
+                continue;
+            }
+            let depth =
+                rules[r].body.depth + refs[r].iter().map(|&j| inline_depth[j]).max().unwrap_or(0);
+            if depth <= limits.max_inline_depth {
+                c.intrinsic[r] = true;
+                c.regular[r] = refs[r].iter().all(|&j| c.regular[j]);
+                inline_depth[r] = depth;
+            }
+        }
+        for &r in scc {
+            let empty = |j: usize| c.rule_empty[j];
+            let body = &rules[r].body;
+            let u = units(
+                body,
+                index,
+                &c.regular,
+                &c.rule_units,
+                &empty,
+                limits.max_grammar_size,
+            )?;
+            // A regular rule's references are all regular: the same count. Only rules that
+            // reference demoted ones are counted again.
+            if c.regular[r] {
+                c.intrinsic_units[r] = u;
+            } else if c.intrinsic[r] {
+                c.intrinsic_units[r] = units(
+                    body,
+                    index,
+                    &c.intrinsic,
+                    &c.intrinsic_units,
+                    &empty,
+                    usize::MAX,
+                )
+                .unwrap_or(usize::MAX);
+            }
+            if c.regular[r] {
+                c.rule_empty[r] = matches_empty(body, index, &empty);
+                let shape = shape_units(body, index, &c.regular, &rule_shape);
+                if inline_units.is_some_and(|n| shape > n) {
+                    c.regular[r] = false;
+                } else {
+                    c.rule_units[r] = u;
+                    rule_shape[r] = shape;
+                }
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// Rules reachable from `start` through rules that are not inlined.
+fn reachable_rules(start: usize, refs: &[Vec<usize>], regular: &[bool]) -> Vec<bool> {
+    let mut reachable = vec![false; refs.len()];
+    let mut stack = vec![start];
+    reachable[start] = true;
+    while let Some(r) = stack.pop() {
+        if regular[r] {
+            continue;
+        }
+        for &j in &refs[r] {
+            if !reachable[j] {
+                reachable[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    reachable
 }
 
 fn size_limit(value: usize, limits: &crate::Limits) -> ErrorKind {

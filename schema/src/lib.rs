@@ -110,6 +110,19 @@ pub struct JsonSchemaOptions {
     /// Most rules one object's property chain may take (properties x the counts that
     /// `minProperties`/`maxProperties` track). Default 10,000.
     pub max_object_states: usize,
+    /// Deepest nesting of subschemas followed while compiling: reference chains, merges
+    /// of `allOf` and `$ref`, and the walk that collects `$id`s and anchors. Deeper is an
+    /// error naming the pointer. Each level is a few frames of recursion. Default 256.
+    pub max_schema_depth: u32,
+    /// Most automaton states (estimated before JSON encoding) of the intersection of a
+    /// string's `pattern`, `format` and length; larger ones are refused (lenient:
+    /// deferred to validation) rather than built. Memory and compile time grow with it.
+    /// Default 20,000.
+    pub max_product_states: usize,
+    /// Most state pairs explored to decide whether two `patternProperties` patterns
+    /// overlap; past it they are taken to overlap (refused, or deferred when lenient).
+    /// Default 200,000.
+    pub max_overlap_pairs: usize,
     /// Objects without `additionalProperties` allow no properties beyond those the schema
     /// names. Default false (the schema's meaning: they allow any); structured generation
     /// turns it on, since a model left free to add keys rarely helps.
@@ -134,6 +147,9 @@ impl Default for JsonSchemaOptions {
             max_listed_multiples: 1000,
             max_any_order_properties: 10,
             max_object_states: 10_000,
+            max_schema_depth: 256,
+            max_product_states: 20_000,
+            max_overlap_pairs: 200_000,
             closed_objects: false,
             outer_whitespace: false,
             dfa_cache: None,

@@ -118,8 +118,8 @@ enum State {
     Done,
 }
 
-/// Most bytes a header may have; beyond, it is not a header.
-const MAX_HEADER: usize = 1024;
+/// The default of [`HarmonyParser::with_max_header`].
+pub const DEFAULT_MAX_HEADER: usize = 1024;
 
 /// The harmony stream parser. See the module docs.
 #[derive(Clone, Debug)]
@@ -137,6 +137,8 @@ struct Core {
     channel: String,
     /// The header as written, markers included (lenient mode turns it into content).
     raw_header: String,
+    /// Most bytes a header may have; beyond, it is not a header.
+    max_header: usize,
     out: Outputs,
     stop: Option<Stop>,
 }
@@ -157,10 +159,20 @@ impl HarmonyParser {
                 role: String::new(),
                 channel: String::new(),
                 raw_header: String::new(),
+                max_header: DEFAULT_MAX_HEADER,
                 out: Outputs::default(),
                 stop: None,
             },
         }
+    }
+
+    /// Most bytes a message header (role, channel, recipient, constraint) may have; a longer
+    /// one is not a header (lenient: its text becomes content; strict: it is dropped), so a
+    /// stream without the closing marker holds back at most this much. Default
+    /// [`DEFAULT_MAX_HEADER`] (1,024).
+    pub fn with_max_header(mut self, bytes: usize) -> HarmonyParser {
+        self.core.max_header = bytes;
+        self
     }
 
     /// Feeds one token: a marker token by id, any other by its text.
@@ -223,7 +235,7 @@ impl Core {
                     Part::Channel => self.channel.push_str(text),
                     Part::Constrain => {}
                 }
-                if self.raw_header.len() > MAX_HEADER {
+                if self.raw_header.len() > self.max_header {
                     self.abandon_header();
                 }
             }
@@ -428,6 +440,6 @@ impl Splitter for HarmonyParser {
     }
 
     fn reset(&mut self) {
-        *self = HarmonyParser::new(self.core.mode);
+        *self = HarmonyParser::new(self.core.mode).with_max_header(self.core.max_header);
     }
 }

@@ -10,6 +10,26 @@
 //! times, and text that might be the start of a marker is held back (at most the longest
 //! marker minus one character), never re-scanned from the start. The same code path serves
 //! one-shot and token-by-token input, so every chunking gives the same result.
+//!
+//! Key types: the [`Splitter`] trait (`process` a piece, `take_*` what it produced,
+//! `finish`), its [`ToolCallEvent`]s, [`split_all`] for a whole stream, [`postproc`] for
+//! the events a caller shows, and [`toolcall::ToolCallCodec`], which decodes and validates
+//! call payloads. The main loop is `GenericParser::process` (generic.rs): the
+//! [`MarkerScanner`] finds the next marker, the text before it goes to the current region.
+//!
+//! ```
+//! use corral_split::{split_all, Format, GenericParser};
+//!
+//! let mut parser = GenericParser::new(Format::hermes()).unwrap();
+//! // Any chunking of the stream gives the same result: here, 5 bytes at a time.
+//! let stream = "<think>Weather, so call the tool.</think>Checking.<tool_call>\n\
+//!               {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+//! let chunks: Vec<&str> = stream.as_bytes().chunks(5).map(|c| std::str::from_utf8(c).unwrap()).collect();
+//! let (summary, _events) = split_all(&mut parser, chunks);
+//! assert_eq!(summary.reasoning, "Weather, so call the tool.");
+//! assert_eq!(summary.content, "Checking.");
+//! assert_eq!(summary.tool_calls[0].0, "get_weather");
+//! ```
 
 mod generic;
 mod harmony;
@@ -18,7 +38,7 @@ mod scanner;
 pub mod toolcall;
 
 pub use generic::{BodyKind, Format, GenericParser, Region, RegionKind};
-pub use harmony::{HarmonyMarkers, HarmonyMode, HarmonyParser};
+pub use harmony::{DEFAULT_MAX_HEADER, HarmonyMarkers, HarmonyMode, HarmonyParser};
 pub use scanner::{MarkerError, MarkerScanner};
 
 /// Why the stream asked to stop.

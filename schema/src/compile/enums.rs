@@ -39,7 +39,7 @@ impl Compiler<'_> {
     ) -> Res<Option<std::sync::Arc<corral_grammar::Grammar>>> {
         let mut opts = self.opts.clone();
         opts.whitespace = Whitespace::Compact;
-        let mut c = Compiler::new(self.root, &opts);
+        let mut c = Compiler::new(self.root, &opts)?;
         c.depth = self.depth;
         let Some(root) = c.value(&Value::Object(m.clone()), ptr, "root")? else {
             return Ok(None);

@@ -17,13 +17,6 @@ use serde_json::{Map, Value};
 /// their own, shared by every use. See [`corral_grammar::lower::lower`].
 pub(crate) const INLINE_UNITS: usize = 16;
 
-/// Most states (estimated before JSON encoding) of an intersection of a string's pattern,
-/// format and length; larger ones are refused (lenient: deferred) rather than built.
-const MAX_PRODUCT_STATES: usize = 20_000;
-
-/// Deepest nesting of subschemas followed while compiling (reference chains, merges).
-const MAX_DEPTH: u32 = 256;
-
 /// Keywords that constrain instances (everything else is an annotation or unknown).
 const ASSERTIONS: &[&str] = &[
     "type",
@@ -73,6 +66,19 @@ const ASSERTIONS: &[&str] = &[
 
 type Fail = (SchemaErrorKind, String);
 type Res<T> = Result<T, Fail>;
+
+/// Subschemas nested past `JsonSchemaOptions::max_schema_depth` at `ptr`.
+fn too_deep(ptr: &str, limit: u32) -> Fail {
+    (
+        SchemaErrorKind::Limit {
+            what: "nesting of subschemas (a reference cycle without progress?)".into(),
+            value: limit as usize + 1,
+            limit_name: "max_schema_depth",
+            limit: limit as usize,
+        },
+        ptr.to_string(),
+    )
+}
 
 fn invalid(ptr: &str, message: impl Into<String>) -> Fail {
     (
@@ -168,7 +174,7 @@ pub(crate) fn to_gbnf(
     schema: &Value,
     opts: &JsonSchemaOptions,
 ) -> Result<(String, Vec<Deferred>), Fail> {
-    let mut c = Compiler::new(schema, opts);
+    let mut c = Compiler::new(schema, opts)?;
     let root = c.value(schema, "", "root")?;
     let Some(root) = root else {
         return Err(invalid("", "no JSON value satisfies this schema"));
@@ -215,7 +221,7 @@ struct Compiler<'a> {
 }
 
 impl<'a> Compiler<'a> {
-    fn new(root: &'a Value, opts: &'a JsonSchemaOptions) -> Compiler<'a> {
+    fn new(root: &'a Value, opts: &'a JsonSchemaOptions) -> Res<Compiler<'a>> {
         let old_ref = root
             .get("$schema")
             .and_then(Value::as_str)
@@ -225,11 +231,11 @@ impl<'a> Compiler<'a> {
                     .any(|d| s.contains(d))
             });
         let mut ids = FxHashMap::default();
-        collect_ids(root, "", &mut ids, 0);
+        collect_ids(root, "", &mut ids, (0, opts.max_schema_depth))?;
         let mut names = FxHashSet::default();
         names.insert("root".to_string());
         names.insert("ws".to_string());
-        Compiler {
+        Ok(Compiler {
             root,
             opts,
             old_ref,
@@ -247,7 +253,7 @@ impl<'a> Compiler<'a> {
                 Whitespace::Compact => EPSILON.to_string(),
                 Whitespace::Flexible { .. } => "ws".to_string(),
             },
-        }
+        })
     }
 
     /// The DFA of `h`, through the options' DFA cache.
@@ -423,12 +429,9 @@ impl<'a> Compiler<'a> {
     /// The GBNF of the values `s` accepts; `None` if none.
     fn value(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<String>> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
+        if self.depth > self.opts.max_schema_depth {
             self.depth -= 1;
-            return Err(invalid(
-                ptr,
-                "subschemas nest too deeply (a reference cycle without progress?)",
-            ));
+            return Err(too_deep(ptr, self.opts.max_schema_depth));
         }
         let r = self.value_inner(s, ptr, hint);
         self.depth -= 1;
@@ -465,12 +468,9 @@ impl<'a> Compiler<'a> {
     /// `m` with its `$ref` and `allOf` merged in (recursively), so neither is at the top.
     fn flatten(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
+        if self.depth > self.opts.max_schema_depth {
             self.depth -= 1;
-            return Err(invalid(
-                ptr,
-                "subschemas nest too deeply (a reference cycle without progress?)",
-            ));
+            return Err(too_deep(ptr, self.opts.max_schema_depth));
         }
         let r = self.flatten_inner(m, ptr);
         self.depth -= 1;

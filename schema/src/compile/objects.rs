@@ -235,7 +235,7 @@ impl Compiler<'_> {
             else {
                 continue;
             };
-            if dfas_intersect(a, b) {
+            if dfas_intersect(a, b, self.opts.max_overlap_pairs) {
                 self.unsupported(
                     "patternProperties",
                     ptr,

@@ -108,10 +108,16 @@ pub(super) fn percent_decode(s: &str) -> String {
 pub(super) const AMBIGUOUS: &str = "\0ambiguous";
 
 /// `$id`s (absolute, and without a trailing `#`) and anchors (`$anchor`, draft-07 `$id: "#x"`)
-/// of the document, to their JSON pointers.
-pub(super) fn collect_ids(v: &Value, ptr: &str, out: &mut FxHashMap<String, String>, depth: u32) {
-    if depth > 200 {
-        return;
+/// of the document, to their JSON pointers. `v` is at nesting `depth`; past `max` is an
+/// error, not a silent stop that would leave identifiers unresolved.
+pub(super) fn collect_ids(
+    v: &Value,
+    ptr: &str,
+    out: &mut FxHashMap<String, String>,
+    (depth, max): (u32, u32),
+) -> Result<(), super::Fail> {
+    if depth > max {
+        return Err(super::too_deep(ptr, max));
     }
     // A name defined twice (anchors scoped by nested base URIs) resolves to nothing.
     let mut define = |name: String| {
@@ -142,14 +148,15 @@ pub(super) fn collect_ids(v: &Value, ptr: &str, out: &mut FxHashMap<String, Stri
                 ) {
                     continue;
                 }
-                collect_ids(x, &child(ptr, k), out, depth + 1);
+                collect_ids(x, &child(ptr, k), out, (depth + 1, max))?;
             }
         }
         Value::Array(xs) => {
             for (i, x) in xs.iter().enumerate() {
-                collect_ids(x, &child(ptr, &i.to_string()), out, depth + 1);
+                collect_ids(x, &child(ptr, &i.to_string()), out, (depth + 1, max))?;
             }
         }
         _ => {}
     }
+    Ok(())
 }

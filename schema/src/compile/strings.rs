@@ -110,7 +110,7 @@ impl Compiler<'_> {
             self.dfa_states(h).map(|n| acc.saturating_mul(n.max(1)))
         });
         parts.extend(length);
-        if states.is_none_or(|s| s > MAX_PRODUCT_STATES) {
+        if states.is_none_or(|s| s > self.opts.max_product_states) {
             let bounded = min > 0 || max.is_some();
             let keyword = match (bounded, max) {
                 (true, Some(_)) => "maxLength",
@@ -121,7 +121,8 @@ impl Compiler<'_> {
                 keyword,
                 ptr,
                 &format!(
-                    "the intersection of this string's pattern, format and length has more than {MAX_PRODUCT_STATES} automaton states"
+                    "the intersection of this string's pattern, format and length has more than {} automaton states (max_product_states)",
+                    self.opts.max_product_states
                 ),
             )?;
             parts.truncate(1);
@@ -131,8 +132,8 @@ impl Compiler<'_> {
 }
 
 /// Whether `a` and `b` (DFAs over the same bytes) accept a common string.
-pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa) -> bool {
-    const MAX_PAIRS: usize = 200_000;
+/// Past `max_pairs` explored state pairs, unsure: taken to intersect.
+pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa, max_pairs: usize) -> bool {
     let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
     let mut stack = vec![(a.start(), b.start())];
     while let Some((x, y)) = stack.pop() {
@@ -142,7 +143,7 @@ pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa) -> bool {
         if a.is_accepting(x) && b.is_accepting(y) {
             return true;
         }
-        if seen.len() > MAX_PAIRS {
+        if seen.len() > max_pairs {
             return true; // unsure: assume they overlap
         }
         for byte in 0..=255u8 {
