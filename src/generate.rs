@@ -11,7 +11,7 @@ use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The default model (DESIGN.md section 9), fetched by scripts/fetch-assets.
+/// The default model (SmolLM2-135M-Instruct, Q4_1), fetched by scripts/fetch-assets.
 const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 #[derive(clap::Args)]
@@ -180,37 +180,24 @@ fn read_prompt(args: &GenerateArgs) -> anyhow::Result<String> {
 }
 
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
-    let device: DeviceSpec = args
-        .device
-        .parse()
-        .map_err(|e: corral::models::LoadError| anyhow!(e))?;
+    let device: DeviceSpec = args.device.parse().map_err(anyhow::Error::from)?;
     let loaded = args.constraint.load()?;
     let schema = loaded.as_ref().and_then(|l| l.schema.clone());
     let grammar = match (loaded, &args.regex) {
         (Some(l), _) => Some(l.grammar),
         (None, Some(re)) => Some(
             corral::compile_regex(re, &CompileOptions::default().origin("--regex"))
-                .map_err(|e| anyhow!("{e}"))?,
+                .map_err(anyhow::Error::from)?,
         ),
         (None, None) => None,
     };
     // Checked before the model loads: bad values fail at once.
-    let sampling = SamplingOptions {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        // 1 is off; anything else is checked (a top-p of 2 or NaN is an error).
-        top_p: (args.top_p != 1.0).then_some(args.top_p),
-        min_p: args.min_p,
-        repetition_penalty: args.repeat_penalty,
-        seed: args.seed,
-        ..SamplingOptions::default()
-    };
-    sampling.validate().map_err(|e| anyhow!("sampling: {e}"))?;
+    let sampling = sampling_options(args)?;
     let source = match &args.model {
         Some(m) => m.clone(),
         None => default_model()?,
     };
-    let mut model = Model::load(&source, device).map_err(|e| anyhow!("{e}"))?;
+    let mut model = Model::load(&source, device).map_err(anyhow::Error::from)?;
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling,
@@ -251,7 +238,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         &options,
         &mut on_delta,
     )
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(anyhow::Error::from)?;
     if let Some(sp) = splitter.as_mut() {
         sp.finish();
         if route(sp.as_mut(), &mut stdout, &mut answer) || reasoned {
@@ -265,19 +252,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     stdout.result()?;
     // A schema's keywords beyond the grammar (lenient compiles) are checked on the value.
     let schema_valid = match &schema {
-        Some((value, _)) => {
-            let validator =
-                corral::schema::validate::Validator::new(value).map_err(|e| anyhow!("{e}"))?;
-            match corral::schema::validate::check(&validator, answer.trim()) {
-                Ok(_) => Some(true),
-                Err(errors) => {
-                    for e in &errors {
-                        eprintln!("corral: the output is not valid for the schema: {e}");
-                    }
-                    Some(false)
-                }
-            }
-        }
+        Some((value, _)) => Some(valid_for_schema(value, &answer)?),
         None => None,
     };
     if args.stats {
@@ -301,6 +276,36 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The sampling settings of the command line, checked.
+fn sampling_options(args: &GenerateArgs) -> anyhow::Result<SamplingOptions> {
+    let sampling = SamplingOptions {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        // 1 is off; anything else is checked (a top-p of 2 or NaN is an error).
+        top_p: (args.top_p != 1.0).then_some(args.top_p),
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        seed: args.seed,
+        ..SamplingOptions::default()
+    };
+    sampling.validate().context("sampling")?;
+    Ok(sampling)
+}
+
+/// Whether the answer is valid for the whole schema, saying on standard error why not.
+fn valid_for_schema(schema: &serde_json::Value, answer: &str) -> anyhow::Result<bool> {
+    let validator = corral::schema::validate::Validator::new(schema)?;
+    match corral::schema::validate::check(&validator, answer.trim()) {
+        Ok(_) => Ok(true),
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("corral: the output is not valid for the schema: {e}");
+            }
+            Ok(false)
+        }
+    }
 }
 
 /// Writes what the splitter produced: the answer to standard output (and `answer`),

@@ -267,7 +267,7 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
                 let value: serde_json::Value = serde_json::from_slice(&whole)
                     .map_err(|e| anyhow::anyhow!("{name}: not JSON: {e}"))?;
                 let errors = corral::schema::validate::Validator::new(schema)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .map_err(anyhow::Error::from)?
                     .errors(&value);
                 if !errors.is_empty() {
                     for e in &errors {

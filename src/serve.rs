@@ -55,10 +55,7 @@ enum ReasoningArg {
 }
 
 pub fn run(args: &ServeArgs) -> Result<(), Failure> {
-    let device: DeviceSpec = args
-        .device
-        .parse()
-        .map_err(|e: corral::models::LoadError| anyhow!(e))?;
+    let device: DeviceSpec = args.device.parse().map_err(anyhow::Error::from)?;
     if args.max_concurrent == 0 {
         return Err(anyhow!("--max-concurrent must be at least 1").into());
     }

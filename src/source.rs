@@ -2,7 +2,7 @@
 //! `generate`, `replay` and `schema`.
 
 use anyhow::{Context, Result, anyhow};
-use corral::grammar::{CompileOptions, Grammar, GrammarError, Limits};
+use corral::grammar::{CompileOptions, Grammar, Limits};
 use corral::schema::{
     CompiledSchema, JsonSchemaOptions, PropertyOrder, Whitespace, compile_json_schema,
 };
@@ -103,13 +103,13 @@ pub fn load_gbnf(path: &Path, start: &str) -> Result<Arc<Grammar>> {
         .start(start)
         .origin(path.display().to_string())
         .limits(Limits::default());
-    corral::grammar::compile_gbnf_bytes(&bytes, &opts).map_err(|e: GrammarError| anyhow!("{e}"))
+    corral::grammar::compile_gbnf_bytes(&bytes, &opts).map_err(anyhow::Error::from)
 }
 
 pub fn load_schema(path: &Path, args: &SchemaArgs) -> Result<(serde_json::Value, CompiledSchema)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read JSON Schema {}", path.display()))?;
-    let compiled = compile_json_schema(&text, &args.options(path)).map_err(|e| anyhow!("{e}"))?;
+    let compiled = compile_json_schema(&text, &args.options(path)).map_err(anyhow::Error::from)?;
     let value = serde_json::from_str(&text).context("schema is not JSON")?;
     Ok((value, compiled))
 }

@@ -108,7 +108,7 @@ fn arguments(codec: Option<&ToolCallCodec>, name: &str, raw: &str) -> Value {
     if let Some(c) = codec {
         return match c.decode_payload(Some(name.to_string()), raw) {
             Ok(call) => call.arguments,
-            Err(reason) => json!({"raw": raw, "error": reason}),
+            Err(reason) => json!({"raw": raw, "error": reason.to_string()}),
         };
     }
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
@@ -143,7 +143,7 @@ pub fn run(args: &SplitArgs) -> Result<(), Failure> {
             .with_context(|| format!("{}: not JSON", p.display()))?;
             Some(
                 ToolCallCodec::from_json(&tools, Duration::from_millis(50))
-                    .map_err(|e| anyhow!(e))?,
+                    .map_err(anyhow::Error::from)?,
             )
         }
         None => None,

@@ -172,18 +172,27 @@ impl GrammarError {
 
 impl fmt::Display for GrammarError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.location {
-            Some(loc) => write!(
-                f,
-                "{}:{}:{}: {}\n{}",
-                self.origin,
-                loc.line,
-                loc.col,
-                self.kind,
-                loc.caret_lines()
-            ),
-            None => write!(f, "{}: {}", self.origin, self.kind),
-        }
+        write_positioned(f, &self.origin, self.location.as_ref(), &self.kind)
+    }
+}
+
+/// How every positioned error of corral reads: `origin:line:col: what` and the caret lines
+/// under the source, or `origin: what` where there is no place.
+pub fn write_positioned(
+    f: &mut fmt::Formatter<'_>,
+    origin: &str,
+    location: Option<&Location>,
+    what: &dyn fmt::Display,
+) -> fmt::Result {
+    match location {
+        Some(loc) => write!(
+            f,
+            "{origin}:{}:{}: {what}\n{}",
+            loc.line,
+            loc.col,
+            loc.caret_lines()
+        ),
+        None => write!(f, "{origin}: {what}"),
     }
 }
 

@@ -62,7 +62,7 @@ use std::sync::Arc;
 pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
 pub use dfa_cache::{DEFAULT_DFA_CACHE_STATES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run};
-pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span};
+pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span, write_positioned};
 pub use lexeme::{Combine, DEAD, LexemeDfa};
 pub use limits::Limits;
 pub use matcher::{MatchOutcome, StreamMatcher, match_bytes};

@@ -17,6 +17,28 @@
 //! end-of-generation tokens and the [`TokenSpace`] masks are computed over. Logits stay on
 //! the device until the mask is applied there ([`logits`]). CPU by default; CUDA with the
 //! `cuda` feature and `--device cuda[:N]`.
+//!
+//! The main loop lives in corral-engine (`generate`); this crate's per-step work is
+//! [`candle_lm::CandleLm`]'s `forward` (one position, or a prompt chunk) and the KV-cache
+//! snapshots a server keeps per request. Loading a model and generating JSON under a
+//! grammar (not run as a test: it needs the model, which `scripts/fetch-assets` fetches):
+//!
+//! ```no_run
+//! use corral_engine::{generate, Constraint, GenerateOptions};
+//! use corral_models::{DeviceSpec, Model};
+//!
+//! let mut model = Model::load("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf", DeviceSpec::Cpu)?;
+//! let text = model.text().clone();
+//! let prompt = text.encode(&text.prompt_text(None, "A JSON list of three colours.", false)?)?;
+//! let gbnf = r#"root ::= "[" item ("," " "? item){2} "]"
+//! item ::= "\"" [a-z]{1,12} "\"""#;
+//! let grammar = corral_grammar::compile_gbnf(gbnf, &Default::default())?;
+//! let constraint = Constraint::new(grammar, text.space().clone());
+//! let opts = GenerateOptions::default();
+//! let out = generate(model.lm(), text.space(), Some(&constraint), &prompt, &opts, &mut |d| print!("{d}"))?;
+//! println!("\n{:?}: {} tokens", out.finish_reason, out.tokens.len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod candle_lm;
 pub mod chat;

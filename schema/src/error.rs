@@ -91,18 +91,7 @@ impl SchemaError {
 
 impl fmt::Display for SchemaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.location {
-            Some(loc) => write!(
-                f,
-                "{}:{}:{}: {}\n{}",
-                self.origin,
-                loc.line,
-                loc.col,
-                self.kind,
-                loc.caret_lines()
-            ),
-            None => write!(f, "{}: {}", self.origin, self.kind),
-        }
+        corral_grammar::write_positioned(f, &self.origin, self.location.as_ref(), &self.kind)
     }
 }
 

@@ -583,11 +583,34 @@ fn clip(ranges: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(u32, u32)> {
 /// The JSON spellings of one character of the class.
 fn encode_class(ranges: &[(char, char)], spelling: Spelling) -> Hir {
     let r: Vec<(u32, u32)> = ranges.iter().map(|&(a, b)| (a as u32, b as u32)).collect();
-    let contains = |c: u32| r.iter().any(|&(a, b)| a <= c && c <= b);
     let mut alts = Vec::new();
-    // Raw: all but controls, '"' and '\'.
+    let raw = unescaped(&r);
+    if !raw.is_empty() {
+        alts.push(uclass(raw));
+    }
+    match spelling {
+        Spelling::Plain => plain_escapes(&r, &mut alts),
+        _ => {
+            any_escapes(&r, &mut alts);
+            surrogate_pairs(&r, &mut alts);
+        }
+    }
+    match alts.len() {
+        0 => Hir::fail(),
+        1 => alts.pop().expect("one"),
+        _ => Hir::alternation(alts),
+    }
+}
+
+/// Whether a code point is in the ranges.
+fn in_ranges(r: &[(u32, u32)], c: u32) -> bool {
+    r.iter().any(|&(a, b)| a <= c && c <= b)
+}
+
+/// The ranges' characters JSON lets stand unescaped: all but controls, '"' and '\'.
+fn unescaped(r: &[(u32, u32)]) -> Vec<(u32, u32)> {
     let mut raw = Vec::new();
-    for &(a, b) in &r {
+    for &(a, b) in r {
         let mut lo = a.max(0x20);
         while lo <= b {
             let cut = [0x22u32, 0x5c].into_iter().find(|&x| x >= lo && x <= b);
@@ -605,47 +628,45 @@ fn encode_class(ranges: &[(char, char)], spelling: Spelling) -> Hir {
             }
         }
     }
-    if !raw.is_empty() {
-        alts.push(uclass(raw));
-    }
-    if spelling == Spelling::Plain {
-        // The escapes JSON requires, as serializers write them.
-        for (c, esc) in [
-            ('"', "\\\""),
-            ('\\', "\\\\"),
-            ('\u{8}', "\\b"),
-            ('\u{c}', "\\f"),
-            ('\n', "\\n"),
-            ('\r', "\\r"),
-            ('\t', "\\t"),
-        ] {
-            if contains(c as u32) {
-                alts.push(text(esc));
-            }
+    raw
+}
+
+/// The escapes JSON requires, as serializers write them: short ones where JSON has them,
+/// other controls as `\u00xx` in lower-case hex, grouped by the third digit.
+fn plain_escapes(r: &[(u32, u32)], alts: &mut Vec<Hir>) {
+    for (c, esc) in [
+        ('"', "\\\""),
+        ('\\', "\\\\"),
+        ('\u{8}', "\\b"),
+        ('\u{c}', "\\f"),
+        ('\n', "\\n"),
+        ('\r', "\\r"),
+        ('\t', "\\t"),
+    ] {
+        if in_ranges(r, c as u32) {
+            alts.push(text(esc));
         }
-        // Other controls: \u00xx, lower-case hex, grouped by the third digit.
-        for hi in 0..2u32 {
-            let lows: Vec<(u32, u32)> = (0..16)
-                .filter(|lo| {
-                    let c = hi * 16 + lo;
-                    contains(c) && ![8, 9, 10, 12, 13].contains(&c)
-                })
-                .map(|lo| {
-                    let d = if lo < 10 { 0x30 + lo } else { 0x61 + lo - 10 };
-                    (d, d)
-                })
-                .collect();
-            if !lows.is_empty() {
-                alts.push(Hir::concat(vec![text(&format!("\\u00{hi}")), uclass(lows)]));
-            }
-        }
-        return match alts.len() {
-            0 => Hir::fail(),
-            1 => alts.pop().expect("one"),
-            _ => Hir::alternation(alts),
-        };
     }
-    // Short escapes.
+    for hi in 0..2u32 {
+        let lows: Vec<(u32, u32)> = (0..16)
+            .filter(|lo| {
+                let c = hi * 16 + lo;
+                in_ranges(r, c) && ![8, 9, 10, 12, 13].contains(&c)
+            })
+            .map(|lo| {
+                let d = if lo < 10 { 0x30 + lo } else { 0x61 + lo - 10 };
+                (d, d)
+            })
+            .collect();
+        if !lows.is_empty() {
+            alts.push(Hir::concat(vec![text(&format!("\\u00{hi}")), uclass(lows)]));
+        }
+    }
+}
+
+/// Every escape JSON allows for the ranges' characters: the short ones, and `\uXXXX` (either
+/// case) for the Basic Multilingual Plane (surrogates are not characters).
+fn any_escapes(r: &[(u32, u32)], alts: &mut Vec<Hir>) {
     let short: Vec<(u32, u32)> = [
         ('"', '"'),
         ('\\', '\\'),
@@ -657,22 +678,24 @@ fn encode_class(ranges: &[(char, char)], spelling: Spelling) -> Hir {
         ('\t', 't'),
     ]
     .into_iter()
-    .filter(|&(c, _)| contains(c as u32))
+    .filter(|&(c, _)| in_ranges(r, c as u32))
     .map(|(_, e)| (e as u32, e as u32))
     .collect();
     if !short.is_empty() {
         alts.push(Hir::concat(vec![text("\\"), uclass(short)]));
     }
-    // \uXXXX for the Basic Multilingual Plane (surrogates are not characters).
-    let bmp: Vec<(u32, u32)> = clip(&r, 0, 0xD7FF)
+    let bmp: Vec<(u32, u32)> = clip(r, 0, 0xD7FF)
         .into_iter()
-        .chain(clip(&r, 0xE000, 0xFFFF))
+        .chain(clip(r, 0xE000, 0xFFFF))
         .collect();
     if !bmp.is_empty() {
         alts.push(Hir::concat(vec![text("\\u"), hex4(&bmp)]));
     }
-    // Astral characters as surrogate pairs.
-    for (a, b) in clip(&r, 0x10000, 0x10FFFF) {
+}
+
+/// The ranges' astral characters as escaped surrogate pairs (`\uD83D\uDE00`).
+fn surrogate_pairs(r: &[(u32, u32)], alts: &mut Vec<Hir>) {
+    for (a, b) in clip(r, 0x10000, 0x10FFFF) {
         let (a, b) = (a - 0x10000, b - 0x10000);
         let (ha, la) = (0xD800 + (a >> 10), 0xDC00 + (a & 0x3FF));
         let (hb, lb) = (0xD800 + (b >> 10), 0xDC00 + (b & 0x3FF));
@@ -693,11 +716,6 @@ fn encode_class(ranges: &[(char, char)], spelling: Spelling) -> Hir {
             }
             pair((hb, hb), (0xDC00, lb));
         }
-    }
-    match alts.len() {
-        0 => Hir::fail(),
-        1 => alts.pop().expect("one"),
-        _ => Hir::alternation(alts),
     }
 }
 

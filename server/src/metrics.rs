@@ -43,116 +43,41 @@ impl Metrics {
 
     /// The exposition text; `cache` is the constraint cache's (hits, misses, entries).
     pub fn render(&self, cache: Option<(u64, u64, usize)>) -> String {
+        const COUNTER: &str = "counter";
+        const GAUGE: &str = "gauge";
+        let get = |c: &AtomicU64| c.load(Relaxed) as f64;
+        // One row a metric: name, type, help, value.
+        #[rustfmt::skip]
+        let mut rows: Vec<(&str, &str, &str, f64)> = vec![
+            ("corral_requests_total", COUNTER, "Generation requests received.", get(&self.requests)),
+            ("corral_request_errors_total", COUNTER, "Requests answered with an error.", get(&self.request_errors)),
+            ("corral_requests_completed_total", COUNTER, "Generations that ran to their end.", get(&self.completed)),
+            ("corral_requests_cancelled_total", COUNTER, "Generations stopped because the client went away.", get(&self.cancelled)),
+            ("corral_requests_timed_out_total", COUNTER, "Generations stopped at the request time limit.", get(&self.timed_out)),
+            ("corral_prompt_tokens_total", COUNTER, "Prompt tokens of admitted requests.", get(&self.prompt_tokens)),
+            ("corral_generated_tokens_total", COUNTER, "Tokens generated.", get(&self.generated_tokens)),
+            ("corral_queue_depth", GAUGE, "Requests waiting for a generation slot.", get(&self.queued)),
+            ("corral_active_requests", GAUGE, "Requests generating now.", get(&self.active)),
+            ("corral_forward_passes_total", COUNTER, "Forward passes of the model.", get(&self.forward_passes)),
+            ("corral_masks_total", COUNTER, "Token masks computed.", get(&self.masks)),
+            ("corral_mask_seconds_total", COUNTER, "Time computing token masks.", get(&self.mask_us) / 1e6),
+            ("corral_compiles_total", COUNTER, "Constraints looked up or compiled (cache hits included).", get(&self.compiles)),
+            ("corral_compile_seconds_total", COUNTER, "Time looking up or compiling constraints.", get(&self.compile_us) / 1e6),
+        ];
+        if let Some((hits, misses, entries)) = cache {
+            #[rustfmt::skip]
+            let more = [
+                ("corral_constraint_cache_hits_total", COUNTER, "Constraints found in the cache.", hits as f64),
+                ("corral_constraint_cache_misses_total", COUNTER, "Constraints compiled.", misses as f64),
+                ("corral_constraint_cache_entries", GAUGE, "Constraints kept.", entries as f64),
+            ];
+            rows.extend(more);
+        }
         let mut out = String::new();
-        let mut one = |name: &str, kind: &str, help: &str, value: f64| {
+        for (name, kind, help, value) in rows {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        let get = |c: &AtomicU64| c.load(Relaxed) as f64;
-        one(
-            "corral_requests_total",
-            "counter",
-            "Generation requests received.",
-            get(&self.requests),
-        );
-        one(
-            "corral_request_errors_total",
-            "counter",
-            "Requests answered with an error.",
-            get(&self.request_errors),
-        );
-        one(
-            "corral_requests_completed_total",
-            "counter",
-            "Generations that ran to their end.",
-            get(&self.completed),
-        );
-        one(
-            "corral_requests_cancelled_total",
-            "counter",
-            "Generations stopped because the client went away.",
-            get(&self.cancelled),
-        );
-        one(
-            "corral_requests_timed_out_total",
-            "counter",
-            "Generations stopped at the request time limit.",
-            get(&self.timed_out),
-        );
-        one(
-            "corral_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of admitted requests.",
-            get(&self.prompt_tokens),
-        );
-        one(
-            "corral_generated_tokens_total",
-            "counter",
-            "Tokens generated.",
-            get(&self.generated_tokens),
-        );
-        one(
-            "corral_queue_depth",
-            "gauge",
-            "Requests waiting for a generation slot.",
-            get(&self.queued),
-        );
-        one(
-            "corral_active_requests",
-            "gauge",
-            "Requests generating now.",
-            get(&self.active),
-        );
-        one(
-            "corral_forward_passes_total",
-            "counter",
-            "Forward passes of the model.",
-            get(&self.forward_passes),
-        );
-        one(
-            "corral_masks_total",
-            "counter",
-            "Token masks computed.",
-            get(&self.masks),
-        );
-        one(
-            "corral_mask_seconds_total",
-            "counter",
-            "Time computing token masks.",
-            get(&self.mask_us) / 1e6,
-        );
-        one(
-            "corral_compiles_total",
-            "counter",
-            "Constraints looked up or compiled (cache hits included).",
-            get(&self.compiles),
-        );
-        one(
-            "corral_compile_seconds_total",
-            "counter",
-            "Time looking up or compiling constraints.",
-            get(&self.compile_us) / 1e6,
-        );
-        if let Some((hits, misses, entries)) = cache {
-            one(
-                "corral_constraint_cache_hits_total",
-                "counter",
-                "Constraints found in the cache.",
-                hits as f64,
-            );
-            one(
-                "corral_constraint_cache_misses_total",
-                "counter",
-                "Constraints compiled.",
-                misses as f64,
-            );
-            one(
-                "corral_constraint_cache_entries",
-                "gauge",
-                "Constraints kept.",
-                entries as f64,
             );
         }
         out

@@ -1,5 +1,5 @@
-//! Post-processing of a split stream (the reasoning-split decision record): events for the
-//! answer (`delta`), the reasoning, tool calls, and one `final` event with statistics.
+//! Post-processing of a split stream: events for the answer (`delta`), the reasoning, tool
+//! calls, and one `final` event with statistics.
 //!
 //! Each option is a streaming stage with its own small state, fed characters in order, so
 //! the result does not depend on how the stream was chunked:
@@ -17,7 +17,8 @@
 
 use super::{Splitter, Stop, ToolCallEvent};
 
-/// Options, with the decision record's defaults.
+/// Options. The defaults clean up what a user is shown; [`PostprocOptions::passthrough`]
+/// changes nothing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PostprocOptions {
     /// Reasoning words (or tokens) before the forced transition to the answer. Default 256.

@@ -17,6 +17,52 @@
 use std::time::{Duration, Instant};
 use unicode_normalization::UnicodeNormalization;
 
+/// Why the codec could not be built, or a payload could not be decoded into a call.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolCallError {
+    /// The tool list is not an OpenAI-style list of tools.
+    #[error("tools: {0}")]
+    BadToolList(&'static str),
+    /// A tool's parameter schema does not compile.
+    #[error("tool {tool}: bad schema: {source}")]
+    BadSchema {
+        tool: String,
+        #[source]
+        source: Box<jsonschema::ValidationError<'static>>,
+    },
+    /// The payload is not JSON, and the repair step could not make it JSON either.
+    #[error("not JSON ({strict}), and repair failed: {repair}")]
+    NotJson {
+        #[source]
+        strict: serde_json::Error,
+        repair: RepairError,
+    },
+    /// A payload without a known name is not an object with `name` and `arguments`.
+    #[error("no \"name\" and \"arguments\" in the payload")]
+    NoCallParts,
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    /// The arguments break the tool's schema: one message per violation, with its path.
+    #[error("arguments of {tool} do not match its schema: {}", violations.join("; "))]
+    InvalidArguments {
+        tool: String,
+        violations: Vec<String>,
+    },
+    /// The codec's time budget ran out before every payload was decoded.
+    #[error("time budget of {0:?} exceeded")]
+    OverBudget(Duration),
+}
+
+/// The repaired text still does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{source} (after repair: {repaired})")]
+pub struct RepairError {
+    #[source]
+    pub source: serde_json::Error,
+    /// What the repair made of the input.
+    pub repaired: String,
+}
+
 /// A tool the model may call.
 #[derive(Clone, Debug)]
 pub struct ToolSpec {
@@ -113,22 +159,29 @@ pub fn normalize_payload(s: &str) -> (String, usize) {
 
 impl ToolCallCodec {
     /// A codec for `tools`; a tool whose schema does not compile is an error naming it.
-    pub fn new(tools: Vec<ToolSpec>, budget: Duration) -> Result<ToolCallCodec, String> {
+    pub fn new(tools: Vec<ToolSpec>, budget: Duration) -> Result<ToolCallCodec, ToolCallError> {
         let tools = tools
             .into_iter()
-            .map(|t| {
-                let v = jsonschema::validator_for(&t.parameters)
-                    .map_err(|e| format!("tool {}: bad schema: {e}", t.name))?;
-                Ok((t, v))
+            .map(|t| match jsonschema::validator_for(&t.parameters) {
+                Ok(v) => Ok((t, v)),
+                Err(e) => Err(ToolCallError::BadSchema {
+                    tool: t.name,
+                    source: Box::new(e),
+                }),
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(ToolCallCodec { tools, budget })
     }
 
     /// Tools from an OpenAI-style list: `[{"type": "function", "function": {"name",
     /// "parameters"}}]` or `[{"name", "parameters"}]`.
-    pub fn from_json(tools: &serde_json::Value, budget: Duration) -> Result<ToolCallCodec, String> {
-        let list = tools.as_array().ok_or("tools: expected a JSON array")?;
+    pub fn from_json(
+        tools: &serde_json::Value,
+        budget: Duration,
+    ) -> Result<ToolCallCodec, ToolCallError> {
+        let list = tools
+            .as_array()
+            .ok_or(ToolCallError::BadToolList("expected a JSON array"))?;
         let specs = list
             .iter()
             .map(|t| {
@@ -136,7 +189,7 @@ impl ToolCallCodec {
                 let name = f
                     .get("name")
                     .and_then(|n| n.as_str())
-                    .ok_or("tools: a tool without a name")?;
+                    .ok_or(ToolCallError::BadToolList("a tool without a name"))?;
                 let parameters = f
                     .get("parameters")
                     .cloned()
@@ -146,7 +199,7 @@ impl ToolCallCodec {
                     parameters,
                 })
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, ToolCallError>>()?;
         ToolCallCodec::new(specs, budget)
     }
 
@@ -235,15 +288,15 @@ impl ToolCallCodec {
             if start.elapsed() > self.budget {
                 return CodecOutcome::Raw {
                     text: text.to_string(),
-                    reason: format!("time budget of {:?} exceeded", self.budget),
+                    reason: ToolCallError::OverBudget(self.budget).to_string(),
                 };
             }
             match self.decode_payload(name, &payload) {
                 Ok(c) => calls.push(c),
-                Err(reason) => {
+                Err(e) => {
                     return CodecOutcome::Raw {
                         text: payload,
-                        reason,
+                        reason: e.to_string(),
                     };
                 }
             }
@@ -257,19 +310,18 @@ impl ToolCallCodec {
         &self,
         name: Option<String>,
         payload: &str,
-    ) -> Result<DecodedCall, String> {
+    ) -> Result<DecodedCall, ToolCallError> {
         let (norm, bidi) = normalize_payload(payload);
         let (value, repaired) = match serde_json::from_str::<serde_json::Value>(&norm) {
             Ok(v) => (v, false),
             Err(strict) => match repair_json(&norm) {
                 Ok(v) => (v, true),
-                Err(e) => return Err(format!("not JSON ({strict}), and repair failed: {e}")),
+                Err(repair) => return Err(ToolCallError::NotJson { strict, repair }),
             },
         };
         let (name, args) = match name {
             Some(n) => (n, value),
-            None => call_parts(&value)
-                .ok_or_else(|| "no \"name\" and \"arguments\" in the payload".to_string())?,
+            None => call_parts(&value).ok_or(ToolCallError::NoCallParts)?,
         };
         self.validate(&name, &args)?;
         Ok(DecodedCall {
@@ -282,7 +334,7 @@ impl ToolCallCodec {
 
     /// Validates arguments against the named tool's schema (any name passes when no tools
     /// were given).
-    pub fn validate(&self, name: &str, args: &serde_json::Value) -> Result<(), String> {
+    pub fn validate(&self, name: &str, args: &serde_json::Value) -> Result<(), ToolCallError> {
         if self.tools.is_empty() {
             return Ok(());
         }
@@ -290,18 +342,18 @@ impl ToolCallCodec {
             .tools
             .iter()
             .find(|t| t.0.name == name)
-            .ok_or_else(|| format!("unknown tool {name:?}"))?;
-        let errors: Vec<String> = v
+            .ok_or_else(|| ToolCallError::UnknownTool(name.to_string()))?;
+        let violations: Vec<String> = v
             .iter_errors(args)
             .map(|e| format!("{}: {e}", e.instance_path()))
             .collect();
-        if errors.is_empty() {
+        if violations.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "arguments of {name} do not match its schema: {}",
-                errors.join("; ")
-            ))
+            Err(ToolCallError::InvalidArguments {
+                tool: name.to_string(),
+                violations,
+            })
         }
     }
 }
@@ -345,8 +397,62 @@ fn call_parts(v: &serde_json::Value) -> Option<(String, serde_json::Value)> {
     Some((name, args))
 }
 
+/// The string in either quote starting at `chars[i]`, unescaped, and the index past its
+/// closing quote; an unclosed string runs to the end.
+fn quoted(chars: &[char], mut i: usize) -> (String, usize) {
+    let q = chars[i];
+    let mut text = String::new();
+    i += 1;
+    while i < chars.len() && chars[i] != q {
+        if chars[i] == '\\' && i + 1 < chars.len() {
+            match chars[i + 1] {
+                'n' => text.push('\n'),
+                't' => text.push('\t'),
+                'r' => text.push('\r'),
+                'b' => text.push('\u{8}'),
+                'f' => text.push('\u{c}'),
+                'u' if i + 5 < chars.len() => {
+                    let hex: String = chars[i + 2..i + 6].iter().collect();
+                    match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                        Some(ch) => {
+                            text.push(ch);
+                            i += 4;
+                        }
+                        None => text.push('u'),
+                    }
+                }
+                other => text.push(other),
+            }
+            i += 2;
+            continue;
+        }
+        text.push(chars[i]);
+        i += 1;
+    }
+    (text, i + 1)
+}
+
+/// A bareword or number as JSON: literals and numbers as they are, anything else quoted;
+/// the whitespace that followed it kept.
+fn bareword(chars: &[char], out: &mut String) {
+    let word: String = chars.iter().collect::<String>().trim().to_string();
+    let literal = matches!(word.as_str(), "true" | "false" | "null")
+        || serde_json::from_str::<serde_json::Number>(&word).is_ok();
+    if literal {
+        out.push_str(&word);
+    } else {
+        out.push_str(&serde_json::Value::String(word).to_string());
+    }
+    let trailing: String = chars
+        .iter()
+        .rev()
+        .take_while(|c| c.is_whitespace())
+        .collect();
+    out.push_str(&trailing.chars().rev().collect::<String>());
+}
+
 /// Deterministic best-effort JSON repair. See the module docs.
-pub fn repair_json(s: &str) -> Result<serde_json::Value, String> {
+pub fn repair_json(s: &str) -> Result<serde_json::Value, RepairError> {
     let chars: Vec<char> = s.trim().chars().collect();
     let mut out = String::with_capacity(s.len() + 16);
     let mut stack: Vec<char> = Vec::new();
@@ -364,38 +470,8 @@ pub fn repair_json(s: &str) -> Result<serde_json::Value, String> {
         let c = chars[i];
         match c {
             '"' | '\'' => {
-                // A string in either quote, re-emitted as JSON; an unclosed one runs to the end.
-                let q = c;
-                let mut text = String::new();
-                i += 1;
-                while i < chars.len() && chars[i] != q {
-                    if chars[i] == '\\' && i + 1 < chars.len() {
-                        let e = chars[i + 1];
-                        match e {
-                            'n' => text.push('\n'),
-                            't' => text.push('\t'),
-                            'r' => text.push('\r'),
-                            'b' => text.push('\u{8}'),
-                            'f' => text.push('\u{c}'),
-                            'u' if i + 5 < chars.len() => {
-                                let hex: String = chars[i + 2..i + 6].iter().collect();
-                                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
-                                    Some(ch) => {
-                                        text.push(ch);
-                                        i += 4;
-                                    }
-                                    None => text.push('u'),
-                                }
-                            }
-                            other => text.push(other),
-                        }
-                        i += 2;
-                        continue;
-                    }
-                    text.push(chars[i]);
-                    i += 1;
-                }
-                i += 1; // the closing quote (or past the end)
+                let (text, next) = quoted(&chars, i);
+                i = next;
                 push_str(&mut out, &text);
             }
             '{' | '[' => {
@@ -429,25 +505,7 @@ pub fn repair_json(s: &str) -> Result<serde_json::Value, String> {
                 {
                     i += 1;
                 }
-                let word: String = chars[start..i]
-                    .iter()
-                    .collect::<String>()
-                    .trim()
-                    .to_string();
-                let literal = matches!(word.as_str(), "true" | "false" | "null")
-                    || serde_json::from_str::<serde_json::Number>(&word).is_ok();
-                if literal {
-                    out.push_str(&word);
-                } else {
-                    push_str(&mut out, &word);
-                }
-                // Keep the whitespace that followed the word.
-                let trailing: String = chars[start..i]
-                    .iter()
-                    .rev()
-                    .take_while(|c| c.is_whitespace())
-                    .collect();
-                out.push_str(&trailing);
+                bareword(&chars[start..i], &mut out);
             }
         }
     }
@@ -456,7 +514,10 @@ pub fn repair_json(s: &str) -> Result<serde_json::Value, String> {
         drop_trailing_comma(&mut out);
         out.push(close);
     }
-    serde_json::from_str(&out).map_err(|e| format!("{e} (after repair: {out})"))
+    serde_json::from_str(&out).map_err(|source| RepairError {
+        source,
+        repaired: out,
+    })
 }
 
 #[cfg(test)]
