@@ -4,9 +4,11 @@
 use crate::Failure;
 use anyhow::{Context, anyhow};
 use clap::ValueEnum;
-use corral::split::postproc::{PostEvent, PostProcessor, PostprocOptions};
+use corral::split::postproc::{FinalStats, PostEvent, PostProcessor, PostprocOptions};
 use corral::split::toolcall::{CodecOutcome, ToolCallCodec};
-use corral::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent};
+use corral::split::{
+    Format, GenericParser, HarmonyMode, HarmonyParser, SplitEvent, Splitter, Stop, ToolCallEvent,
+};
 use serde_json::{Value, json};
 use std::io::Read;
 use std::path::PathBuf;
@@ -51,16 +53,66 @@ pub struct SplitArgs {
     input: String,
 }
 
-fn read_input(input: &str) -> anyhow::Result<String> {
-    let mut s = String::new();
-    if input == "-" {
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read standard input")?;
-    } else {
-        s = std::fs::read_to_string(input).with_context(|| format!("cannot read {input}"))?;
+/// The input as UTF-8 text in pieces of about [`READ_BYTES`], read as it comes: a
+/// sequence cut by a read waits for the next; invalid UTF-8 is an error with its offset.
+struct Utf8Pieces {
+    input: Box<dyn Read>,
+    name: String,
+    buf: Vec<u8>,
+    /// Bytes of the input before `buf`.
+    offset: u64,
+}
+
+/// Bytes read from the input at a time.
+const READ_BYTES: usize = 1 << 16;
+
+impl Utf8Pieces {
+    fn open(input: &str) -> anyhow::Result<Utf8Pieces> {
+        let (input, name): (Box<dyn Read>, String) = if input == "-" {
+            (Box::new(std::io::stdin()), "standard input".into())
+        } else {
+            let f = std::fs::File::open(input).with_context(|| format!("cannot read {input}"))?;
+            (Box::new(f), input.to_string())
+        };
+        Ok(Utf8Pieces {
+            input,
+            name,
+            buf: Vec::new(),
+            offset: 0,
+        })
     }
-    Ok(s)
+
+    fn next_piece(&mut self) -> anyhow::Result<Option<String>> {
+        loop {
+            let held = self.buf.len();
+            self.buf.resize(held + READ_BYTES, 0);
+            let n = loop {
+                match self.input.read(&mut self.buf[held..]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r.with_context(|| format!("cannot read {}", self.name))?,
+                }
+            };
+            self.buf.truncate(held + n);
+            let valid = match std::str::from_utf8(&self.buf) {
+                Ok(_) => self.buf.len(),
+                Err(e) if e.error_len().is_some() || n == 0 => {
+                    let at = self.offset + e.valid_up_to() as u64;
+                    Err(anyhow!("{}: invalid UTF-8 at byte {at}", self.name))?
+                }
+                Err(e) => e.valid_up_to(),
+            };
+            if n == 0 && valid == 0 {
+                return Ok(None);
+            }
+            if valid > 0 {
+                let rest = self.buf.split_off(valid);
+                let text = String::from_utf8(std::mem::replace(&mut self.buf, rest))
+                    .expect("checked above");
+                self.offset += valid as u64;
+                return Ok(Some(text));
+            }
+        }
+    }
 }
 
 fn splitter(args: &SplitArgs) -> anyhow::Result<Box<dyn Splitter>> {
@@ -85,21 +137,31 @@ fn splitter(args: &SplitArgs) -> anyhow::Result<Box<dyn Splitter>> {
     })
 }
 
-/// Chunks of `n` characters.
-fn chunks(text: &str, n: Option<usize>) -> Vec<&str> {
-    let Some(n) = n.filter(|&n| n > 0) else {
-        return vec![text];
-    };
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (count, (i, _)) in text.char_indices().enumerate() {
-        if count > 0 && count % n == 0 {
-            out.push(&text[start..i]);
-            start = i;
+/// `--chunk-size`: the input cut into pieces of `n` characters, counted across reads.
+struct Chunker {
+    n: Option<usize>,
+    /// Characters in the current chunk so far.
+    filled: usize,
+}
+
+impl Chunker {
+    fn cut<'a>(&mut self, text: &'a str) -> Vec<&'a str> {
+        let Some(n) = self.n.filter(|&n| n > 0) else {
+            return vec![text];
+        };
+        let mut out = Vec::new();
+        let mut start = 0;
+        for (i, _) in text.char_indices() {
+            if self.filled == n {
+                out.push(&text[start..i]);
+                start = i;
+                self.filled = 0;
+            }
+            self.filled += 1;
         }
+        out.push(&text[start..]);
+        out
     }
-    out.push(&text[start..]);
-    out
 }
 
 /// `arguments` as JSON when they parse (through the codec when tools are given), else the
@@ -133,7 +195,6 @@ fn tool_event(codec: Option<&ToolCallCodec>, e: &ToolCallEvent) -> Value {
 }
 
 pub fn run(args: &SplitArgs) -> Result<(), Failure> {
-    let text = read_input(&args.input)?;
     let codec = match &args.tools {
         Some(p) => {
             let tools: Value = serde_json::from_str(
@@ -148,53 +209,157 @@ pub fn run(args: &SplitArgs) -> Result<(), Failure> {
         }
         None => None,
     };
-    let mut post = PostProcessor::new(
-        splitter(args)?,
-        if args.postprocess {
-            PostprocOptions::default()
-        } else {
-            PostprocOptions::passthrough()
-        },
-    );
-    let mut events: Vec<PostEvent> = Vec::new();
-    for c in chunks(&text, args.chunk_size) {
-        events.extend(post.push(c));
+    let mut input = Utf8Pieces::open(&args.input)?;
+    let mut chunker = Chunker {
+        n: args.chunk_size,
+        filled: 0,
+    };
+    let mut out = Out {
+        codec: codec.as_ref(),
+        summary: args.summary.then(Summary::default),
+        postprocess: args.postprocess,
+    };
+    // Without --postprocess the splitter is driven directly: nothing is kept but what the
+    // splitter holds back, so memory stays bounded however long the stream.
+    let mut stage = if args.postprocess {
+        Stage::Post(Box::new(PostProcessor::new(
+            splitter(args)?,
+            PostprocOptions::default(),
+        )))
+    } else {
+        Stage::Plain(splitter(args)?, None)
+    };
+    'read: while let Some(piece) = input.next_piece()? {
+        for c in chunker.cut(&piece) {
+            let (events, stopped) = stage.push(c);
+            out.events(events, false)?;
+            if stopped {
+                break 'read;
+            }
+        }
     }
-    events.extend(post.finish());
-    let mut content = String::new();
-    let mut reasoning = String::new();
-    let mut calls = Vec::new();
-    let mut stop = "end_of_input";
-    let mut lines = Vec::new();
-    for e in &events {
-        match e {
-            PostEvent::Delta(d) => {
-                content.push_str(d);
-                lines.push(json!({"type": "delta", "text": d}));
+    let (events, truncated) = stage.finish();
+    out.events(events, truncated)
+}
+
+/// The splitter, with or without post-processing.
+enum Stage {
+    Post(Box<PostProcessor<Box<dyn Splitter>>>),
+    /// The splitter and why it stopped, once it has.
+    Plain(Box<dyn Splitter>, Option<Stop>),
+}
+
+impl Stage {
+    /// Feeds text: the events in stream order, and whether the stream asked to stop.
+    fn push(&mut self, text: &str) -> (Vec<PostEvent>, bool) {
+        match self {
+            Stage::Post(p) => {
+                let events = p.push(text);
+                (events, p.stopped())
             }
-            PostEvent::Reasoning(r) => {
-                reasoning.push_str(r);
-                lines.push(json!({"type": "reasoning", "text": r}));
+            Stage::Plain(s, stop) => {
+                *stop = s.process(text);
+                (plain_events(s.as_mut()), stop.is_some())
             }
-            PostEvent::ToolCall(t) => {
-                if let ToolCallEvent::End {
-                    name,
-                    arguments: raw,
-                    ..
-                } = t
-                {
-                    calls.push(
-                        json!({"name": name, "arguments": arguments(codec.as_ref(), name, raw)}),
-                    );
+        }
+    }
+
+    /// The end of the input: the last events (a `Final` last), and whether it cut a tool
+    /// call short.
+    fn finish(&mut self) -> (Vec<PostEvent>, bool) {
+        match self {
+            Stage::Post(p) => {
+                let events = p.finish();
+                (events, p.splitter().truncated_call())
+            }
+            Stage::Plain(s, stop) => {
+                if stop.is_none() {
+                    s.finish();
                 }
-                lines.push(tool_event(codec.as_ref(), t));
+                let mut events = plain_events(s.as_mut());
+                events.push(PostEvent::Final(FinalStats {
+                    stop: *stop,
+                    ..FinalStats::default()
+                }));
+                (events, s.truncated_call())
             }
-            PostEvent::Final(f) => {
-                if let Some(s) = f.stop {
-                    stop = s.as_str();
+        }
+    }
+}
+
+fn plain_events(s: &mut dyn Splitter) -> Vec<PostEvent> {
+    s.take_events()
+        .into_iter()
+        .map(|e| match e {
+            SplitEvent::Content(c) => PostEvent::Delta(c),
+            SplitEvent::Reasoning(r) => PostEvent::Reasoning(r),
+            SplitEvent::Tool(t) => PostEvent::ToolCall(t),
+        })
+        .collect()
+}
+
+/// What `--summary` prints, gathered as the events come.
+#[derive(Default)]
+struct Summary {
+    content: String,
+    reasoning: String,
+    calls: Vec<Value>,
+}
+
+/// Where events go: printed as JSON lines as they come, or gathered for the summary.
+struct Out<'a> {
+    codec: Option<&'a ToolCallCodec>,
+    summary: Option<Summary>,
+    postprocess: bool,
+}
+
+impl Out<'_> {
+    /// Prints or gathers `events`; `truncated`: the last finished tool call among them was
+    /// cut short by the end of the input.
+    fn events(&mut self, events: Vec<PostEvent>, truncated: bool) -> Result<(), Failure> {
+        let last_end = events
+            .iter()
+            .rposition(|e| matches!(e, PostEvent::ToolCall(ToolCallEvent::End { .. })));
+        for (i, e) in events.iter().enumerate() {
+            let cut = truncated && Some(i) == last_end;
+            let line = match e {
+                PostEvent::Delta(d) => {
+                    self.gather(|s| s.content.push_str(d));
+                    json!({"type": "delta", "text": d})
                 }
-                if args.postprocess {
-                    lines.push(json!({
+                PostEvent::Reasoning(r) => {
+                    self.gather(|s| s.reasoning.push_str(r));
+                    json!({"type": "reasoning", "text": r})
+                }
+                PostEvent::ToolCall(t) => {
+                    let mut line = tool_event(self.codec, t);
+                    if let ToolCallEvent::End {
+                        name,
+                        arguments: raw,
+                        ..
+                    } = t
+                    {
+                        let mut call =
+                            json!({"name": name, "arguments": arguments(self.codec, name, raw)});
+                        if cut {
+                            call["truncated"] = json!(true);
+                            line["truncated"] = json!(true);
+                        }
+                        self.gather(|s| s.calls.push(call));
+                    }
+                    line
+                }
+                PostEvent::Final(f) => {
+                    let stop = f.stop.map_or("end_of_input", |s| s.as_str());
+                    if let Some(s) = &mut self.summary {
+                        let sum = std::mem::take(s);
+                        self.print_summary(sum, stop)?;
+                        continue;
+                    }
+                    if !self.postprocess {
+                        continue;
+                    }
+                    json!({
                         "type": "final",
                         "reasoning_tokens": f.reasoning_tokens,
                         "final_tokens": f.final_tokens,
@@ -202,32 +367,40 @@ pub fn run(args: &SplitArgs) -> Result<(), Failure> {
                         "leak_detected": f.leak_detected,
                         "reasoning_text": f.reasoning_text,
                         "stop": stop,
-                    }));
+                    })
                 }
+            };
+            if self.summary.is_none() {
+                crate::outln!("{line}")?;
             }
         }
+        Ok(())
     }
-    // Without tools, a bare tool call in the content stays content; with tools, the codec's
-    // ordered gate may still find one (envelope or bare JSON) the splitter left as text.
-    if let Some(c) = &codec
-        && calls.is_empty()
-        && let CodecOutcome::Calls { calls: found, .. } = c.decode(&[], &content)
-    {
-        calls.extend(
-            found
-                .into_iter()
-                .map(|f| json!({"name": f.name, "arguments": f.arguments})),
-        );
-    }
-    if args.summary {
-        crate::outln!(
-            "{}",
-            json!({"content": content, "reasoning": reasoning, "tool_calls": calls, "stop": stop})
-        )?;
-    } else {
-        for l in lines {
-            crate::outln!("{l}")?;
+
+    fn gather(&mut self, f: impl FnOnce(&mut Summary)) {
+        if let Some(s) = &mut self.summary {
+            f(s);
         }
     }
-    Ok(())
+
+    fn print_summary(&self, mut sum: Summary, stop: &str) -> Result<(), Failure> {
+        // Without tools, a bare tool call in the content stays content; with tools, the
+        // codec's ordered gate may still find one (envelope or bare JSON) the splitter left
+        // as text.
+        if let Some(c) = self.codec
+            && sum.calls.is_empty()
+            && let CodecOutcome::Calls { calls: found, .. } = c.decode(&[], &sum.content)
+        {
+            sum.calls.extend(
+                found
+                    .into_iter()
+                    .map(|f| json!({"name": f.name, "arguments": f.arguments})),
+            );
+        }
+        crate::outln!(
+            "{}",
+            json!({"content": sum.content, "reasoning": sum.reasoning, "tool_calls": sum.calls, "stop": stop})
+        )?;
+        Ok(())
+    }
 }

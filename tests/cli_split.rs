@@ -151,3 +151,57 @@ fn events_and_postprocessing_final_event() {
         .collect();
     assert_eq!(content, "one two two");
 }
+
+fn events(args: &[&str], input: &[u8]) -> (i32, Vec<Value>, String) {
+    let mut a = vec!["split"];
+    a.extend_from_slice(args);
+    let (code, out, err) = run_corral(&a, input);
+    let lines = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (code, lines, err)
+}
+
+#[test]
+fn events_keep_the_stream_order() {
+    let (code, ev, err) = events(
+        &["--format", "generic"],
+        b"<think>A</think>x<think>B</think>y",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        ev,
+        vec![
+            json!({"type": "reasoning", "text": "A"}),
+            json!({"type": "delta", "text": "x"}),
+            json!({"type": "reasoning", "text": "B"}),
+            json!({"type": "delta", "text": "y"}),
+        ]
+    );
+}
+
+#[test]
+fn a_tool_call_cut_by_the_end_of_input_is_truncated() {
+    let (code, ev, err) = events(
+        &["--format", "generic"],
+        b"hi<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1",
+    );
+    assert_eq!(code, 0, "{err}");
+    let last = ev.last().expect("events");
+    assert_eq!(last["type"], "tool_call");
+    assert_eq!(last["truncated"], true, "{last}");
+    // A closed call is not.
+    let (_, ev, _) = events(
+        &["--format", "generic"],
+        b"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+    );
+    assert!(ev.last().expect("events").get("truncated").is_none());
+}
+
+#[test]
+fn invalid_utf8_names_its_byte_offset() {
+    let (code, _, err) = events(&["--format", "generic"], b"abc\xffdef");
+    assert_ne!(code, 0);
+    assert!(err.contains("invalid UTF-8 at byte 3"), "{err}");
+}

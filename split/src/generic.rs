@@ -12,7 +12,7 @@
 //! opening tag starts the stream inside reasoning.
 
 use super::scanner::{Flow, MarkerError, MarkerScanner, Scan};
-use super::{Outputs, Splitter, Stop, ToolCallEvent};
+use super::{Outputs, SplitEvent, Splitter, Stop, ToolCallEvent};
 use crate::toolcall::repair_json;
 
 /// How a tool call's body is written.
@@ -247,7 +247,7 @@ enum State {
     Answer,
     /// Inside a code fence.
     Fence,
-    /// Inside reasoning region `usize`.
+    /// Inside a reasoning region.
     Reasoning,
     /// Inside tool-call region `region` (`bare`: a bare JSON candidate, no marker).
     Tool {
@@ -271,6 +271,8 @@ pub struct GenericParser {
     /// Only whitespace so far in the answer.
     answer_blank: bool,
     out: Outputs,
+    /// The stream ended inside an explicitly closed tool call.
+    truncated: bool,
 }
 
 impl GenericParser {
@@ -294,6 +296,7 @@ impl GenericParser {
             inner,
             answer_blank: true,
             out: Outputs::default(),
+            truncated: false,
             format,
         };
         p.start();
@@ -304,6 +307,7 @@ impl GenericParser {
     fn start(&mut self) {
         self.state = State::Answer;
         self.answer_blank = true;
+        self.truncated = false;
         self.out = Outputs::default();
         self.scanner.reset();
         self.inner.reset();
@@ -343,7 +347,7 @@ impl GenericParser {
         if self.answer_blank && !t.trim().is_empty() {
             self.answer_blank = false;
         }
-        self.out.content.push_str(t);
+        self.out.push_content(t);
     }
 
     /// Enters region `r` after its opening marker.
@@ -383,7 +387,7 @@ impl GenericParser {
                 if m < n {
                     self.enter(m);
                 } else if m == n {
-                    self.out.content.push_str(FENCE);
+                    self.out.push_content(FENCE);
                     self.answer_blank = false;
                     self.inner.set_active(1 << n);
                     self.state = State::Fence;
@@ -412,14 +416,14 @@ impl GenericParser {
         let used = inner.feed(text, &mut |e| match e {
             Scan::Text(t) => {
                 match self.state {
-                    State::Reasoning => self.out.reasoning.push_str(t),
-                    _ => self.out.content.push_str(t),
+                    State::Reasoning => self.out.push_reasoning(t),
+                    _ => self.out.push_content(t),
                 }
                 Flow::Continue
             }
             Scan::Marker(m) => {
                 if m == n {
-                    self.out.content.push_str(FENCE);
+                    self.out.push_content(FENCE);
                 }
                 self.state = State::Answer;
                 Flow::Stop
@@ -610,15 +614,19 @@ impl Splitter for GenericParser {
     }
 
     fn take_content(&mut self) -> String {
-        std::mem::take(&mut self.out.content)
+        self.out.take_content()
     }
 
     fn take_reasoning(&mut self) -> String {
-        std::mem::take(&mut self.out.reasoning)
+        self.out.take_reasoning()
     }
 
     fn take_tool_calls(&mut self) -> Vec<ToolCallEvent> {
-        std::mem::take(&mut self.out.tools)
+        self.out.take_tool_calls()
+    }
+
+    fn take_events(&mut self) -> Vec<SplitEvent> {
+        self.out.take_events()
     }
 
     fn finish(&mut self) {
@@ -646,12 +654,27 @@ impl Splitter for GenericParser {
                 for t in held {
                     match self.state {
                         // An unclosed reasoning block is reasoning.
-                        State::Reasoning => self.out.reasoning.push_str(&t),
-                        _ => self.out.content.push_str(&t),
+                        State::Reasoning => self.out.push_reasoning(&t),
+                        _ => self.out.push_content(&t),
                     }
                 }
             }
-            State::Tool { body, close, .. } => {
+            State::Tool {
+                region,
+                body,
+                close,
+                ..
+            } => {
+                self.truncated = region.is_some_and(|r| {
+                    let r = &self.format.regions[r];
+                    r.close.is_some()
+                        || matches!(
+                            r.kind,
+                            RegionKind::ToolCall(
+                                BodyKind::JsonObject { .. } | BodyKind::JsonArray { .. }
+                            )
+                        )
+                });
                 let mut held = String::new();
                 close.flush(&mut |e| {
                     if let Scan::Text(t) = e {
@@ -664,6 +687,10 @@ impl Splitter for GenericParser {
             }
         }
         self.state = State::Answer;
+    }
+
+    fn truncated_call(&self) -> bool {
+        self.truncated
     }
 
     fn reset(&mut self) {

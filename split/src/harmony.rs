@@ -17,7 +17,7 @@
 //! the special tokens they are.
 
 use super::scanner::{Flow, MarkerScanner, Scan};
-use super::{Outputs, Splitter, Stop, ToolCallEvent};
+use super::{Outputs, SplitEvent, Splitter, Stop, ToolCallEvent};
 
 const MARKERS: [&str; 7] = [
     "<|start|>",
@@ -139,6 +139,8 @@ struct Core {
     raw_header: String,
     /// Most bytes a header may have; beyond, it is not a header.
     max_header: usize,
+    /// The stream ended inside a tool call's body (before `<|call|>`).
+    truncated: bool,
     out: Outputs,
     stop: Option<Stop>,
 }
@@ -160,6 +162,7 @@ impl HarmonyParser {
                 channel: String::new(),
                 raw_header: String::new(),
                 max_header: DEFAULT_MAX_HEADER,
+                truncated: false,
                 out: Outputs::default(),
                 stop: None,
             },
@@ -200,18 +203,15 @@ impl HarmonyParser {
     /// Appends the content and reasoning produced since the last call to the given strings
     /// (no allocation; the token-by-token counterpart of `take_content`/`take_reasoning`).
     pub fn drain_into(&mut self, content: &mut String, reasoning: &mut String) {
-        content.push_str(&self.core.out.content);
-        self.core.out.content.clear();
-        reasoning.push_str(&self.core.out.reasoning);
-        self.core.out.reasoning.clear();
+        self.core.out.drain_into(content, reasoning);
     }
 }
 
 impl Core {
     fn emit(&mut self, text: &str) {
         match &mut self.state {
-            State::Body(Route::Content) | State::Between => self.out.content.push_str(text),
-            State::Body(Route::Reasoning) => self.out.reasoning.push_str(text),
+            State::Body(Route::Content) | State::Between => self.out.push_content(text),
+            State::Body(Route::Reasoning) => self.out.push_reasoning(text),
             State::Body(Route::Tool { index, args, .. }) => {
                 args.push_str(text);
                 let index = *index;
@@ -252,7 +252,7 @@ impl Core {
         self.channel.clear();
         self.state = State::Body(Route::Content);
         if self.mode == HarmonyMode::Lenient {
-            self.out.content.push_str(&raw);
+            self.out.push_content(&raw);
         }
     }
 
@@ -279,7 +279,7 @@ impl Core {
             CALL => self.halt(Stop::Call),
             _ => {
                 if self.mode == HarmonyMode::Lenient {
-                    self.out.content.push_str(MARKERS[m]);
+                    self.out.push_content(MARKERS[m]);
                 }
             }
         }
@@ -305,7 +305,7 @@ impl Core {
             _ => {
                 let raw = std::mem::take(&mut self.raw_header);
                 if self.mode == HarmonyMode::Lenient {
-                    self.out.content.push_str(&raw);
+                    self.out.push_content(&raw);
                 }
                 self.state = State::Between;
                 match m {
@@ -402,15 +402,19 @@ impl Splitter for HarmonyParser {
     }
 
     fn take_content(&mut self) -> String {
-        std::mem::take(&mut self.core.out.content)
+        self.core.out.take_content()
     }
 
     fn take_reasoning(&mut self) -> String {
-        std::mem::take(&mut self.core.out.reasoning)
+        self.core.out.take_reasoning()
     }
 
     fn take_tool_calls(&mut self) -> Vec<ToolCallEvent> {
-        std::mem::take(&mut self.core.out.tools)
+        self.core.out.take_tool_calls()
+    }
+
+    fn take_events(&mut self) -> Vec<SplitEvent> {
+        self.core.out.take_events()
     }
 
     fn finish(&mut self) {
@@ -426,17 +430,24 @@ impl Splitter for HarmonyParser {
         });
         let core = &mut self.core;
         match core.state.clone() {
-            State::Body(route) => core.close_body(route),
+            State::Body(route) => {
+                core.truncated = matches!(route, Route::Tool { .. });
+                core.close_body(route)
+            }
             State::Header { .. } if !core.raw_header.is_empty() => {
                 // The stream ended inside a header.
                 let raw = std::mem::take(&mut core.raw_header);
                 if core.mode == HarmonyMode::Lenient {
-                    core.out.content.push_str(&raw);
+                    core.out.push_content(&raw);
                 }
             }
             _ => {}
         }
         core.state = State::Done;
+    }
+
+    fn truncated_call(&self) -> bool {
+        self.core.truncated
     }
 
     fn reset(&mut self) {

@@ -89,27 +89,70 @@ pub trait Splitter {
     fn take_reasoning(&mut self) -> String;
     /// Tool-call events produced since the last call.
     fn take_tool_calls(&mut self) -> Vec<ToolCallEvent>;
+    /// Everything produced since the last call, in stream order (the `take_*` methods give
+    /// the same text grouped by kind). A caller uses one or the other.
+    fn take_events(&mut self) -> Vec<SplitEvent>;
     /// The end of the stream: releases held-back text, closes what is open.
     fn finish(&mut self);
+    /// Whether the stream ended inside a tool call that its format closes explicitly (a
+    /// closing marker, or a JSON value not yet complete): the call `finish` closed is
+    /// truncated, not complete.
+    fn truncated_call(&self) -> bool;
     /// Back to the start, for a new stream.
     fn reset(&mut self);
 }
 
-/// Output buffers shared by the splitters.
+/// Output buffers shared by the splitters: what was produced since the last take, by kind,
+/// and the order it came in.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Outputs {
-    pub content: String,
-    pub reasoning: String,
-    pub tools: Vec<ToolCallEvent>,
+    content: String,
+    reasoning: String,
+    tools: Vec<ToolCallEvent>,
+    /// Runs of one kind in stream order: content and reasoning by bytes, tools by events.
+    order: Vec<(Kind, usize)>,
     /// Tool calls begun so far.
     pub calls: usize,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Content,
+    Reasoning,
+    Tool,
+}
+
 impl Outputs {
+    fn note(&mut self, kind: Kind, n: usize) {
+        match self.order.last_mut() {
+            Some((k, m)) if *k == kind => *m += n,
+            _ => self.order.push((kind, n)),
+        }
+    }
+
+    pub fn push_content(&mut self, text: &str) {
+        if !text.is_empty() {
+            self.content.push_str(text);
+            self.note(Kind::Content, text.len());
+        }
+    }
+
+    pub fn push_reasoning(&mut self, text: &str) {
+        if !text.is_empty() {
+            self.reasoning.push_str(text);
+            self.note(Kind::Reasoning, text.len());
+        }
+    }
+
+    fn push_tool(&mut self, e: ToolCallEvent) {
+        self.tools.push(e);
+        self.note(Kind::Tool, 1);
+    }
+
     pub fn begin_call(&mut self, name: &str) -> usize {
         let index = self.calls;
         self.calls += 1;
-        self.tools.push(ToolCallEvent::Begin {
+        self.push_tool(ToolCallEvent::Begin {
             index,
             name: name.to_string(),
         });
@@ -120,24 +163,77 @@ impl Outputs {
         if delta.is_empty() {
             return;
         }
-        if let Some(ToolCallEvent::Arguments { index: i, delta: d }) = self.tools.last_mut()
+        // Joined to the previous delta of the call only when nothing came between.
+        if matches!(self.order.last(), Some((Kind::Tool, _)))
+            && let Some(ToolCallEvent::Arguments { index: i, delta: d }) = self.tools.last_mut()
             && *i == index
         {
             d.push_str(delta);
             return;
         }
-        self.tools.push(ToolCallEvent::Arguments {
+        self.push_tool(ToolCallEvent::Arguments {
             index,
             delta: delta.to_string(),
         });
     }
 
     pub fn end_call(&mut self, index: usize, name: &str, arguments: String) {
-        self.tools.push(ToolCallEvent::End {
+        self.push_tool(ToolCallEvent::End {
             index,
             name: name.to_string(),
             arguments,
         });
+    }
+
+    fn forget(&mut self, kind: Kind) {
+        self.order.retain(|(k, _)| *k != kind);
+    }
+
+    pub fn take_content(&mut self) -> String {
+        self.forget(Kind::Content);
+        std::mem::take(&mut self.content)
+    }
+
+    pub fn take_reasoning(&mut self) -> String {
+        self.forget(Kind::Reasoning);
+        std::mem::take(&mut self.reasoning)
+    }
+
+    pub fn take_tool_calls(&mut self) -> Vec<ToolCallEvent> {
+        self.forget(Kind::Tool);
+        std::mem::take(&mut self.tools)
+    }
+
+    /// Appends the content and reasoning since the last take (no allocation).
+    pub fn drain_into(&mut self, content: &mut String, reasoning: &mut String) {
+        content.push_str(&self.content);
+        self.content.clear();
+        reasoning.push_str(&self.reasoning);
+        self.reasoning.clear();
+        self.order.retain(|(k, _)| *k == Kind::Tool);
+    }
+
+    /// Everything since the last take, in stream order.
+    pub fn take_events(&mut self) -> Vec<SplitEvent> {
+        let (mut c, mut r) = (0, 0);
+        let mut tools = std::mem::take(&mut self.tools).into_iter();
+        let mut events = Vec::with_capacity(self.order.len());
+        for (kind, n) in self.order.drain(..) {
+            match kind {
+                Kind::Content => {
+                    events.push(SplitEvent::Content(self.content[c..c + n].to_string()));
+                    c += n;
+                }
+                Kind::Reasoning => {
+                    events.push(SplitEvent::Reasoning(self.reasoning[r..r + n].to_string()));
+                    r += n;
+                }
+                Kind::Tool => events.extend(tools.by_ref().take(n).map(SplitEvent::Tool)),
+            }
+        }
+        self.content.clear();
+        self.reasoning.clear();
+        events
     }
 }
 
@@ -169,24 +265,16 @@ pub fn split_all<'a>(
     let mut events = Vec::new();
     let mut sum = Summary::default();
     let collect = |s: &mut dyn Splitter, events: &mut Vec<SplitEvent>, sum: &mut Summary| {
-        let r = s.take_reasoning();
-        if !r.is_empty() {
-            sum.reasoning.push_str(&r);
-            events.push(SplitEvent::Reasoning(r));
-        }
-        let c = s.take_content();
-        if !c.is_empty() {
-            sum.content.push_str(&c);
-            events.push(SplitEvent::Content(c));
-        }
-        for t in s.take_tool_calls() {
-            if let ToolCallEvent::End {
-                name, arguments, ..
-            } = &t
-            {
-                sum.tool_calls.push((name.clone(), arguments.clone()));
+        for e in s.take_events() {
+            match &e {
+                SplitEvent::Reasoning(r) => sum.reasoning.push_str(r),
+                SplitEvent::Content(c) => sum.content.push_str(c),
+                SplitEvent::Tool(ToolCallEvent::End {
+                    name, arguments, ..
+                }) => sum.tool_calls.push((name.clone(), arguments.clone())),
+                SplitEvent::Tool(_) => {}
             }
-            events.push(SplitEvent::Tool(t));
+            events.push(e);
         }
     };
     for chunk in chunks {
@@ -216,8 +304,14 @@ impl<S: Splitter + ?Sized> Splitter for Box<S> {
     fn take_tool_calls(&mut self) -> Vec<ToolCallEvent> {
         (**self).take_tool_calls()
     }
+    fn take_events(&mut self) -> Vec<SplitEvent> {
+        (**self).take_events()
+    }
     fn finish(&mut self) {
         (**self).finish()
+    }
+    fn truncated_call(&self) -> bool {
+        (**self).truncated_call()
     }
     fn reset(&mut self) {
         (**self).reset()

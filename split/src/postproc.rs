@@ -15,7 +15,7 @@
 //! Token counts are words (whitespace-separated), unless the caller counts model tokens
 //! ([`PostProcessor::push_tokens`]).
 
-use super::{Splitter, Stop, ToolCallEvent};
+use super::{SplitEvent, Splitter, Stop, ToolCallEvent};
 
 /// Options. The defaults clean up what a user is shown; [`PostprocOptions::passthrough`]
 /// changes nothing.
@@ -64,7 +64,7 @@ impl PostprocOptions {
 }
 
 /// The statistics of the final event.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FinalStats {
     pub reasoning_tokens: usize,
     pub final_tokens: usize,
@@ -344,6 +344,11 @@ impl<S: Splitter> PostProcessor<S> {
         &self.splitter
     }
 
+    /// Whether the stream asked to stop (later pushes are ignored).
+    pub fn stopped(&self) -> bool {
+        self.stop.is_some()
+    }
+
     /// Whether the reasoning budget was used up (the caller may force the end of
     /// reasoning in the model, e.g. by appending `</think>`).
     pub fn reasoning_budget_exhausted(&self) -> bool {
@@ -412,11 +417,31 @@ impl<S: Splitter> PostProcessor<S> {
         events
     }
 
+    /// The splitter's events since the last drain, in stream order, through the stages;
+    /// `finish` flushes what the stages hold back.
     fn drain(&mut self, events: &mut Vec<PostEvent>, finish: bool) {
-        let reasoning = self.splitter.take_reasoning();
-        let mut content = String::new();
-        // The reasoning budget: after the last allowed word, reasoning becomes answer.
+        for e in self.splitter.take_events() {
+            match e {
+                SplitEvent::Reasoning(r) => {
+                    let (kept, overflow) = self.budget(&r);
+                    self.emit_reasoning(&kept, false, events);
+                    self.emit_content(&overflow, false, events);
+                }
+                SplitEvent::Content(c) => self.emit_content(&c, false, events),
+                SplitEvent::Tool(t) => events.push(PostEvent::ToolCall(t)),
+            }
+        }
+        if finish {
+            self.emit_reasoning("", true, events);
+            self.emit_content("", true, events);
+        }
+    }
+
+    /// Reasoning text split at the reasoning budget: what stays reasoning, and what comes
+    /// after the last allowed word (answer from then on).
+    fn budget(&mut self, reasoning: &str) -> (String, String) {
         let mut kept = String::new();
+        let mut content = String::new();
         for c in reasoning.chars() {
             if self.over_budget {
                 content.push(c);
@@ -441,23 +466,23 @@ impl<S: Splitter> PostProcessor<S> {
             }
             kept.push(c);
         }
-        content.push_str(&self.splitter.take_content());
-        let r = self.reasoning.run(&kept, finish);
+        (kept, content)
+    }
+
+    fn emit_reasoning(&mut self, text: &str, finish: bool, events: &mut Vec<PostEvent>) {
+        let r = self.reasoning.run(text, finish);
         if !r.is_empty() {
             self.all_reasoning.push_str(&r);
             events.push(PostEvent::Reasoning(r));
         }
-        let d = self.content.run(&content, finish);
+    }
+
+    fn emit_content(&mut self, text: &str, finish: bool, events: &mut Vec<PostEvent>) {
+        let d = self.content.run(text, finish);
         if !d.is_empty() {
             self.all_content.push_str(&d);
             events.push(PostEvent::Delta(d));
         }
-        events.extend(
-            self.splitter
-                .take_tool_calls()
-                .into_iter()
-                .map(PostEvent::ToolCall),
-        );
     }
 }
 
