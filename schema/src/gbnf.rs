@@ -82,9 +82,10 @@ pub(crate) fn seq<S: AsRef<str>>(parts: &[S]) -> String {
 
 /// Alternatives (duplicates removed, order kept); `None` when there are none.
 pub(crate) fn alt(parts: Vec<String>) -> Option<String> {
+    let mut seen = rustc_hash::FxHashSet::default();
     let mut uniq: Vec<String> = Vec::with_capacity(parts.len());
     for p in parts {
-        if !uniq.contains(&p) {
+        if seen.insert(p.clone()) {
             uniq.push(p);
         }
     }

@@ -27,7 +27,21 @@ impl Compiler<'_> {
                 None => values.clear(),
             }
         }
-        let exprs: Vec<String> = values.iter().map(|v| self.literal(v)).collect();
+        // The strings as one lexeme between quotes: a trie of the literals in one DFA, where
+        // an alternative per string would keep a lexer run per string alive.
+        let (strings, others): (Vec<&Value>, Vec<&Value>) =
+            values.iter().partition(|v| v.is_string());
+        let mut exprs: Vec<String> = others.iter().map(|v| self.literal(v)).collect();
+        let bodies: Vec<String> = strings
+            .iter()
+            .map(|v| {
+                let quoted = v.to_string();
+                lit(&quoted[1..quoted.len() - 1])
+            })
+            .collect();
+        if let Some(body) = alt(bodies) {
+            exprs.insert(0, seq(&[lit("\""), body, lit("\"")]));
+        }
         Ok(alt(exprs).map(|b| self.rule(hint, b)))
     }
 

@@ -324,3 +324,26 @@ fn a_schema_nested_past_the_json_parsers_limit_says_what_the_limit_is() {
     let e = crate::compile_json_schema(&text, &Default::default()).unwrap_err();
     assert!(e.to_string().contains("deeper than 128 levels"), "{e}");
 }
+
+#[test]
+fn a_large_enum_of_strings_is_one_lexeme_and_matches_exactly() {
+    // 20,000 strings: one alternative per string would keep 20,000 lexer runs alive (past
+    // max_lexer_runs); one lexeme, a trie of the literals, keeps one.
+    let words: Vec<String> = (0..20_000).map(|i| format!("w{i}\"q")).collect();
+    let schema = serde_json::json!({"enum": words.iter().chain(["x".to_string()].iter()).map(|w| serde_json::json!(w)).chain([serde_json::json!(7), serde_json::json!(null)]).collect::<Vec<_>>()});
+    let c = compile(&schema.to_string());
+    for ok in [r#""w0\"q""#, r#""w19999\"q""#, r#""x""#, "7", "7.0", "null"] {
+        assert_eq!(
+            match_bytes(&c.grammar, ok.as_bytes()).unwrap(),
+            MatchOutcome::Accepted,
+            "{ok}"
+        );
+    }
+    for bad in [r#""w20000\"q""#, r#""w1""#, r#""""#, "8"] {
+        assert_ne!(
+            match_bytes(&c.grammar, bad.as_bytes()).unwrap(),
+            MatchOutcome::Accepted,
+            "{bad}"
+        );
+    }
+}
