@@ -180,6 +180,40 @@ fn a_reasoning_budget_forces_the_answer() {
 }
 
 #[test]
+fn a_reasoning_budget_ends_reasoning_without_a_constraint_too() {
+    let f = Format::hermes().prefilled(true);
+    let scope = scope::answer(&f, Some(6)).unwrap();
+    let space = space();
+    let mut lm = Scripted {
+        script: "thinking and thinking and thinking</think>An answer.".to_string(),
+        out: Vec::new(),
+        space: space.clone(),
+    };
+    let opts = GenerateOptions {
+        max_tokens: 400,
+        sampling: SamplingOptions::greedy(),
+        scope,
+        ..GenerateOptions::default()
+    };
+    let out = generate(
+        &mut lm,
+        &space,
+        None,
+        &[TokenId(b'>' as u32)],
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
+    // Forced once after 6 tokens; then the scripted model goes on from the script at the
+    // output's length, and nothing is forced again.
+    assert_eq!(
+        out.text,
+        "thinki</think>hinking and thinking</think>An answer."
+    );
+    assert_eq!(out.finish_reason, FinishReason::Stop);
+}
+
+#[test]
 fn tool_call_grammar_is_triggered_by_its_tag() {
     let f = Format::hermes();
     let scope = scope::tool_calls(&f).unwrap();

@@ -241,14 +241,18 @@ pub struct Decoder {
     /// tokens so far (for a reasoning budget).
     watch: TriggerWatch,
     free_tokens: usize,
+    /// Without a constraint: the trigger (the end of reasoning) was seen or forced, so the
+    /// reasoning budget no longer applies.
+    triggered: bool,
     stats: GenerationStats,
 }
 
 impl Decoder {
     /// A decoder for the output after `prompt` (which the caller feeds to the model first),
     /// constrained by `constraint` where `opts.scope` says. `max_positions` is the model's
-    /// context. Refuses an empty prompt, one that fills the context, bad sampling settings,
-    /// and a budget no output of the grammar fits in.
+    /// context. Refuses an empty prompt, one that fills the context, a `max_tokens` the
+    /// context has no room for after the prompt (said up front, rather than output cut
+    /// short), bad sampling settings, and a budget no output of the grammar fits in.
     pub fn new(
         space: Arc<TokenSpace>,
         constraint: Option<Arc<Constraint>>,
@@ -268,11 +272,18 @@ impl Decoder {
             }
             .into());
         }
+        if prompt.len() + opts.max_tokens >= max_positions {
+            return Err(ModelError::Context {
+                what: "the prompt and max_tokens",
+                needed: prompt.len() + opts.max_tokens + 1,
+                max: max_positions,
+            }
+            .into());
+        }
         let width = space.width();
         let mut d = Decoder {
             budgeted: opts.complete_within_budget && constraint.is_some(),
-            // The budget: max_tokens, or what the context leaves after the prompt.
-            max_tokens: opts.max_tokens.min(max_positions - prompt.len() - 1),
+            max_tokens: opts.max_tokens,
             phase: Phase::Free,
             sampler: Sampler::new(opts.sampling.clone()),
             mask: FixedBitSet::with_capacity(width),
@@ -286,6 +297,7 @@ impl Decoder {
             max_pos: max_positions,
             watch: TriggerWatch::default(),
             free_tokens: 0,
+            triggered: false,
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),
                 forward_passes: 1,
@@ -324,6 +336,16 @@ impl Decoder {
             Some(c) => Phase::Constrained(Box::new(RobustConstrainedAdapter::new(c.clone()))),
             None => Phase::Free,
         }
+    }
+
+    /// Whether a grammar constrains (some of) the output.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Masks computed so far: how many, and their microseconds in all.
+    pub fn mask_work(&self) -> (usize, f64) {
+        (self.mask_times.len(), self.mask_times.iter().sum())
     }
 
     /// Tokens generated so far.
@@ -451,8 +473,7 @@ impl Decoder {
         else {
             return None;
         };
-        if !matches!(self.phase, Phase::Free) || self.constraint.is_none() || self.free_tokens < *b
-        {
+        if !matches!(self.phase, Phase::Free) || self.triggered || self.free_tokens < *b {
             return None;
         }
         Some(match self.space.vocab().token_by_text(trigger) {
@@ -472,6 +493,7 @@ impl Decoder {
             self.stats.forced_tokens += 1;
         }
         self.phase = self.fresh_phase();
+        self.triggered = self.constraint.is_none();
         self.mask_ready = false;
         self.watch.clear();
         self.free_tokens = 0;
@@ -519,7 +541,7 @@ impl Decoder {
                 .sampler
                 .sample(v, &self.history)
                 .ok_or(GenerateError::NothingToSample)?;
-            let watching = matches!(self.phase, Phase::Free) && self.constraint.is_some();
+            let watching = matches!(self.phase, Phase::Free) && !self.triggered;
             let Some(trigger) = self.opts.scope.trigger().filter(|_| watching) else {
                 return Ok(tok);
             };
@@ -528,6 +550,11 @@ impl Decoder {
                 self.free_tokens += 1;
                 return Ok(tok);
             };
+            if self.constraint.is_none() {
+                // Nothing to constrain after the trigger: free text goes on.
+                self.triggered = true;
+                return Ok(tok);
+            }
             let Phase::Constrained(mut a) = self.fresh_phase() else {
                 unreachable!("a constraint gives a constrained phase");
             };

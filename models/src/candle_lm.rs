@@ -18,6 +18,9 @@ pub trait CandleNet: Clone + Send + 'static {
     fn clear_kv_cache(&mut self);
 }
 
+/// The default of [`CandleLm::with_prefill_chunk`].
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
 /// A candle network as a [`CausalLm`].
 pub struct CandleLm<N: CandleNet> {
     net: N,
@@ -25,6 +28,7 @@ pub struct CandleLm<N: CandleNet> {
     /// Logits per position (the model's vocabulary, padded).
     width: usize,
     max_positions: usize,
+    prefill_chunk: usize,
 }
 
 impl<N: CandleNet> CandleLm<N> {
@@ -34,7 +38,17 @@ impl<N: CandleNet> CandleLm<N> {
             device,
             width,
             max_positions,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
         }
+    }
+
+    /// Most positions one forward pass takes: a longer input (a prompt) runs in chunks of
+    /// this many, each attending to the cache of those before, so attention's memory is
+    /// `chunk x context` per head rather than `prompt x prompt`. Default
+    /// [`DEFAULT_PREFILL_CHUNK`] (256); at least 1.
+    pub fn with_prefill_chunk(mut self, positions: usize) -> CandleLm<N> {
+        self.prefill_chunk = positions.max(1);
+        self
     }
 }
 
@@ -50,11 +64,18 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
         if pos == 0 {
             self.net.clear_kv_cache();
         }
-        let input = Tensor::new(TokenId::raw(tokens), &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(backend)?;
-        let logits = self.net.forward(&input, pos).map_err(backend)?;
-        Ok(Box::new(CandleLogits(logits)))
+        if tokens.is_empty() {
+            return Err(ModelError::Backend("no tokens to run".into()));
+        }
+        let mut logits = None;
+        for (k, chunk) in tokens.chunks(self.prefill_chunk).enumerate() {
+            let input = Tensor::new(TokenId::raw(chunk), &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(backend)?;
+            let at = pos + k * self.prefill_chunk;
+            logits = Some(self.net.forward(&input, at).map_err(backend)?);
+        }
+        Ok(Box::new(CandleLogits(logits.expect("at least one chunk"))))
     }
 
     fn logit_width(&self) -> usize {
