@@ -1,10 +1,13 @@
 //! [`MaskCache`]: the token sets of lexeme DFA states, shared by every constraint on one
 //! token space.
 //!
-//! A lexeme's DFA is identified by its regular expression (equal keys, equal DFAs, state for
-//! state: see [`corral_grammar::Lexeme::key`]), so what a state's tokens are does not depend
-//! on the grammar it came from: a server that compiles a new JSON Schema per request finds
-//! the string bodies, numbers and separators of earlier schemas already done. The cache
+//! A lexeme's DFA is identified by its regular expression and its state numbering (see
+//! [`corral_grammar::Lexeme::key`] and [`LexemeDfa::numbering`]): DFAs built whole number
+//! their states the same way every time, but one built lazily numbers them in the order
+//! they are reached, so two grammars share a lazily built DFA's token sets only when they
+//! compiled through one `DfaCache` (and so share the DFA itself). A server that compiles a
+//! new JSON Schema per request through one `DfaCache` finds the string bodies, numbers and
+//! separators of earlier schemas already done. The cache
 //! is a handle the caller owns (one per loaded tokenizer), bounded by the bytes it holds:
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
 

@@ -9,7 +9,6 @@
 use corral_trie::TokenId;
 
 /// Sampling settings. [`SamplingOptions::validate`] says which values make sense.
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingOptions {
     /// 0 means greedy (argmax).

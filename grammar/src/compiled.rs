@@ -1,7 +1,7 @@
 //! The compiled grammar: dense, index-based, immutable, shared behind an `Arc`.
 //!
-//! A context-free grammar over three kinds of terminals: lexemes (regular pieces with a DFA),
-//! token references (matched by token id) and nothing else. Each production
+//! A context-free grammar over two kinds of terminals: lexemes (regular pieces with a DFA)
+//! and token references (matched by token id). Each production
 //! `A -> X1 .. Xn` owns `n + 1` consecutive *dots* (Earley's dotted rules): dot `k` sits before
 //! `X(k+1)`, dot `n` is the completed production. Per dot the tables give the symbol after it,
 //! the rule on the left and whether that symbol is the production's last (for Leo items), so
@@ -178,7 +178,6 @@ impl Grammar {
             .get_or_init(|| crate::complete::Shortest::new(self))
     }
 
-    /// The lexemes, indexed by [`LexemeId`].
     /// The error to report if a lexeme DFA could not be built within `max_lexeme_bytes`, or a
     /// lazily built one needed a state past it ([`LexemeDfa::overflowed`]): recognition is
     /// then no longer exact.
@@ -193,6 +192,7 @@ impl Grammar {
         })
     }
 
+    /// The lexemes, indexed by [`LexemeId`].
     pub fn lexemes(&self) -> &[Lexeme] {
         &self.lexemes
     }

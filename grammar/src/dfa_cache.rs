@@ -6,7 +6,9 @@
 //! [`DfaCache`] through [`crate::CompileOptions::dfa_cache`]. The cache is a handle: clones
 //! share one store. It is bounded by the total number of DFA states it holds; past the
 //! bound, the entries inserted first are dropped until the new one fits (grammars already
-//! compiled keep their DFAs: entries are reference-counted). A compile without a cache
+//! compiled keep their DFAs: entries are reference-counted). A DFA counts with the states
+//! it had when it was inserted: one built lazily grows as masks need its states, each DFA
+//! within the compile's `max_lexeme_bytes`. A compile without a cache
 //! builds every DFA it needs (each distinct regex once per grammar), which is what a
 //! benchmark of cold compiles wants.
 
@@ -28,7 +30,8 @@ pub struct DfaCache {
 
 #[derive(Debug)]
 struct Inner {
-    map: FxHashMap<Arc<str>, Arc<LexemeDfa>>,
+    /// Each DFA with the states it was counted with.
+    map: FxHashMap<Arc<str>, (Arc<LexemeDfa>, usize)>,
     /// Keys in insertion order, for eviction.
     order: VecDeque<Arc<str>>,
     states: usize,
@@ -101,7 +104,7 @@ impl DfaCache {
     ) -> Result<Arc<LexemeDfa>, ErrorKind> {
         {
             let mut c = self.lock();
-            if let Some(d) = c.map.get(key).cloned()
+            if let Some((d, _)) = c.map.get(key).cloned()
                 && d.memory_usage() <= size_limit
             {
                 c.hits += 1;
@@ -119,17 +122,18 @@ impl DfaCache {
             let Some(old) = c.order.pop_front() else {
                 break;
             };
-            if let Some(d) = c.map.remove(&old) {
-                c.states -= d.len();
+            if let Some((_, counted)) = c.map.remove(&old) {
+                c.states -= counted;
             }
         }
         let key: Arc<str> = Arc::from(key);
-        if let Some(prev) = c.map.insert(key.clone(), dfa.clone()) {
-            c.states -= prev.len();
+        let counted = dfa.len();
+        if let Some((_, prev)) = c.map.insert(key.clone(), (dfa.clone(), counted)) {
+            c.states -= prev;
         } else {
             c.order.push_back(key);
         }
-        c.states += dfa.len();
+        c.states += counted;
         Ok(dfa)
     }
 }
@@ -209,5 +213,28 @@ mod tests {
         assert!(built);
         cache.clear();
         assert_eq!(cache.stats().entries, 0);
+    }
+
+    #[test]
+    fn a_lazy_dfa_that_grew_after_insertion_is_evicted_with_the_count_it_came_with() {
+        // Built lazily: the start state now, the others as transitions reach them.
+        let hir = ParserBuilder::new().build().parse("[a-z]{0,40}x").unwrap();
+        let cache = DfaCache::new(1 << 10);
+        let lazy = cache
+            .get_or_build("lazy", 1 << 20, || LexemeDfa::build(&hir, 1 << 20))
+            .unwrap();
+        let counted = cache.stats().states;
+        let mut s = lazy.start();
+        for _ in 0..30 {
+            s = lazy.next(s, b'a');
+        }
+        assert!(lazy.len() > counted, "the DFA grew: {} states", lazy.len());
+        // Filling the cache evicts it; the count must not go below zero.
+        for i in 0..200 {
+            let key = format!("k{i}");
+            cache.get_or_build(&key, 1 << 20, || Ok(dfa("ab"))).unwrap();
+        }
+        let s = cache.stats();
+        assert!(s.states <= 1 << 10, "{s:?}");
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - `Tokenizer`: a `tokenizer.json` as corral's token space (the trie masks are walked
 //!   over), with the model's logit width and end tokens. Its token-set cache is shared by
-//!   every matcher on it, so a grammar's states seen by one request are warm for the next.
+//!   every matcher on it: a grammar's states seen by one request are warm for the next
+//!   request on the same `Grammar`, and for lexemes whose DFAs are built whole.
 //! - `Grammar`: GBNF, JSON Schema or a regex, compiled; invalid input raises
 //!   `GrammarError` (a `ValueError`) with corral's positioned message.
 //! - `Matcher`: one generation's state: fill a bitmask row, accept tokens, roll back.

@@ -7,7 +7,7 @@
 //! - *slice tokens*: tokens made only of *slice characters* (every Unicode scalar value from
 //!   U+0020 up except `"`, `\` and U+007F: what every JSON string body allows unescaped),
 //!   perhaps ending inside one (a partial UTF-8 sequence); bitsets of them by how many
-//!   characters they start ([`CharSlice::tokens_upto`]);
+//!   characters they start ([`CharSlice::mark_upto`]);
 //! - every other token split into a *prefix* of whole slice characters (counted) and a
 //!   *suffix* from the first byte that is not part of one (a quote, a backslash, a control
 //!   character, a byte that does not start a character); the distinct suffixes in one small

@@ -1,7 +1,8 @@
 //! Lexemes: the regular pieces of a grammar, each compiled to a byte-level DFA.
 //!
 //! A lexeme's regex is compiled with `regex-automata` into a Thompson NFA, which our own
-//! subset construction turns into [`LexemeDfa`], a small table with three properties the recognizer and the mask cache rely on:
+//! subset construction turns into [`LexemeDfa`], a small table with three properties the
+//! recognizer and the mask cache rely on:
 //!
 //! - state [`DEAD`] is 0, and every other state is *live*: some continuation reaches a match
 //!   (states that cannot are merged into `DEAD` when the table is built);
