@@ -46,7 +46,7 @@ pub struct Common {
     pub seed: Option<u64>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_false")]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
     pub response_format: Option<ResponseFormat>,
@@ -160,4 +160,9 @@ impl Content {
             }
         }
     }
+}
+
+/// `false` for an absent or null boolean (clients send `"stream": null`).
+fn null_is_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(<Option<bool> as serde::Deserialize>::deserialize(d)?.unwrap_or(false))
 }

@@ -35,6 +35,15 @@ impl ApiError {
         )
     }
 
+    /// The same error about `to` where it was about `from` (the completions endpoint's
+    /// `prompt` is the chat endpoint's `messages`).
+    pub fn for_param(mut self, from: &'static str, to: &'static str) -> ApiError {
+        if self.param == Some(from) {
+            self.param = Some(to);
+        }
+        self
+    }
+
     /// 400 about one parameter.
     pub fn invalid_param(param: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {

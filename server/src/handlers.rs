@@ -11,9 +11,11 @@ use crate::stop::StopFilter;
 use crate::{AppState, Ready};
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,20 +24,57 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Instant;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
-    Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
+    // The API key and the body's encoding are checked before the body is read.
+    let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route_layer(middleware::from_fn_with_state(state.clone(), gate));
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .merge(api)
         .fallback(|| async { ApiError::not_found("no such route").into_response() })
+        .method_not_allowed_fallback(|| async {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                ..ApiError::invalid("this route does not take that method")
+            }
+            .into_response()
+        })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// Before a request's body is read: the API key, and a body the server can read as sent
+/// (no content encoding).
+async fn gate(State(st): State<Arc<AppState>>, req: Request, next: middleware::Next) -> Response {
+    let refuse = |e: ApiError| {
+        Metrics::add(&st.metrics.requests, 1);
+        Metrics::add(&st.metrics.request_errors, 1);
+        e.into_response()
+    };
+    if let Err(e) = authorize(&st, req.headers()) {
+        return refuse(e);
+    }
+    if let Some(enc) = req.headers().get("content-encoding")
+        && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
+    {
+        let enc = String::from_utf8_lossy(enc.as_bytes()).into_owned();
+        return refuse(ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ..ApiError::invalid(format!(
+                "Content-Encoding {enc:?} is not served: send the body uncompressed"
+            ))
+        });
+    }
+    next.run(req).await
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {
@@ -153,24 +192,50 @@ async fn start(
 ) -> Result<Response, ApiError> {
     authorize(st, headers)?;
     let ready = st.ready()?;
+    // A place is taken before the request is prepared (its prompt tokenized, its
+    // constraint compiled), so a full server refuses at once and preparation is bounded
+    // like generation; the time limit counts from here.
+    let admission = Admission::take(st)?;
+    let deadline = Instant::now() + st.config.request_timeout;
     let text = ready.text.clone();
     let state = st.clone();
-    let prepared = tokio::task::spawn_blocking(move || match kind {
-        Kind::Chat => parse::<ChatRequest>(body)
-            .and_then(|r| prepare::chat(&text, &state.config, &state.metrics, r)),
-        Kind::Completion => parse::<CompletionRequest>(body)
-            .and_then(|r| prepare::completion(&text, &state.config, &state.metrics, r)),
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    let preparing = tokio::task::spawn_blocking(move || {
+        let prepared = match kind {
+            Kind::Chat => parse::<ChatRequest>(body)
+                .and_then(|r| prepare::chat(&text, &state.config, &state.metrics, r)),
+            Kind::Completion => parse::<CompletionRequest>(body)
+                .and_then(|r| prepare::completion(&text, &state.config, &state.metrics, r)),
+        };
+        // The place is held until preparation ends, even when the handler gave up.
+        (prepared, admission)
+    });
+    let (prepared, admission) = match tokio::time::timeout_at(deadline.into(), preparing).await {
+        Ok(joined) => {
+            joined.map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+        }
+        Err(_) => {
+            Metrics::add(&st.metrics.timed_out, 1);
+            return Err(ApiError::timeout(st.config.request_timeout.as_secs()));
+        }
+    };
+    let prepared = prepared?;
     let reply = Reply::new(&st.config.model_name, kind, &prepared);
-    let shaper =
-        Shaper::new(prepared.format, &prepared.prefix, &reply.id).map_err(ApiError::internal)?;
-    let events = enqueue(st, ready, prepared.decoder, prepared.prompt)?;
+    let shaper = Shaper::new(prepared.format, &prepared.prefix, &reply.id)
+        .map_err(ApiError::internal)?
+        .trim_leading_content(prepared.trim_answer);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let events = enqueue(
+        st,
+        ready,
+        (prepared.decoder, prepared.prompt),
+        (deadline, stopped.clone()),
+        admission,
+    )?;
     let out = Output {
         filter: StopFilter::new(prepared.stops),
         shaper,
         tokens: 0,
+        stopped,
     };
     if prepared.stream {
         Ok(stream(reply, events, out, prepared.include_usage).into_response())
@@ -179,32 +244,63 @@ async fn start(
     }
 }
 
+/// A place among the requests preparing, queued or generating (what `--max-concurrent`
+/// plus `--queue` bounds). Released when dropped, unless handed to the scheduler with the
+/// job, which releases it when the generation ends.
+struct Admission {
+    metrics: Arc<Metrics>,
+    held: bool,
+}
+
+impl Admission {
+    fn take(st: &AppState) -> Result<Admission, ApiError> {
+        let capacity = (st.config.max_concurrent + st.config.queue) as u64;
+        if !st.metrics.admit(capacity) {
+            return Err(ApiError::busy(st.config.queue));
+        }
+        Metrics::add(&st.metrics.queued, 1);
+        Ok(Admission {
+            metrics: st.metrics.clone(),
+            held: true,
+        })
+    }
+
+    fn hand_over(mut self) {
+        self.held = false;
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.held {
+            Metrics::sub(&self.metrics.queued, 1);
+            Metrics::sub(&self.metrics.in_system, 1);
+        }
+    }
+}
+
 fn enqueue(
     st: &AppState,
     ready: &Ready,
-    decoder: corral_engine::Decoder,
-    prompt: Vec<corral_trie::TokenId>,
+    (decoder, prompt): (corral_engine::Decoder, Vec<corral_trie::TokenId>),
+    (deadline, stopped): (Instant, Arc<AtomicBool>),
+    admission: Admission,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         decoder,
         prompt,
         events: tx,
-        deadline: Instant::now() + st.config.request_timeout,
+        deadline,
         timeout: st.config.request_timeout,
+        stopped,
     };
-    let capacity = (st.config.max_concurrent + st.config.queue) as u64;
-    if !st.metrics.admit(capacity) {
-        return Err(ApiError::busy(st.config.queue));
-    }
-    Metrics::add(&st.metrics.queued, 1);
     match ready.jobs.send(job) {
-        Ok(()) => Ok(rx),
-        Err(_) => {
-            Metrics::sub(&st.metrics.queued, 1);
-            Metrics::sub(&st.metrics.in_system, 1);
-            Err(ApiError::unavailable("the server is stopping"))
+        Ok(()) => {
+            admission.hand_over();
+            Ok(rx)
         }
+        Err(_) => Err(ApiError::unavailable("the server is stopping")),
     }
 }
 
@@ -339,6 +435,9 @@ struct Output {
     shaper: Shaper,
     /// Tokens generated so far.
     tokens: usize,
+    /// Set when a stop sequence ended the output (the scheduler then counts the
+    /// generation as completed, not cancelled).
+    stopped: Arc<AtomicBool>,
 }
 
 impl Output {
@@ -352,6 +451,7 @@ impl Output {
                 // A stop sequence ends the output; the caller drops the receiver, which
                 // stops the generation.
                 let end = self.filter.stopped().then(|| {
+                    self.stopped.store(true, Relaxed);
                     pieces.extend(self.shaper.finish());
                     End::Finished(self.finish_reason("stop"), tokens)
                 });

@@ -35,9 +35,14 @@ pub struct Prepared {
     /// requests with tools); `prefix` is what the prompt already opened (a call's marker).
     pub format: Option<Format>,
     pub prefix: String,
+    /// Stop sequences: only for unconstrained output (a constrained one ends where its
+    /// grammar does, never cut short by a stop sequence).
     pub stops: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Whitespace before the answer's first character is not content (a constrained answer
+    /// after reasoning).
+    pub trim_answer: bool,
 }
 
 /// What the output must match.
@@ -141,7 +146,9 @@ pub fn chat(
         }
     }
     prompt.push_str(&prefix);
+    let after_reasoning = matches!(scope, Scope::After { .. });
     let mut p = prepare(text, config, metrics, &prompt, req.common, call, scope)?;
+    p.trim_answer = after_reasoning && p.decoder.is_constrained();
     p.format = format;
     p.prefix = prefix;
     Ok(p)
@@ -178,6 +185,7 @@ pub fn completion(
         None,
         Scope::Whole,
     )
+    .map_err(|e| e.for_param("messages", "prompt"))
 }
 
 fn prepare(
@@ -195,17 +203,18 @@ fn prepare(
             format!("n is {n}: one choice per request is served"),
         ));
     }
-    let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
+    let requested = match c.max_completion_tokens.or(c.max_tokens) {
         Some(0) => {
             return Err(ApiError::invalid_param(
                 "max_tokens",
                 "max_tokens must be at least 1",
             ));
         }
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None => config.default_max_tokens,
+        Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => None,
     };
     let sampling = sampling(&c)?;
+    check_prompt_bytes(text, prompt)?;
     let spec = match (spec(&c)?, tool_call) {
         (None, call) => call.map(|c| ("tools", Spec::Schema(c))),
         (Some(s), None) => Some(s),
@@ -229,6 +238,9 @@ fn prepare(
     let ids = text
         .encode(prompt)
         .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
+    // Without max_tokens: the default, or what the context leaves after the prompt.
+    let room = text.max_positions().saturating_sub(ids.len() + 1);
+    let max_tokens = requested.unwrap_or(config.default_max_tokens.min(room).max(1));
     let options = GenerateOptions {
         max_tokens,
         sampling,
@@ -246,19 +258,63 @@ fn prepare(
         &options,
     )
     .map_err(decoder_error)?;
+    let stops = match decoder.is_constrained() {
+        true => Vec::new(),
+        false => c.stop.map(|s| s.into_vec()).unwrap_or_default(),
+    };
     Ok(Prepared {
         decoder,
         prompt: ids,
         format: None,
         prefix: String::new(),
-        stops: c.stop.map(|s| s.into_vec()).unwrap_or_default(),
+        stops,
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),
+        trim_answer: false,
     })
+}
+
+/// A prompt of more bytes than the context's positions can hold, each token covering at
+/// most the longest token's bytes, is refused before it is tokenized (or its constraint
+/// compiled): the cost of a refusal does not grow with the prompt.
+fn check_prompt_bytes(text: &ModelText, prompt: &str) -> Result<(), ApiError> {
+    let vocab = text.space().vocab();
+    let longest = (0..vocab.len())
+        .filter_map(|t| vocab.token_bytes(TokenId(t as u32)).map(<[u8]>::len))
+        .chain(vocab.special_tokens().iter().map(|(_, name)| name.len()))
+        .max()
+        .unwrap_or(1);
+    let max = text.max_positions();
+    if prompt.len() > max.saturating_mul(longest) {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::invalid_param(
+                "messages",
+                format!(
+                    "the prompt has {} bytes: more than the model's context of {max} positions holds (a token is at most {longest} bytes)",
+                    prompt.len()
+                ),
+            )
+        });
+    }
+    Ok(())
 }
 
 fn decoder_error(e: GenerateError) -> ApiError {
     match e {
+        GenerateError::Model(ModelError::Context {
+            what: "the prompt and max_tokens",
+            needed,
+            max,
+        }) => ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::invalid_param(
+                "max_tokens",
+                format!(
+                    "the prompt and max_tokens need {needed} positions; the model's context is {max}: ask for fewer tokens"
+                ),
+            )
+        },
         GenerateError::Model(ModelError::Context { needed, max, .. }) => ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::invalid_param(
@@ -270,7 +326,8 @@ fn decoder_error(e: GenerateError) -> ApiError {
             )
         },
         GenerateError::Sampling(s) => ApiError::invalid_param(s.name, s.to_string()),
-        e @ (GenerateError::EmptyPrompt | GenerateError::BudgetTooSmall { .. }) => {
+        e @ GenerateError::EmptyPrompt => ApiError::invalid_param("messages", e.to_string()),
+        e @ GenerateError::BudgetTooSmall { .. } => {
             ApiError::invalid_param("max_tokens", e.to_string())
         }
         e => ApiError::internal(e.to_string()),
@@ -362,10 +419,10 @@ fn spec(c: &Common) -> Result<Option<(&'static str, Spec)>, ApiError> {
             found.push(("structured_outputs", Spec::Choice(ch.clone())));
             n += 1;
         }
-        if n == 0 {
+        if n != 1 {
             return Err(ApiError::invalid_param(
                 "structured_outputs",
-                "structured_outputs needs one of json, regex, grammar, choice",
+                "structured_outputs needs exactly one of json, regex, grammar, choice",
             ));
         }
     }

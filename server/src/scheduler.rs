@@ -19,6 +19,7 @@ use corral_engine::{CausalLm, Decoder, FinishReason, GenerationStats, Logits, Ne
 use corral_trie::TokenId;
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -30,6 +31,9 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     pub deadline: Instant,
     pub timeout: Duration,
+    /// Set by the handler when a stop sequence ended the output: a closed channel then
+    /// means done, not cancelled.
+    pub stopped: Arc<AtomicBool>,
 }
 
 /// What the scheduler tells a request's handler.
@@ -53,6 +57,7 @@ struct Running {
     events: UnboundedSender<Event>,
     deadline: Instant,
     timeout: Duration,
+    stopped: Arc<AtomicBool>,
     /// Tokens to run the model on next, at position `pos`.
     feed: Vec<TokenId>,
     pos: usize,
@@ -89,6 +94,7 @@ pub fn run(
                 Metrics::sub(&metrics.in_system, 1);
                 continue;
             }
+            let stopped = job.stopped;
             Metrics::add(&metrics.active, 1);
             Metrics::add(&metrics.prompt_tokens, job.prompt.len() as u64);
             next_id += 1;
@@ -98,6 +104,7 @@ pub fn run(
                 events: job.events,
                 deadline: job.deadline,
                 timeout: job.timeout,
+                stopped,
                 feed: job.prompt,
                 pos: 0,
                 kv: None,
@@ -109,7 +116,13 @@ pub fn run(
             if live {
                 i += 1;
             } else {
-                running.remove(i);
+                let r = running.remove(i);
+                // Masks of a generation that did not finish (one that did counted them).
+                if let Some(d) = &r.decoder {
+                    let (n, us) = d.mask_work();
+                    Metrics::add(&metrics.masks, n as u64);
+                    Metrics::add(&metrics.mask_us, us as u64);
+                }
                 Metrics::sub(&metrics.active, 1);
                 Metrics::sub(&metrics.in_system, 1);
             }
@@ -128,7 +141,10 @@ fn step(
     {
         let r = &running[i];
         if r.events.is_closed() {
-            Metrics::add(&metrics.cancelled, 1);
+            match r.stopped.load(Relaxed) {
+                true => Metrics::add(&metrics.completed, 1),
+                false => Metrics::add(&metrics.cancelled, 1),
+            }
             return false;
         }
         if Instant::now() > r.deadline {

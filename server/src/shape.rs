@@ -1,7 +1,7 @@
 //! The output's shape: with a tool-call format, the text streams through corral-split's
 //! splitter into content, reasoning and tool calls; without one, all of it is content.
 
-use corral_split::{Format, GenericParser, Splitter, ToolCallEvent};
+use corral_split::{Format, GenericParser, SplitEvent, Splitter, ToolCallEvent};
 use serde_json::{Value, json};
 
 /// A piece of the response, in stream order.
@@ -53,6 +53,10 @@ pub struct Shaper {
     splitter: Option<GenericParser>,
     id: String,
     calls: Vec<Call>,
+    /// Whitespace at the start of the content is dropped (set while none but whitespace
+    /// came yet): a constrained answer after reasoning is exactly what the grammar matched,
+    /// without the line breaks the model writes after `</think>`.
+    trim_content: bool,
 }
 
 impl Shaper {
@@ -67,6 +71,7 @@ impl Shaper {
             splitter,
             id: id.to_string(),
             calls: Vec::new(),
+            trim_content: false,
         };
         if !prefix.is_empty()
             && let Some(sp) = s.splitter.as_mut()
@@ -74,6 +79,12 @@ impl Shaper {
             sp.process(prefix);
         }
         Ok(s)
+    }
+
+    /// Drops whitespace before the content's first other character.
+    pub fn trim_leading_content(mut self, yes: bool) -> Shaper {
+        self.trim_content = yes;
+        self
     }
 
     pub fn calls(&self) -> &[Call] {
@@ -107,15 +118,28 @@ impl Shaper {
             return Vec::new();
         };
         let mut out = Vec::new();
-        let r = sp.take_reasoning();
-        if !r.is_empty() {
-            out.push(Piece::Reasoning(r));
-        }
-        let c = sp.take_content();
-        if !c.is_empty() {
-            out.push(Piece::Content(c));
-        }
-        for e in sp.take_tool_calls() {
+        for e in sp.take_events() {
+            let e = match e {
+                SplitEvent::Reasoning(r) => {
+                    out.push(Piece::Reasoning(r));
+                    continue;
+                }
+                SplitEvent::Content(c) => {
+                    let c = if self.trim_content {
+                        let t = c.trim_start();
+                        if t.is_empty() {
+                            continue;
+                        }
+                        self.trim_content = false;
+                        t.to_string()
+                    } else {
+                        c
+                    };
+                    out.push(Piece::Content(c));
+                    continue;
+                }
+                SplitEvent::Tool(e) => e,
+            };
             match e {
                 ToolCallEvent::Begin { index, name } => {
                     let id = format!("call_{}_{index}", self.id);

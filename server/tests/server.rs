@@ -376,10 +376,63 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(code, 413, "{v}");
     let (code, v) = s.post_raw("/v1/nothing", "{}", None);
     assert_eq!(code, 404, "{v}");
+    // A wrong method, a compressed body: OpenAI error objects too.
+    match ureq::get(&format!("{}{url}", s.base)).call() {
+        Err(ureq::Error::Status(405, r)) => {
+            let v: Value = r.into_json().expect("JSON error body");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        }
+        other => panic!("GET {url}: {other:?}"),
+    }
+    match ureq::post(&format!("{}{url}", s.base))
+        .set("content-encoding", "gzip")
+        .send_string("\u{1f}\u{8b}")
+    {
+        Err(ureq::Error::Status(415, r)) => {
+            let v: Value = r.into_json().expect("JSON error body");
+            assert!(error_message(&v).contains("gzip"), "{v}");
+        }
+        other => panic!("gzip body: {other:?}"),
+    }
+    // `"stream": null` is not streaming; the completions endpoint names `prompt`.
+    let (code, v) = s.post(
+        url,
+        &chat("Say yes.", json!({"regex": "yes|no", "stream": null})),
+    );
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = s.post("/v1/completions", &json!({"prompt": "", "max_tokens": 3}));
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["param"], "prompt", "{v}");
     // Still serving.
     let (code, v) = s.post(url, &chat("Say yes.", json!({"regex": "yes|no"})));
     assert_eq!(code, 200, "{v}");
-    assert!(s.metric("corral_request_errors_total") >= 13.0);
+    assert!(s.metric("corral_request_errors_total") >= 16.0);
+}
+
+#[test]
+fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    // 4 MB: more bytes than 8,192 positions of the longest token can hold.
+    let t = Instant::now();
+    let (code, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "hello ".repeat(700_000), "max_tokens": 2}),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    assert_eq!(v["error"]["param"], "prompt", "{v}");
+    assert!(error_message(&v).contains("bytes"), "{v}");
+    eprintln!("refused in {:?}", t.elapsed());
+    // max_tokens past what the context leaves is said up front.
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat("Hi.", json!({"max_tokens": 9000})),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
 }
 
 #[test]
@@ -510,18 +563,31 @@ fn a_request_past_its_time_limit_gets_504() {
 }
 
 #[test]
-fn completions_honor_stop_sequences() {
+fn stop_sequences_end_free_text_but_never_cut_a_constrained_output() {
     let Some(s) = Server::start(ServeConfig::default()) else {
         return;
     };
     let (code, v) = s.post(
         "/v1/completions",
-        &json!({"prompt": "Numbers:", "regex": " 1, 2, 3, 4, 5, 6", "stop": [", 4"], "temperature": 0}),
+        &json!({"prompt": "Numbers: 1, 2, 3,", "stop": [","], "max_tokens": 20, "temperature": 0}),
     );
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["object"], "text_completion");
-    assert_eq!(v["choices"][0]["text"], " 1, 2, 3");
+    let text = v["choices"][0]["text"].as_str().expect("text");
+    assert!(!text.contains(','), "{v}");
+    // Under a constraint the output is complete: the stop sequence does not apply.
+    let (code, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Numbers:", "regex": " 1, 2, 3, 4, 5, 6", "stop": [", 4"], "temperature": 0}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], " 1, 2, 3, 4, 5, 6");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // A generation a stop sequence ended counts as completed, not cancelled.
+    s.wait_for("both generations end", |s| {
+        s.metric("corral_requests_completed_total") >= 2.0
+    });
+    assert_eq!(s.metric("corral_requests_cancelled_total"), 0.0);
 }
 
 #[test]
@@ -732,4 +798,26 @@ fn a_reasoning_model_reasons_freely_then_answers_under_the_schema() {
     assert!(kinds[..first_content].contains(&"reasoning"));
     assert!(kinds[first_content..].iter().all(|k| *k == "content"));
     serde_json::from_str::<Value>(text.trim()).expect("streamed answer is JSON");
+    // A regex after reasoning: the content is exactly what it matched (no line breaks
+    // from after `</think>`).
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat(
+            "Pick a number.",
+            json!({"max_tokens": 40, "reasoning_budget": 4, "regex": "[0-9]{3}"}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+    let c = content(&v);
+    assert!(c.len() == 3 && c.bytes().all(|b| b.is_ascii_digit()), "{v}");
+    // The budget ends reasoning without a constraint too.
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat("Hi.", json!({"max_tokens": 30, "reasoning_budget": 3})),
+    );
+    assert_eq!(code, 200, "{v}");
+    let reasoning = v["choices"][0]["message"]["reasoning_content"]
+        .as_str()
+        .unwrap_or("");
+    assert!(reasoning.len() < 60, "{v}");
 }
