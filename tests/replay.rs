@@ -15,7 +15,15 @@ use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const TOKENIZERS: [&str; 5] = ["llama3_1", "qwen3", "gptoss", "llama2", "gemma3"];
+const TOKENIZERS: [&str; 7] = [
+    "llama3_1",
+    "qwen3",
+    "gptoss",
+    "llama2",
+    "gemma3",
+    "deepseek_v3",
+    "gpt4o",
+];
 
 fn tokenizer_path(name: &str) -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -123,6 +123,27 @@ fn gptoss() {
 }
 
 #[test]
+fn deepseek_v3() {
+    check(
+        "deepseek_v3",
+        ByteEncoding::ByteLevel,
+        &["<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"],
+    );
+    if let Some(path) = asset("deepseek_v3") {
+        let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+        assert_eq!(
+            vocab.default_eos(),
+            vocab.token_by_text("<｜end▁of▁sentence｜>")
+        );
+    }
+}
+
+#[test]
+fn gpt4o() {
+    check("gpt4o", ByteEncoding::ByteLevel, &["<|endoftext|>"]);
+}
+
+#[test]
 fn llama2() {
     check("llama2", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
     if let Some(path) = asset("llama2") {
