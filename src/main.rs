@@ -172,10 +172,27 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Error(e)) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes, `: `-separated, each cause left out when the message before it
+/// already says it (errors that print their source in their own message).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {

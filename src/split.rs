@@ -38,7 +38,8 @@ pub struct SplitArgs {
     /// Tools (OpenAI-style JSON list) to repair and validate tool-call arguments against.
     #[arg(long)]
     tools: Option<PathBuf>,
-    /// Feed the input in chunks of N characters (default: all at once).
+    /// Feed the splitter chunks of N characters (default: each piece as it is read, up to
+    /// 64 KiB).
     #[arg(long)]
     chunk_size: Option<usize>,
     /// Print one summary object instead of the events.
@@ -93,13 +94,17 @@ impl Utf8Pieces {
                 }
             };
             self.buf.truncate(held + n);
+            // The text before a bad byte goes out first: what is printed before the error
+            // does not depend on where reads end.
             let valid = match std::str::from_utf8(&self.buf) {
                 Ok(_) => self.buf.len(),
-                Err(e) if e.error_len().is_some() || n == 0 => {
-                    let at = self.offset + e.valid_up_to() as u64;
-                    Err(anyhow!("{}: invalid UTF-8 at byte {at}", self.name))?
-                }
-                Err(e) => e.valid_up_to(),
+                Err(e) if e.valid_up_to() > 0 => e.valid_up_to(),
+                Err(e) if e.error_len().is_some() || n == 0 => Err(anyhow!(
+                    "{}: invalid UTF-8 at byte {}",
+                    self.name,
+                    self.offset
+                ))?,
+                Err(_) => 0,
             };
             if n == 0 && valid == 0 {
                 return Ok(None);

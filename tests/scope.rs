@@ -106,9 +106,21 @@ fn run(script: &str, grammar: &str, scope: Scope) -> (String, FinishReason) {
 }
 
 fn run_with(script: &str, grammar: &str, scope: Scope, jump: bool) -> (String, FinishReason) {
+    run_scripted(script, Some(grammar), scope, jump)
+}
+
+/// The scripted model's output under `grammar` (none: free text) where `scope` says.
+fn run_scripted(
+    script: &str,
+    grammar: Option<&str>,
+    scope: Scope,
+    jump: bool,
+) -> (String, FinishReason) {
     let space = space();
-    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
-    let c = Constraint::new(g, space.clone());
+    let c = grammar.map(|g| {
+        let g = compile_gbnf(g, &CompileOptions::default()).unwrap();
+        Constraint::new(g, space.clone())
+    });
     let mut lm = Scripted {
         script: script.to_string(),
         out: Vec::new(),
@@ -124,7 +136,7 @@ fn run_with(script: &str, grammar: &str, scope: Scope, jump: bool) -> (String, F
     let out = generate(
         &mut lm,
         &space,
-        Some(&c),
+        c.as_ref(),
         &[TokenId(b'>' as u32)],
         &opts,
         &mut |_| {},
@@ -183,34 +195,12 @@ fn a_reasoning_budget_forces_the_answer() {
 fn a_reasoning_budget_ends_reasoning_without_a_constraint_too() {
     let f = Format::hermes().prefilled(true);
     let scope = scope::answer(&f, Some(6)).unwrap();
-    let space = space();
-    let mut lm = Scripted {
-        script: "thinking and thinking and thinking</think>An answer.".to_string(),
-        out: Vec::new(),
-        space: space.clone(),
-    };
-    let opts = GenerateOptions {
-        max_tokens: 400,
-        sampling: SamplingOptions::greedy(),
-        scope,
-        ..GenerateOptions::default()
-    };
-    let out = generate(
-        &mut lm,
-        &space,
-        None,
-        &[TokenId(b'>' as u32)],
-        &opts,
-        &mut |_| {},
-    )
-    .unwrap();
+    let script = "thinking and thinking and thinking</think>An answer.";
+    let (text, finish) = run_scripted(script, None, scope, true);
     // Forced once after 6 tokens; then the scripted model goes on from the script at the
     // output's length, and nothing is forced again.
-    assert_eq!(
-        out.text,
-        "thinki</think>hinking and thinking</think>An answer."
-    );
-    assert_eq!(out.finish_reason, FinishReason::Stop);
+    assert_eq!(text, "thinki</think>hinking and thinking</think>An answer.");
+    assert_eq!(finish, FinishReason::Stop);
 }
 
 #[test]

@@ -264,7 +264,7 @@ impl Decoder {
             return Err(GenerateError::EmptyPrompt);
         }
         opts.sampling.validate()?;
-        if prompt.len() >= max_positions {
+        if prompt.len() + 1 >= max_positions {
             return Err(ModelError::Context {
                 what: "the prompt",
                 needed: prompt.len() + 1,
@@ -272,10 +272,13 @@ impl Decoder {
             }
             .into());
         }
-        if prompt.len() + opts.max_tokens >= max_positions {
+        if opts.max_tokens >= max_positions - prompt.len() {
             return Err(ModelError::Context {
                 what: "the prompt and max_tokens",
-                needed: prompt.len() + opts.max_tokens + 1,
+                needed: prompt
+                    .len()
+                    .saturating_add(opts.max_tokens)
+                    .saturating_add(1),
                 max: max_positions,
             }
             .into());

@@ -142,6 +142,8 @@ pub struct ModelText {
     /// Constraints kept for reuse (made on first use: slicing the vocabulary takes a few
     /// milliseconds).
     constraints: OnceLock<ConstraintCache>,
+    /// Bytes of the longest token, special tokens' text included (made on first use).
+    longest_token: OnceLock<usize>,
     chat: Option<ChatTemplate>,
     bos: Option<u32>,
     add_bos: bool,
@@ -257,6 +259,7 @@ impl Model {
                 tokenizer,
                 space,
                 constraints: OnceLock::new(),
+                longest_token: OnceLock::new(),
                 chat,
                 bos,
                 add_bos,
@@ -284,6 +287,20 @@ impl Model {
 }
 
 impl ModelText {
+    /// Bytes of the longest token's text (special tokens' names included): no token covers
+    /// more of a text, so a text of more than `max_positions` times this many bytes cannot
+    /// fit the context, whatever its tokenization.
+    pub fn longest_token_bytes(&self) -> usize {
+        *self.longest_token.get_or_init(|| {
+            let vocab = self.space.vocab();
+            (0..vocab.len())
+                .filter_map(|t| vocab.token_bytes(TokenId(t as u32)).map(<[u8]>::len))
+                .chain(vocab.special_tokens().iter().map(|(_, name)| name.len()))
+                .max()
+                .unwrap_or(1)
+        })
+    }
+
     /// The tokens masks are computed over (width = the model's logits).
     pub fn space(&self) -> &Arc<TokenSpace> {
         &self.space

@@ -55,9 +55,12 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 /// Before a request's body is read: the API key, and a body the server can read as sent
 /// (no content encoding).
 async fn gate(State(st): State<Arc<AppState>>, req: Request, next: middleware::Next) -> Response {
+    let generation = req.method() == axum::http::Method::POST;
     let refuse = |e: ApiError| {
-        Metrics::add(&st.metrics.requests, 1);
-        Metrics::add(&st.metrics.request_errors, 1);
+        if generation {
+            Metrics::add(&st.metrics.requests, 1);
+            Metrics::add(&st.metrics.request_errors, 1);
+        }
         e.into_response()
     };
     if let Err(e) = authorize(&st, req.headers()) {

@@ -56,7 +56,7 @@ impl Metrics {
             ("corral_requests_timed_out_total", COUNTER, "Generations stopped at the request time limit.", get(&self.timed_out)),
             ("corral_prompt_tokens_total", COUNTER, "Prompt tokens of admitted requests.", get(&self.prompt_tokens)),
             ("corral_generated_tokens_total", COUNTER, "Tokens generated.", get(&self.generated_tokens)),
-            ("corral_queue_depth", GAUGE, "Requests waiting for a generation slot.", get(&self.queued)),
+            ("corral_queue_depth", GAUGE, "Requests being prepared or waiting for a generation slot.", get(&self.queued)),
             ("corral_active_requests", GAUGE, "Requests generating now.", get(&self.active)),
             ("corral_forward_passes_total", COUNTER, "Forward passes of the model.", get(&self.forward_passes)),
             ("corral_masks_total", COUNTER, "Token masks computed.", get(&self.masks)),

@@ -238,9 +238,10 @@ fn prepare(
     let ids = text
         .encode(prompt)
         .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
-    // Without max_tokens: the default, or what the context leaves after the prompt.
+    // Without max_tokens: the default, or what the context leaves after the prompt (a
+    // prompt that leaves nothing is refused by the decoder as too long).
     let room = text.max_positions().saturating_sub(ids.len() + 1);
-    let max_tokens = requested.unwrap_or(config.default_max_tokens.min(room).max(1));
+    let max_tokens = requested.unwrap_or(config.default_max_tokens.min(room));
     let options = GenerateOptions {
         max_tokens,
         sampling,
@@ -278,12 +279,7 @@ fn prepare(
 /// most the longest token's bytes, is refused before it is tokenized (or its constraint
 /// compiled): the cost of a refusal does not grow with the prompt.
 fn check_prompt_bytes(text: &ModelText, prompt: &str) -> Result<(), ApiError> {
-    let vocab = text.space().vocab();
-    let longest = (0..vocab.len())
-        .filter_map(|t| vocab.token_bytes(TokenId(t as u32)).map(<[u8]>::len))
-        .chain(vocab.special_tokens().iter().map(|(_, name)| name.len()))
-        .max()
-        .unwrap_or(1);
+    let longest = text.longest_token_bytes();
     let max = text.max_positions();
     if prompt.len() > max.saturating_mul(longest) {
         return Err(ApiError {

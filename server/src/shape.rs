@@ -126,7 +126,7 @@ impl Shaper {
                 }
                 SplitEvent::Content(c) => {
                     let c = if self.trim_content {
-                        let t = c.trim_start();
+                        let t = c.trim_start_matches(|c: char| c.is_ascii_whitespace());
                         if t.is_empty() {
                             continue;
                         }

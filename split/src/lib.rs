@@ -96,8 +96,10 @@ pub trait Splitter {
     fn finish(&mut self);
     /// Whether the stream ended inside a tool call that its format closes explicitly (a
     /// closing marker, or a JSON value not yet complete): the call `finish` closed is
-    /// truncated, not complete.
-    fn truncated_call(&self) -> bool;
+    /// truncated, not complete. Default: never.
+    fn truncated_call(&self) -> bool {
+        false
+    }
     /// Back to the start, for a new stream.
     fn reset(&mut self);
 }
