@@ -6,10 +6,14 @@
 //! length and leading digits; a decimal range splits on the integer part and compares the
 //! fraction digit by digit (a fraction `0.d` is compared as if padded with zeros).
 //!
-//! Bounded numbers are written without an exponent (`1e2` is refused where a bound applies):
-//! whether `m × 10^e` is within a bound compares two unbounded digit counts, which no
-//! regular language can do. The one exception is a bound at zero with no other bound
-//! (`minimum: 0`, `exclusiveMinimum: 0`), where the sign and the digits decide.
+//! With an exponent, bounded numbers take the form serializers write, normalized scientific
+//! notation: one non-zero digit before the point (`1e-09`, `2.5E+3`, `-7.25e1`; zero as
+//! `0e0`). For `d.ddd × 10^E` the exponent alone places the value between two powers of ten,
+//! so each bound becomes a mantissa range at its own exponent and any mantissa between
+//! (a regular language). Other exponent spellings (`25e2`, `0.5e1`) compare two unbounded
+//! digit counts, which no regular language can do: they are refused where a bound applies,
+//! except for a bound at zero with no other bound (`minimum: 0`, `exclusiveMinimum: 0`),
+//! where the sign and the digits decide.
 
 use super::gbnf::{EPSILON, alt, class, lit, opt, seq};
 use std::cmp::Ordering;
@@ -562,6 +566,110 @@ fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
     alt(alts)
 }
 
+/// `floor(log10(d))` of a positive decimal.
+fn exponent(d: &Dec) -> i64 {
+    if d.int != b"0" {
+        d.int.len() as i64 - 1
+    } else {
+        let zeros = d.frac.iter().position(|&x| x != b'0').expect("positive");
+        -(zeros as i64) - 1
+    }
+}
+
+/// `d × 10^-e`, exactly.
+fn shift_down(d: &Dec, e: i64) -> Dec {
+    let digits: Vec<u8> = d.int.iter().chain(&d.frac).copied().collect();
+    let point = d.int.len() as i64 - e;
+    if point <= 0 {
+        let mut frac = vec![b'0'; (-point) as usize];
+        frac.extend(&digits);
+        Dec::from_digits(b"0", &frac)
+    } else if point as usize >= digits.len() {
+        let mut int = digits.clone();
+        int.resize(point as usize, b'0');
+        Dec::from_digits(&int, &[])
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        Dec::from_digits(int, frac)
+    }
+}
+
+/// The digits after `e`/`E` of exponents in `[lo, hi]` (`None`: unbounded): a sign as JSON
+/// allows (`+` optional), leading zeros allowed.
+fn exponent_range(lo: Option<i64>, hi: Option<i64>) -> Option<String> {
+    let mut alts = Vec::new();
+    if hi.is_none_or(|h| h >= 0) {
+        let a = lo.map_or(0, |l| l.max(0)).to_string();
+        let b = hi.map(|h| h.to_string());
+        if let Some(r) = uint_range(a.as_bytes(), b.as_ref().map(|b| b.as_bytes())) {
+            alts.push(seq(&[r#""+"?"#, r#""0"*"#, &r]));
+        }
+        if lo.is_none_or(|l| l <= 0) {
+            alts.push(r#""-" "0"+"#.to_string());
+        }
+    }
+    if lo.is_none_or(|l| l < 0) {
+        let a = hi.map_or(1, |h| (-h).max(1)).to_string();
+        let b = lo.map(|l| (-l).to_string());
+        if let Some(r) = uint_range(a.as_bytes(), b.as_ref().map(|b| b.as_bytes())) {
+            alts.push(seq(&[r#""-""#, r#""0"*"#, &r]));
+        }
+    }
+    alt(alts)
+}
+
+/// Positive numbers in normalized scientific notation within the bounds (`lo` at least
+/// zero): at the bounds' exponents, mantissas from the bound to the next power of ten;
+/// between them, any mantissa.
+fn scientific(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
+    if hi.is_some_and(|h| h.value.neg || h.value.mag.is_zero()) {
+        return None;
+    }
+    let mantissa = |a: Dec, a_strict: bool, b: Dec, b_strict: bool| {
+        let lo = Bound {
+            value: SDec { neg: false, mag: a },
+            strict: a_strict,
+        };
+        let hi = Bound {
+            value: SDec { neg: false, mag: b },
+            strict: b_strict,
+        };
+        nonneg_decimal(&lo, Some(&hi))
+    };
+    let one = Dec::from_digits(b"1", &[]);
+    let ten = Dec::from_digits(b"10", &[]);
+    let e = |m: Option<String>, lo: Option<i64>, hi: Option<i64>| {
+        Some(seq(&[m?, "[eE]".to_string(), exponent_range(lo, hi)?]))
+    };
+    let e_lo = (!lo.value.mag.is_zero()).then(|| exponent(&lo.value.mag));
+    let e_hi = hi.map(|h| exponent(&h.value.mag));
+    let mut alts = Vec::new();
+    if let (Some(l), Some(h), Some(hb)) = (e_lo, e_hi, hi)
+        && l == h
+    {
+        let m = mantissa(
+            shift_down(&lo.value.mag, l),
+            lo.strict,
+            shift_down(&hb.value.mag, l),
+            hb.strict,
+        );
+        return e(m, Some(l), Some(l));
+    }
+    if let Some(l) = e_lo {
+        let m = mantissa(shift_down(&lo.value.mag, l), lo.strict, ten.clone(), true);
+        alts.extend(e(m, Some(l), Some(l)));
+    }
+    if let (Some(h), Some(hb)) = (e_hi, hi) {
+        let m = mantissa(one.clone(), false, shift_down(&hb.value.mag, h), hb.strict);
+        alts.extend(e(m, Some(h), Some(h)));
+    }
+    let (mid_lo, mid_hi) = (e_lo.map(|l| l + 1), e_hi.map(|h| h - 1));
+    if mid_lo.zip(mid_hi).is_none_or(|(a, b)| a <= b) {
+        alts.extend(e(mantissa(one, false, ten, true), mid_lo, mid_hi));
+    }
+    alt(alts)
+}
+
 fn decr_or_none(int: &[u8]) -> Option<Vec<u8>> {
     if int == b"0" { None } else { Some(decr(int)) }
 }
@@ -621,11 +729,15 @@ pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<Str
         if let Some(r) = nonneg_decimal(&mlo, mhi.as_ref()) {
             alts.push(seq(&[lit("-"), r]));
         }
+        if let Some(r) = scientific(&mlo, mhi.as_ref()) {
+            alts.push(seq(&[lit("-"), r]));
+        }
     }
     let zero_ok = lo.is_none_or(|l| l.value < zero || (l.value == zero && !l.strict))
         && hi.is_none_or(|h| h.value > zero || (h.value == zero && !h.strict));
     if zero_ok {
         alts.push(r#""-" "0" ( "." "0"+ )?"#.to_string());
+        alts.push(r#""-"? "0" ( "." "0"+ )? [eE] [-+]? [0-9]+"#.to_string());
     }
     // Non-negative values.
     if hi.is_none_or(|h| !h.value.neg) {
@@ -637,6 +749,9 @@ pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<Str
             },
         };
         if let Some(r) = nonneg_decimal(&plo, hi) {
+            alts.push(r);
+        }
+        if let Some(r) = scientific(&plo, hi) {
             alts.push(r);
         }
     }
@@ -860,6 +975,81 @@ mod tests {
                         match_bytes(g, s.as_bytes()).unwrap() == MatchOutcome::Accepted
                     });
                     assert_eq!(got, inside, "{s} in {lo:?}..{hi:?}: {expr:?}");
+                }
+            }
+        }
+    }
+
+    /// Numbers with exponents: normalized (`2.5e1`, zero as `0e0`) and not (`25e0`).
+    fn exp_cases() -> Vec<(String, bool)> {
+        let mut v = Vec::new();
+        let mantissas = [
+            ("1", true),
+            ("1.5", true),
+            ("2.25", true),
+            ("2.250", true),
+            ("5", true),
+            ("9.99", true),
+            ("1.205", true),
+            ("0", true),
+            ("0.0", true),
+            ("25", false),
+            ("0.5", false),
+            ("12.05", false),
+        ];
+        for (m, normal) in mantissas {
+            for e in [
+                "e-3", "E-2", "e-01", "e-1", "e0", "e-0", "E+0", "e1", "e+01", "e2", "E3",
+            ] {
+                v.push((format!("{m}{e}"), normal));
+                v.push((format!("-{m}{e}"), normal));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn decimal_ranges_take_normalized_exponents() {
+        let bs = [
+            None,
+            Some(("0", false)),
+            Some(("0", true)),
+            Some(("0.5", false)),
+            Some(("0.5", true)),
+            Some(("-2.25", false)),
+            Some(("-2.25", true)),
+            Some(("3", true)),
+            Some(("12.05", false)),
+            Some(("20", true)),
+            Some(("0.00225", false)),
+        ];
+        for lo in bs {
+            for hi in bs {
+                let l = lo.map(|(v, s)| Bound {
+                    value: d(v),
+                    strict: s,
+                });
+                let h = hi.map(|(v, s)| Bound {
+                    value: d(v),
+                    strict: s,
+                });
+                let expr = number_range(l.as_ref(), h.as_ref());
+                let g = expr.as_ref().map(|e| {
+                    compile_gbnf(&format!("root ::= {e}"), &CompileOptions::default())
+                        .unwrap_or_else(|err| panic!("{err}\n{e}"))
+                });
+                // Without bounds, or with only a bound at zero, every spelling.
+                let any_spelling = hi.is_none() && lo.is_none_or(|(v, _)| v == "0");
+                for (s, normal) in exp_cases() {
+                    let x = value(&s);
+                    let inside = lo
+                        .is_none_or(|(v, st)| if st { x > value(v) } else { x >= value(v) })
+                        && hi.is_none_or(|(v, st)| if st { x < value(v) } else { x <= value(v) });
+                    let want = inside && (normal || any_spelling);
+                    let got = g.as_ref().is_some_and(|g| {
+                        match_bytes(g, s.as_bytes()).unwrap() == MatchOutcome::Accepted
+                    });
+                    assert_eq!(got, want, "{s} in {lo:?}..{hi:?}: {expr:?}");
                 }
             }
         }
