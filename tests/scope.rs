@@ -192,6 +192,27 @@ fn a_reasoning_budget_forces_the_answer() {
 }
 
 #[test]
+fn a_model_that_ends_inside_its_reasoning_still_answers_under_the_grammar() {
+    let f = Format::hermes().prefilled(true);
+    let scope = scope::answer(&f, None).unwrap();
+    // The script ends (end-of-sequence) before any `</think>`.
+    let (text, finish) = run("thinking only", ANSWER, scope);
+    assert!(text.starts_with("thinking only</think>"), "{text:?}");
+    let (sum, _) = split_all(&mut GenericParser::new(f).unwrap(), [text.as_str()]);
+    assert!(
+        sum.content.trim() == "{\"ok\": true}" || sum.content.trim() == "{\"ok\": false}",
+        "{text:?}"
+    );
+    assert!(
+        matches!(
+            finish,
+            FinishReason::GrammarComplete | FinishReason::BudgetCompleted
+        ),
+        "{finish:?}"
+    );
+}
+
+#[test]
 fn a_reasoning_budget_ends_reasoning_without_a_constraint_too() {
     let f = Format::hermes().prefilled(true);
     let scope = scope::answer(&f, Some(6)).unwrap();

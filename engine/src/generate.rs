@@ -402,6 +402,12 @@ impl Decoder {
         }
         let tok = self.sample(&mut v)?;
         if self.space.eos().contains(&tok) {
+            // An end before the trigger, under a grammar that applies after it (the model
+            // stopped inside its reasoning): the answer is still owed, so the trigger is
+            // appended instead and the grammar applies from there.
+            if let Some(trigger) = self.trigger_still_owed() {
+                return Ok(self.force_trigger(trigger, on_delta));
+            }
             return Ok(Next::Done(FinishReason::Stop));
         }
         if masked && self.step_constraint(tok, on_delta)? {
@@ -479,10 +485,25 @@ impl Decoder {
         if !matches!(self.phase, Phase::Free) || self.triggered || self.free_tokens < *b {
             return None;
         }
-        Some(match self.space.vocab().token_by_text(trigger) {
+        Some(self.trigger_tokens(trigger))
+    }
+
+    /// The trigger's tokens, if a grammar is to apply after a trigger not seen yet.
+    fn trigger_still_owed(&self) -> Option<Vec<TokenId>> {
+        let Scope::After { trigger, .. } = &self.opts.scope else {
+            return None;
+        };
+        if !matches!(self.phase, Phase::Free) || self.constraint.is_none() {
+            return None;
+        }
+        Some(self.trigger_tokens(trigger))
+    }
+
+    fn trigger_tokens(&self, trigger: &str) -> Vec<TokenId> {
+        match self.space.vocab().token_by_text(trigger) {
             Some(id) => vec![id],
             None => self.space.trie().greedy_tokens(trigger.as_bytes()).0,
-        })
+        }
     }
 
     /// Appends the trigger without sampling; the grammar applies from there.
