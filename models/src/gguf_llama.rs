@@ -2,22 +2,13 @@
 //! Llama, SmolLM2, Mistral and the other architectures llama.cpp stores as `llama`.
 
 use crate::LoadError;
-use crate::candle_lm::{CandleLm, CandleNet};
+use crate::candle_lm::CandleLm;
 use crate::gguf_tokenizer::{GgufTokenizerInfo, tokenizer_from_gguf};
+use crate::llama::{GgufNet, Llama};
+use candle_core::Device;
 use candle_core::quantized::gguf_file::{Content, Value};
-use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 use std::path::Path;
-
-impl CandleNet for ModelWeights {
-    fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor> {
-        ModelWeights::forward(self, input, pos)
-    }
-
-    fn clear_kv_cache(&mut self) {
-        ModelWeights::clear_kv_cache(self)
-    }
-}
 
 fn usize_meta(c: &Content, key: &str) -> Option<usize> {
     match c.metadata.get(key)? {
@@ -29,19 +20,12 @@ fn usize_meta(c: &Content, key: &str) -> Option<usize> {
     }
 }
 
-/// Loads a GGUF llama-family model and the tokenizer stored in its metadata. Cloning
-/// `ModelWeights` shares the weights, so snapshots of the KV cache are cheap.
+/// Loads a GGUF llama-family model and the tokenizer stored in its metadata. Cloning the
+/// network shares the weights, so snapshots of the KV cache are cheap.
 pub fn load(
     path: &Path,
     device: &Device,
-) -> Result<
-    (
-        CandleLm<ModelWeights>,
-        tokenizers::Tokenizer,
-        GgufTokenizerInfo,
-    ),
-    LoadError,
-> {
+) -> Result<(CandleLm<GgufNet>, tokenizers::Tokenizer, GgufTokenizerInfo), LoadError> {
     let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
     let content = Content::read(&mut file).map_err(|e| {
         LoadError::candle(format!("{}: not a readable GGUF file", path.display()), e)
@@ -63,9 +47,13 @@ pub fn load(
     let vocab =
         usize_meta(&content, "llama.vocab_size").unwrap_or_else(|| tokenizer.get_vocab_size(true));
     let context = usize_meta(&content, "llama.context_length").unwrap_or(MAX_SEQ_LEN);
-    let weights = ModelWeights::from_gguf(content, &mut file, device).map_err(|e| {
-        LoadError::candle(format!("{}: cannot load the weights", path.display()), e)
-    })?;
+    let experts = usize_meta(&content, "llama.expert_count").unwrap_or(0);
+    let weights = if experts > 1 {
+        ModelWeights::from_gguf(content, &mut file, device).map(GgufNet::Experts)
+    } else {
+        Llama::from_gguf(&content, &mut file, device).map(GgufNet::Dense)
+    }
+    .map_err(|e| LoadError::candle(format!("{}: cannot load the weights", path.display()), e))?;
     // quantized_llama's RoPE table stops at MAX_SEQ_LEN, whatever the file says.
     let lm = CandleLm::new(weights, device.clone(), vocab, context.min(MAX_SEQ_LEN));
     Ok((lm, tokenizer, info))

@@ -6,7 +6,7 @@
 //!
 //! | file | family | from |
 //! |---|---|---|
-//! | `gguf_llama.rs` | quantized llama family (Llama, SmolLM2, ...) | a GGUF file |
+//! | `gguf_llama.rs`, `llama.rs` | quantized llama family (Llama, SmolLM2, ...) | a GGUF file |
 //! | `safetensors.rs` | Llama, Mistral, Qwen2 / Qwen2.5, Qwen3 | safetensors folder or Hub repo |
 //!
 //! Each is a [`candle_lm::CandleNet`] (how to run the network and clear its cache); the
@@ -47,6 +47,7 @@ pub mod gguf_llama;
 pub mod gguf_tokenizer;
 pub mod hf_folder;
 pub mod hub;
+pub mod llama;
 pub mod logits;
 pub mod safetensors;
 

@@ -56,3 +56,58 @@ fn a_prompt_in_chunks_gives_the_logits_of_one_pass() {
         .unwrap();
     assert_eq!(argmax(&a), argmax(&b));
 }
+
+/// corral's dense llama pass against candle-transformers' `quantized_llama` on the same
+/// GGUF: token by token (both on the quantized kernel) the logits agree to rounding; a
+/// prompt in one chunk (corral on dequantized f32 weights, candle's on 8-bit activations)
+/// agrees on the next token and within the quantized kernel's own spread.
+#[test]
+fn the_dense_llama_pass_matches_candle_transformers() {
+    use candle_core::Tensor;
+    use candle_core::quantized::gguf_file::Content;
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    use corral_models::llama::Llama;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let Some(path) = require::require_input(path, "run scripts/fetch-assets model") else {
+        return;
+    };
+    let dev = Device::Cpu;
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = Content::read(&mut file).unwrap();
+    let mut ours = Llama::from_gguf(&content, &mut file, &dev).unwrap();
+    let mut theirs = ModelWeights::from_gguf(content, &mut file, &dev).unwrap();
+    let (_, tokenizer, _) = gguf_llama::load(&path, &dev).unwrap();
+    let text = "Structured output: {\"name\": \"Ada\", \"born\": 1815} and more text after it. ";
+    let ids = tokenizer
+        .encode(text.repeat(3), false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert!(ids.len() > 40, "{} tokens", ids.len());
+    let logits = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    for (pos, &id) in ids.iter().enumerate() {
+        let input = Tensor::new(&[id], &dev).unwrap().unsqueeze(0).unwrap();
+        let a = logits(ours.forward(&input, pos).unwrap());
+        let b = logits(theirs.forward(&input, pos).unwrap());
+        assert_eq!(a.len(), b.len());
+        let w = worst(&a, &b);
+        assert!(w < 1e-3, "position {pos}: largest logit difference {w}");
+    }
+    let input = Tensor::new(ids.as_slice(), &dev)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let a = logits(ours.forward(&input, 0).unwrap());
+    let b = logits(theirs.forward(&input, 0).unwrap());
+    assert_eq!(argmax(&a), argmax(&b));
+    let w = worst(&a, &b);
+    assert!(w < 1.0, "one pass: largest logit difference {w}");
+}

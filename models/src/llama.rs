@@ -1,0 +1,305 @@
+//! The dense llama forward pass over GGUF weights, with one change from candle-transformers'
+//! `quantized_llama`: a prompt chunk (many rows at once) multiplies by weights dequantized
+//! for that call, through candle's f32 matrix multiply, while a single decoding row keeps
+//! the quantized kernel. candle's quantized CPU kernel costs the same per row whether rows
+//! come one at a time or batched, so prompts ran at about the decode speed; the f32 multiply
+//! is blocked and reuses each weight across the chunk's rows. The dequantized copy lives for
+//! one multiplication: memory stays that of the quantized model plus one matrix.
+//!
+//! Mixture-of-experts GGUFs keep candle-transformers' model ([`GgufNet::Experts`]).
+
+use crate::candle_lm::CandleNet;
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
+use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
+use std::sync::Arc;
+
+/// Rows from which a multiplication dequantizes its weight instead of running the
+/// quantized kernel row by row. Measured on SmolLM2-135M Q4_1, 2 cores (`corral generate
+/// --raw --prompt-file F --max-tokens 1 --stats`, prompts of N tokens, built with the
+/// threshold at N or above it): 16 rows ran at 50 tok/s on f32 against 93 quantized, 24
+/// rows at 140 against 89, 32 rows at 130-190 against 93.
+pub const GEMM_MIN_ROWS: usize = 24;
+
+/// A GGUF llama-family network.
+#[derive(Clone)]
+pub enum GgufNet {
+    /// Dense models (Llama, SmolLM2, Mistral, ...): [`Llama`].
+    Dense(Llama),
+    /// Mixture-of-experts models: candle-transformers' `quantized_llama`.
+    Experts(ModelWeights),
+}
+
+impl CandleNet for GgufNet {
+    fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
+        match self {
+            GgufNet::Dense(m) => m.forward(input, pos),
+            GgufNet::Experts(m) => m.forward(input, pos),
+        }
+    }
+
+    fn clear_kv_cache(&mut self) {
+        match self {
+            GgufNet::Dense(m) => m.clear_kv_cache(),
+            GgufNet::Experts(m) => m.clear_kv_cache(),
+        }
+    }
+}
+
+/// A weight matrix `(out, in)`, kept quantized.
+#[derive(Clone)]
+struct Linear {
+    weight: Arc<QTensor>,
+    quantized: QMatMul,
+}
+
+impl Linear {
+    fn new(weight: QTensor) -> Result<Linear> {
+        let weight = Arc::new(weight);
+        Ok(Linear {
+            quantized: QMatMul::QTensor(weight.clone()),
+            weight,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let rows = x.elem_count() / x.dim(D::Minus1)?;
+        if rows >= GEMM_MIN_ROWS && x.device().is_cpu() {
+            QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
+        } else {
+            self.quantized.forward(x)
+        }
+    }
+}
+
+#[derive(Clone)]
+struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn new(weight: QTensor, eps: f32) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: weight.dequantize(&weight.device())?,
+            eps,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::rms_norm(x, &self.weight, self.eps)
+    }
+}
+
+#[derive(Clone)]
+struct Layer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    attn_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+    /// Keys and values of the positions seen, `(1, kv_heads, positions, head_dim)`.
+    cache: Option<(Tensor, Tensor)>,
+}
+
+/// The shape shared by every layer.
+#[derive(Clone)]
+struct Shape {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// RoPE tables, `(MAX_SEQ_LEN, rope_dim / 2)`.
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// A dense llama network. Cloning shares the weights; the KV cache is copied on write
+/// (each step concatenates into new tensors), so a clone is a cheap snapshot.
+#[derive(Clone)]
+pub struct Llama {
+    embeddings: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: Linear,
+    shape: Shape,
+}
+
+impl Layer {
+    fn attention(&mut self, x: &Tensor, pos: usize, shape: &Shape) -> Result<Tensor> {
+        let (b, seq, width) = x.dims3()?;
+        let heads = |t: Tensor, n: usize| -> Result<Tensor> {
+            t.reshape((b, seq, n, shape.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let rope = |t: &Tensor| -> Result<Tensor> {
+            let cos = shape.cos.narrow(0, pos, seq)?;
+            let sin = shape.sin.narrow(0, pos, seq)?;
+            candle_nn::rotary_emb::rope_i(t, &cos, &sin)
+        };
+        let q = rope(&heads(self.q.forward(x)?, shape.heads)?)?;
+        let k = rope(&heads(self.k.forward(x)?, shape.kv_heads)?)?;
+        let v = heads(self.v.forward(x)?, shape.kv_heads)?;
+        let (k, v) = match &self.cache {
+            Some((ck, cv)) if pos > 0 => (Tensor::cat(&[ck, &k], 2)?, Tensor::cat(&[cv, &v], 2)?),
+            _ => (k, v),
+        };
+        self.cache = Some((k.clone(), v.clone()));
+        // Grouped-query attention without copying keys and values per query head: the
+        // `groups` query heads sharing a key-value head are consecutive, so they stack as
+        // rows of one multiplication with it.
+        let groups = shape.heads / shape.kv_heads;
+        let q = q.reshape((b, shape.kv_heads, groups * seq, shape.head_dim))?;
+        let scores = (q.matmul(&k.t()?)? / (shape.head_dim as f64).sqrt())?;
+        let kv = pos + seq;
+        let scores = scores.reshape((b, shape.heads, seq, kv))?;
+        let scores = if seq > 1 {
+            let blocked: Vec<u8> = (0..seq)
+                .flat_map(|i| (0..kv).map(move |j| u8::from(j > pos + i)))
+                .collect();
+            let blocked =
+                Tensor::from_vec(blocked, (seq, kv), x.device())?.broadcast_as(scores.shape())?;
+            let minus_inf = Tensor::new(f32::NEG_INFINITY, x.device())?
+                .to_dtype(scores.dtype())?
+                .broadcast_as(scores.shape())?;
+            blocked.where_cond(&minus_inf, &scores)?
+        } else {
+            scores
+        };
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
+            b,
+            shape.kv_heads,
+            groups * seq,
+            kv,
+        ))?;
+        let y = weights
+            .matmul(&v)?
+            .reshape((b, shape.heads, seq, shape.head_dim))?;
+        let y = y.transpose(1, 2)?.reshape((b, seq, width))?;
+        self.o.forward(&y)
+    }
+
+    fn forward(&mut self, x: &Tensor, pos: usize, shape: &Shape) -> Result<Tensor> {
+        let a = self.attention(&self.attn_norm.forward(x)?, pos, shape)?;
+        let x = (a + x)?;
+        let h = self.ffn_norm.forward(&x)?;
+        let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
+        self.down.forward(&gated)? + x
+    }
+}
+
+impl Llama {
+    /// The network in `content` (metadata already read), tensors from `file`.
+    pub fn from_gguf<R: std::io::Read + std::io::Seek>(
+        content: &Content,
+        file: &mut R,
+        device: &Device,
+    ) -> Result<Llama> {
+        let meta = |key: &str| -> Result<&candle_core::quantized::gguf_file::Value> {
+            content
+                .metadata
+                .get(key)
+                .ok_or_else(|| candle_core::Error::Msg(format!("GGUF metadata lacks {key}")))
+        };
+        let heads = meta("llama.attention.head_count")?.to_u32()? as usize;
+        let kv_heads = meta("llama.attention.head_count_kv")?.to_u32()? as usize;
+        let blocks = meta("llama.block_count")?.to_u32()? as usize;
+        let width = meta("llama.embedding_length")?.to_u32()? as usize;
+        let rope_dim = meta("llama.rope.dimension_count")?.to_u32()? as usize;
+        let eps = meta("llama.attention.layer_norm_rms_epsilon")?.to_f32()?;
+        let base = meta("llama.rope.freq_base")
+            .and_then(|v| v.to_f32())
+            .unwrap_or(10_000.0);
+        if heads == 0
+            || kv_heads == 0
+            || !heads.is_multiple_of(kv_heads)
+            || !width.is_multiple_of(heads)
+        {
+            return Err(candle_core::Error::Msg(format!(
+                "GGUF shape not supported: {heads} heads, {kv_heads} key-value heads, width {width}"
+            )));
+        }
+        let (cos, sin) = rope_tables(rope_dim, base, device)?;
+        let mut tensor = |name: &str| content.tensor(file, name, device);
+        let embedding = tensor("token_embd.weight")?;
+        let embeddings = embedding.dequantize(device)?;
+        let norm = RmsNorm::new(tensor("output_norm.weight")?, eps)?;
+        let output = match tensor("output.weight") {
+            Ok(w) => w,
+            Err(_) => embedding,
+        };
+        let mut layers = Vec::with_capacity(blocks);
+        for i in 0..blocks {
+            let mut w = |name: &str| tensor(&format!("blk.{i}.{name}.weight"));
+            layers.push(Layer {
+                q: Linear::new(w("attn_q")?)?,
+                k: Linear::new(w("attn_k")?)?,
+                v: Linear::new(w("attn_v")?)?,
+                o: Linear::new(w("attn_output")?)?,
+                gate: Linear::new(w("ffn_gate")?)?,
+                up: Linear::new(w("ffn_up")?)?,
+                down: Linear::new(w("ffn_down")?)?,
+                attn_norm: RmsNorm::new(w("attn_norm")?, eps)?,
+                ffn_norm: RmsNorm::new(w("ffn_norm")?, eps)?,
+                cache: None,
+            });
+        }
+        Ok(Llama {
+            embeddings,
+            layers,
+            norm,
+            output: Linear::new(output)?,
+            shape: Shape {
+                heads,
+                kv_heads,
+                head_dim: width / heads,
+                cos,
+                sin,
+            },
+        })
+    }
+
+    /// The logits of the last of `input`'s positions (shape `(1, seq)`), which sit at
+    /// positions `pos..`; position 0 starts a new sequence.
+    pub fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
+        let (_, seq) = input.dims2()?;
+        let (_, width) = self.embeddings.dims2()?;
+        let ids = input.flatten_all()?;
+        let mut x = self
+            .embeddings
+            .index_select(&ids, 0)?
+            .reshape((1, seq, width))?;
+        for layer in &mut self.layers {
+            x = layer.forward(&x, pos, &self.shape)?;
+        }
+        let last = self.norm.forward(&x)?.i((.., seq - 1, ..))?;
+        self.output.forward(&last)
+    }
+
+    /// Empties every layer's KV cache.
+    pub fn clear_kv_cache(&mut self) {
+        for layer in &mut self.layers {
+            layer.cache = None;
+        }
+    }
+}
+
+/// RoPE's cosine and sine tables for `MAX_SEQ_LEN` positions.
+fn rope_tables(dim: usize, base: f32, device: &Device) -> Result<(Tensor, Tensor)> {
+    let inv: Vec<f32> = (0..dim)
+        .step_by(2)
+        .map(|i| 1.0 / base.powf(i as f32 / dim as f32))
+        .collect();
+    let n = inv.len();
+    let inv = Tensor::from_vec(inv, (1, n), device)?;
+    let at = Tensor::arange(0, MAX_SEQ_LEN as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((MAX_SEQ_LEN, 1))?;
+    let angles = at.matmul(&inv)?;
+    Ok((angles.cos()?, angles.sin()?))
+}
