@@ -10,7 +10,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 use std::path::Path;
 
-fn usize_meta(c: &Content, key: &str) -> Option<usize> {
+pub(crate) fn usize_meta(c: &Content, key: &str) -> Option<usize> {
     match c.metadata.get(key)? {
         Value::U32(x) => Some(*x as usize),
         Value::U64(x) => Some(*x as usize),

@@ -58,17 +58,19 @@ impl Linear {
     fn new(weight: QTensor) -> Result<Linear> {
         let weight = Arc::new(weight);
         Ok(Linear {
-            quantized: QMatMul::QTensor(weight.clone()),
+            // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
+            quantized: QMatMul::from_arc(weight.clone())?,
             weight,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.elem_count() / x.dim(D::Minus1)?;
-        if rows >= GEMM_MIN_ROWS && x.device().is_cpu() {
-            QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
-        } else {
-            self.quantized.forward(x)
+        match &self.quantized {
+            QMatMul::QTensor(_) if rows >= GEMM_MIN_ROWS && x.device().is_cpu() => {
+                QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
+            }
+            q => q.forward(x),
         }
     }
 }
@@ -130,8 +132,14 @@ pub struct Llama {
 }
 
 impl Layer {
-    fn attention(&mut self, x: &Tensor, pos: usize, shape: &Shape) -> Result<Tensor> {
-        let (b, seq, width) = x.dims3()?;
+    fn attention(
+        &mut self,
+        x: &Tensor,
+        pos: usize,
+        blocked: Option<&Tensor>,
+        shape: &Shape,
+    ) -> Result<Tensor> {
+        let (b, seq, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             t.reshape((b, seq, n, shape.head_dim))?
                 .transpose(1, 2)?
@@ -156,20 +164,24 @@ impl Layer {
         let groups = shape.heads / shape.kv_heads;
         let q = q.reshape((b, shape.kv_heads, groups * seq, shape.head_dim))?;
         let scores = (q.matmul(&k.t()?)? / (shape.head_dim as f64).sqrt())?;
-        let kv = pos + seq;
+        let kv = k.dim(2)?;
+        if kv != pos + seq {
+            return Err(candle_core::Error::Msg(format!(
+                "the KV cache holds {} positions, not the {pos} before this input",
+                kv - seq
+            )));
+        }
         let scores = scores.reshape((b, shape.heads, seq, kv))?;
-        let scores = if seq > 1 {
-            let blocked: Vec<u8> = (0..seq)
-                .flat_map(|i| (0..kv).map(move |j| u8::from(j > pos + i)))
-                .collect();
-            let blocked =
-                Tensor::from_vec(blocked, (seq, kv), x.device())?.broadcast_as(scores.shape())?;
-            let minus_inf = Tensor::new(f32::NEG_INFINITY, x.device())?
-                .to_dtype(scores.dtype())?
-                .broadcast_as(scores.shape())?;
-            blocked.where_cond(&minus_inf, &scores)?
-        } else {
-            scores
+        let scores = match blocked {
+            Some(blocked) => {
+                let minus_inf = Tensor::new(f32::NEG_INFINITY, x.device())?
+                    .to_dtype(scores.dtype())?
+                    .broadcast_as(scores.shape())?;
+                blocked
+                    .broadcast_as(scores.shape())?
+                    .where_cond(&minus_inf, &scores)?
+            }
+            None => scores,
         };
         let weights = candle_nn::ops::softmax_last_dim(&scores)?.reshape((
             b,
@@ -180,12 +192,20 @@ impl Layer {
         let y = weights
             .matmul(&v)?
             .reshape((b, shape.heads, seq, shape.head_dim))?;
-        let y = y.transpose(1, 2)?.reshape((b, seq, width))?;
+        let y = y
+            .transpose(1, 2)?
+            .reshape((b, seq, shape.heads * shape.head_dim))?;
         self.o.forward(&y)
     }
 
-    fn forward(&mut self, x: &Tensor, pos: usize, shape: &Shape) -> Result<Tensor> {
-        let a = self.attention(&self.attn_norm.forward(x)?, pos, shape)?;
+    fn forward(
+        &mut self,
+        x: &Tensor,
+        pos: usize,
+        blocked: Option<&Tensor>,
+        shape: &Shape,
+    ) -> Result<Tensor> {
+        let a = self.attention(&self.attn_norm.forward(x)?, pos, blocked, shape)?;
         let x = (a + x)?;
         let h = self.ffn_norm.forward(&x)?;
         let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
@@ -200,30 +220,38 @@ impl Llama {
         file: &mut R,
         device: &Device,
     ) -> Result<Llama> {
-        let meta = |key: &str| -> Result<&candle_core::quantized::gguf_file::Value> {
-            content
-                .metadata
-                .get(key)
-                .ok_or_else(|| candle_core::Error::Msg(format!("GGUF metadata lacks {key}")))
-        };
-        let heads = meta("llama.attention.head_count")?.to_u32()? as usize;
-        let kv_heads = meta("llama.attention.head_count_kv")?.to_u32()? as usize;
-        let blocks = meta("llama.block_count")?.to_u32()? as usize;
-        let width = meta("llama.embedding_length")?.to_u32()? as usize;
-        let rope_dim = meta("llama.rope.dimension_count")?.to_u32()? as usize;
-        let eps = meta("llama.attention.layer_norm_rms_epsilon")?.to_f32()?;
-        let base = meta("llama.rope.freq_base")
-            .and_then(|v| v.to_f32())
-            .unwrap_or(10_000.0);
-        if heads == 0
-            || kv_heads == 0
-            || !heads.is_multiple_of(kv_heads)
-            || !width.is_multiple_of(heads)
-        {
-            return Err(candle_core::Error::Msg(format!(
-                "GGUF shape not supported: {heads} heads, {kv_heads} key-value heads, width {width}"
+        let msg = |m: String| candle_core::Error::Msg(m);
+        let num = |key: &str| crate::gguf_llama::usize_meta(content, key);
+        let need = |key: &str| num(key).ok_or_else(|| msg(format!("GGUF metadata lacks {key}")));
+        let heads = need("llama.attention.head_count")?;
+        let kv_heads = num("llama.attention.head_count_kv").unwrap_or(heads);
+        let blocks = need("llama.block_count")?;
+        let width = need("llama.embedding_length")?;
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(msg(format!(
+                "GGUF shape not supported: {heads} heads, {kv_heads} key-value heads"
             )));
         }
+        let head_dim = num("llama.attention.key_length").unwrap_or(width / heads);
+        let value_dim = num("llama.attention.value_length").unwrap_or(head_dim);
+        let rope_dim = num("llama.rope.dimension_count").unwrap_or(head_dim);
+        if head_dim == 0 || value_dim != head_dim || rope_dim != head_dim {
+            return Err(msg(format!(
+                "GGUF shape not supported: key length {head_dim}, value length {value_dim}, \
+                 rotary dimensions {rope_dim} (all must be equal and non-zero)"
+            )));
+        }
+        let eps_key = "llama.attention.layer_norm_rms_epsilon";
+        let eps = content
+            .metadata
+            .get(eps_key)
+            .ok_or_else(|| msg(format!("GGUF metadata lacks {eps_key}")))?
+            .to_f32()?;
+        let base = content
+            .metadata
+            .get("llama.rope.freq_base")
+            .and_then(|v| v.to_f32().ok())
+            .unwrap_or(10_000.0);
         let (cos, sin) = rope_tables(rope_dim, base, device)?;
         let mut tensor = |name: &str| content.tensor(file, name, device);
         let embedding = tensor("token_embd.weight")?;
@@ -257,7 +285,7 @@ impl Llama {
             shape: Shape {
                 heads,
                 kv_heads,
-                head_dim: width / heads,
+                head_dim,
                 cos,
                 sin,
             },
@@ -268,14 +296,29 @@ impl Llama {
     /// positions `pos..`; position 0 starts a new sequence.
     pub fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
         let (_, seq) = input.dims2()?;
+        if seq == 0 {
+            return Err(candle_core::Error::Msg(
+                "an empty input has no logits".into(),
+            ));
+        }
         let (_, width) = self.embeddings.dims2()?;
         let ids = input.flatten_all()?;
         let mut x = self
             .embeddings
             .index_select(&ids, 0)?
             .reshape((1, seq, width))?;
+        // Which of the `pos + seq` keys each new position may not see (those after it).
+        let blocked = if seq > 1 {
+            let kv = pos + seq;
+            let cells: Vec<u8> = (0..seq)
+                .flat_map(|i| (0..kv).map(move |j| u8::from(j > pos + i)))
+                .collect();
+            Some(Tensor::from_vec(cells, (seq, kv), input.device())?)
+        } else {
+            None
+        };
         for layer in &mut self.layers {
-            x = layer.forward(&x, pos, &self.shape)?;
+            x = layer.forward(&x, pos, blocked.as_ref(), &self.shape)?;
         }
         let last = self.norm.forward(&x)?.i((.., seq - 1, ..))?;
         self.output.forward(&last)
