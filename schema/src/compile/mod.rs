@@ -8,7 +8,7 @@ use super::pattern::{Encoder, Spelling, any_char, ecma_to_hir, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
 use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
-use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
+use regex_syntax::hir::{Hir, Repetition};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 

@@ -191,15 +191,14 @@ impl Compiler<'_> {
         let key = if names.is_empty() && patterns.is_empty() {
             self.json_string()
         } else {
-            let body = from_hir(&self.enc.encode(&not_in(names), Spelling::Plain))
-                .expect("the complement of a finite set is not empty");
-            let key = seq(&[lit("\""), body, lit("\"")]);
-            let key = match from_hir(&self.enc.encode(&Hir::alternation(patterns), Spelling::Any)) {
+            let mut parts = vec![self.plain_key()];
+            parts.extend(self.name_keys(names).map(|k| not(&k)));
+            if let Some(p) = from_hir(&self.enc.encode(&Hir::alternation(patterns), Spelling::Any))
+            {
                 // Not matching any pattern, however its characters are escaped.
-                Some(p) => and(&[key, not(&seq(&[lit("\""), p, lit("\"")]))]),
-                None => key,
-            };
-            self.rule(&format!("{hint}-other-key"), key)
+                parts.push(not(&seq(&[lit("\""), p, lit("\"")])));
+            }
+            self.rule(&format!("{hint}-other-key"), and(&parts))
         };
         Ok(Some(self.member(key, val)))
     }
@@ -254,12 +253,35 @@ impl Compiler<'_> {
         };
         let mut key = seq(&[lit("\""), body, lit("\"")]);
         if shadows_a_name {
-            let others = from_hir(&self.enc.encode(&not_in(names), Spelling::Plain))
-                .expect("the complement of a finite set is not empty");
-            key = and(&[key, seq(&[lit("\""), others, lit("\"")])]);
+            if let Some(k) = self.name_keys(names) {
+                key = and(&[key, not(&k)]);
+            }
         }
         let key = self.rule(&format!("{hint}-pattern-key"), key);
         Ok(Some(self.member(key, val)))
+    }
+
+    /// Any key, each string in its one plain spelling (how keys are matched).
+    fn plain_key(&mut self) -> String {
+        self.fixed_rule("json-plain-key", |c| {
+            let ch = from_hir(&c.enc.encode(&any_char(), Spelling::Plain)).expect("non-empty");
+            seq(&[lit("\""), repeat(&ch, 0, None), lit("\"")])
+        })
+    }
+
+    /// The keys `names` (`None` if there are none), quoted, each in its plain spelling; with [`Self::plain_key`] and
+    /// `~`, the keys that are none of them (the product of two small automata, where the
+    /// complement of a set of strings written out as a regular expression grows with every
+    /// name's every prefix).
+    fn name_keys(&mut self, names: &[String]) -> Option<String> {
+        let names = Hir::alternation(
+            names
+                .iter()
+                .map(|n| Hir::literal(n.as_bytes().to_vec()))
+                .collect(),
+        );
+        let body = from_hir(&self.enc.encode(&names, Spelling::Plain))?;
+        Some(seq(&[lit("\""), body, lit("\"")]))
     }
 
     /// `key ws ":" ws value`.
@@ -467,76 +489,6 @@ impl Compiler<'_> {
         }
         Ok(alt(alts))
     }
-}
-
-/// Strings (over code points) that are none of `names`.
-pub(super) fn not_in(names: &[String]) -> Hir {
-    #[derive(Default)]
-    struct Node {
-        end: bool,
-        kids: Vec<(char, Node)>,
-    }
-    let mut root = Node::default();
-    for n in names {
-        let mut node = &mut root;
-        for c in n.chars() {
-            let i = match node.kids.iter().position(|(k, _)| *k == c) {
-                Some(i) => i,
-                None => {
-                    node.kids.push((c, Node::default()));
-                    node.kids.len() - 1
-                }
-            };
-            node = &mut node.kids[i].1;
-        }
-        node.end = true;
-    }
-    // Strings that leave the trie (then anything may follow: one shared tail), or stop at a
-    // node that is not a name.
-    fn leave(node: &Node) -> Hir {
-        let mut alts = Vec::new();
-        let mut others = ClassUnicode::new([ClassUnicodeRange::new('\0', char::MAX)]);
-        let taken = ClassUnicode::new(
-            node.kids
-                .iter()
-                .map(|(c, _)| ClassUnicodeRange::new(*c, *c)),
-        );
-        others.difference(&taken);
-        if others.iter().next().is_some() {
-            alts.push(Hir::class(Class::Unicode(others)));
-        }
-        for (c, kid) in &node.kids {
-            alts.push(Hir::concat(vec![
-                Hir::literal(c.to_string().into_bytes()),
-                leave(kid),
-            ]));
-        }
-        Hir::alternation(alts)
-    }
-    fn stop(node: &Node) -> Option<Hir> {
-        let mut alts = Vec::new();
-        if !node.end {
-            alts.push(Hir::empty());
-        }
-        for (c, kid) in &node.kids {
-            if let Some(k) = stop(kid) {
-                alts.push(Hir::concat(vec![
-                    Hir::literal(c.to_string().into_bytes()),
-                    k,
-                ]));
-            }
-        }
-        (!alts.is_empty()).then(|| Hir::alternation(alts))
-    }
-    let any_star = Hir::repetition(Repetition {
-        min: 0,
-        max: None,
-        greedy: true,
-        sub: Box::new(any_char()),
-    });
-    let mut alts = vec![Hir::concat(vec![leave(&root), any_star])];
-    alts.extend(stop(&root));
-    Hir::alternation(alts)
 }
 
 /// The members of an object-valued keyword (`properties`, `patternProperties`), in order.

@@ -80,6 +80,29 @@ fn additional_properties() {
         &[r#"{"12":true,"a":[1]}"#, r#"{"1a":null}"#],
         &[r#"{"12":1}"#],
     );
+    // Additional keys are every plain-spelled key but the names: names that are prefixes
+    // of one another, escaped and non-ASCII names.
+    check(
+        r#"{"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"integer"},"q\"t":{"type":"integer"},"é":{"type":"integer"},"tab\t":{"type":"integer"}},"additionalProperties":{"type":"string"}}"#,
+        &[
+            r#"{"x":"s"}"#,
+            r#"{"a":1,"ab":2}"#,
+            r#"{"abc":"s"}"#,
+            r#"{"":"s"}"#,
+            r#"{"é":1}"#,
+            r#"{"éé":"s"}"#,
+            r#"{"q\"t":1}"#,
+            r#"{"q\"":"s"}"#,
+            r#"{"tab\t":1,"tab":"s"}"#,
+        ],
+        &[
+            r#"{"ab":"s"}"#,
+            r#"{"a":"s"}"#,
+            r#"{"é":"s"}"#,
+            r#"{"q\"t":"s"}"#,
+            r#"{"tab\t":"s"}"#,
+        ],
+    );
     // Overlapping patterns: a key matching both needs both schemas (refused).
     assert!(
         compile_json_schema(
