@@ -1,7 +1,7 @@
 //! corral vs llguidance 1.9: masks cold and warm, compile times, on MaskBench too.
 //!
 //! ```text
-//! cargo run --release -p corral-llguidance-compare -- [--reps N] [--tokenizers a,b,c] [--maskbench N|all] [--slowest N] [--no-docs]
+//! cargo run --release -p corral-llguidance-compare -- [--reps N] [--tokenizers a,b,c] [--maskbench N|all] [--slowest N] [--no-docs] [--compile SCHEMA]
 //! ```
 //!
 //! For each tokenizer (default: the fetched Llama-3.1, Qwen3 and Gemma-3 (262k) ones) and
@@ -24,6 +24,7 @@
 use anyhow::{Result, anyhow};
 use corral_engine::RobustConstrainedAdapter;
 use corral_llguidance_compare::{Engines, Source, asset_tokenizers, root, stats};
+use std::path::Path;
 use std::time::Instant;
 
 struct Case {
@@ -216,6 +217,23 @@ fn maskbench(e: &Engines, limit: usize, slowest: usize) -> Result<()> {
     Ok(())
 }
 
+/// `--compile FILE`: corral's cold compile of one schema, `--reps` times (to profile).
+fn compile_only(path: &Path, reps: usize) -> Result<()> {
+    let source = Source::schema(path)?;
+    let mut ms = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        source.corral()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (mean, p50, _, max) = stats(&ms);
+    println!(
+        "{}: compile mean {mean:.2} ms, p50 {p50:.2}, max {max:.2}",
+        path.display()
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut reps = 5usize;
     let mut names: Vec<String> = ["llama3_1", "qwen3", "gemma3"].map(String::from).to_vec();
@@ -242,6 +260,12 @@ fn main() -> Result<()> {
             }
             "--no-docs" => docs = false,
             "--slowest" => slowest = args.next().and_then(|r| r.parse().ok()).unwrap_or(20),
+            "--compile" => {
+                let path = args
+                    .next()
+                    .ok_or_else(|| anyhow!("--compile takes a schema file"))?;
+                return compile_only(Path::new(&path), reps);
+            }
             other => return Err(anyhow!("unknown argument {other}")),
         }
     }

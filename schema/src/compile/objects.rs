@@ -252,10 +252,8 @@ impl Compiler<'_> {
             return Ok(None);
         };
         let mut key = seq(&[lit("\""), body, lit("\"")]);
-        if shadows_a_name {
-            if let Some(k) = self.name_keys(names) {
-                key = and(&[key, not(&k)]);
-            }
+        if shadows_a_name && let Some(k) = self.name_keys(names) {
+            key = and(&[key, not(&k)]);
         }
         let key = self.rule(&format!("{hint}-pattern-key"), key);
         Ok(Some(self.member(key, val)))
