@@ -155,6 +155,10 @@ struct Scratch {
     concrete: FxHashSet<(u32, u32)>,
     lexemes: Vec<LexemeId>,
     events: Vec<(u32, LexemeId)>,
+    /// The chart's tables from before the last collection of sets, emptied: the next
+    /// collection writes into them, so that collections reuse memory instead of growing
+    /// fresh tables (measured: a fifth of one-pass matching went to page faults).
+    spare: (Vec<SetInfo>, Vec<Item>, Vec<Leo>, Vec<LexemeId>),
 }
 
 /// What the recognizer expects next (for messages and inspection).
@@ -864,8 +868,11 @@ impl Chart {
                 renumber[o as usize]
             }
         };
-        let (mut sets, mut items, mut leo, mut set_lex) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut sets, mut items, mut leo, mut set_lex) = std::mem::take(&mut self.s.spare);
+        sets.clear();
+        items.clear();
+        leo.clear();
+        set_lex.clear();
         for (i, info) in self.sets.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -902,7 +909,11 @@ impl Chart {
         for r in &mut self.runs[top.runs_start as usize..] {
             r.set = renumber[r.set as usize];
         }
-        (self.sets, self.items, self.leo, self.set_lex) = (sets, items, leo, set_lex);
+        let old_sets = std::mem::replace(&mut self.sets, sets);
+        let old_items = std::mem::replace(&mut self.items, items);
+        let old_leo = std::mem::replace(&mut self.leo, leo);
+        let old_set_lex = std::mem::replace(&mut self.set_lex, set_lex);
+        self.s.spare = (old_sets, old_items, old_leo, old_set_lex);
         // Slots name sets by index: all stale now.
         self.share
             .iter_mut()
