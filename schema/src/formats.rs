@@ -15,7 +15,9 @@
 //!   (`http://[::1]/` is refused: the IPv6 grammar inside would make the automaton ten
 //!   times larger).
 
+use crate::pattern::{Encoder, Spelling};
 use regex_syntax::hir::Hir;
+use std::sync::OnceLock;
 
 const DATE: &str = r"(?:[0-9]{4}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|[0-9]{4}-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|[0-9]{4}-02-(?:0[1-9]|1[0-9]|2[0-8])|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
 const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
@@ -113,7 +115,45 @@ pub const KNOWN: &[&str] = &[
 
 /// The regex of a format (the whole string), or `None` if corral does not know it.
 pub(crate) fn format_hir(name: &str) -> Option<Hir> {
-    let re = match name {
+    known(name).map(|i| format_tables()[i].0.clone())
+}
+
+/// The GBNF of format `name`'s JSON text in `spelling` (without quotes): a constant of the
+/// process, encoded on first use.
+pub(crate) fn format_gbnf(name: &str, spelling: Spelling) -> Option<&'static str> {
+    let i = known(name)?;
+    let (hir, text) = &format_tables()[i];
+    text[spelling as usize]
+        .get_or_init(|| crate::gbnf::from_hir(&Encoder::default().encode(hir, spelling)))
+        .as_deref()
+}
+
+fn known(name: &str) -> Option<usize> {
+    KNOWN.iter().position(|k| *k == name)
+}
+
+type FormatTable = (Hir, [OnceLock<Option<String>>; 2]);
+
+/// Each of [`KNOWN`]'s regexes, parsed once per process.
+fn format_tables() -> &'static [FormatTable] {
+    static TABLES: OnceLock<Vec<FormatTable>> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        KNOWN
+            .iter()
+            .map(|name| {
+                let re = format_regex(name).expect("every known format has a regex");
+                let hir = regex_syntax::ParserBuilder::new()
+                    .build()
+                    .parse(&re)
+                    .expect("format regexes are valid");
+                (hir, [OnceLock::new(), OnceLock::new()])
+            })
+            .collect()
+    })
+}
+
+fn format_regex(name: &str) -> Option<String> {
+    Some(match name {
         "date" => DATE.to_string(),
         "time" => TIME.to_string(),
         "date-time" => format!("{DATE}[Tt]{TIME}"),
@@ -133,13 +173,7 @@ pub(crate) fn format_hir(name: &str) -> Option<Hir> {
             format!("(?:{uri})|(?:{rel})")
         }
         _ => return None,
-    };
-    Some(
-        regex_syntax::ParserBuilder::new()
-            .build()
-            .parse(&re)
-            .expect("format regexes are valid"),
-    )
+    })
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Look, Repetition};
 use rustc_hash::FxHashMap;
+use std::sync::OnceLock;
 
 /// Any code point.
 pub(crate) fn any_char() -> Hir {
@@ -543,6 +544,13 @@ impl Encoder {
     }
 
     fn class(&mut self, ranges: Vec<(char, char)>, spelling: Spelling) -> Hir {
+        // Any character, in every string without a pattern: a constant of the process.
+        if ranges == [('\0', char::MAX)] {
+            static ANY: [OnceLock<Hir>; 2] = [OnceLock::new(), OnceLock::new()];
+            return ANY[spelling as usize]
+                .get_or_init(|| encode_class(&ranges, spelling))
+                .clone();
+        }
         if let Some(h) = self.classes.get(&(ranges.clone(), spelling)) {
             return h.clone();
         }

@@ -13,6 +13,10 @@ impl Compiler<'_> {
         let min = count(m, ptr, "minLength")?.unwrap_or(0);
         let max = count(m, ptr, "maxLength")?;
         let (pattern, format) = self.pattern_and_format(m, ptr)?;
+        // The format's place among the parts while it stays as the format defines it (its
+        // GBNF is then a constant of the process).
+        let mut format_at = format.as_ref().map(|_| usize::from(pattern.is_some()));
+        let format_name = m.get("format").and_then(Value::as_str).unwrap_or_default();
         let to_u32 =
             |x: u64| u32::try_from(x).map_err(|_| invalid(ptr, "string length bound too large"));
         let length = || -> Res<Hir> {
@@ -34,7 +38,10 @@ impl Compiler<'_> {
             [] => parts.push(length()?),
             _ if !bounded => {}
             [one] => match restrict_length(one, min, max) {
-                Ok(Some(h)) => *one = h,
+                Ok(Some(h)) => {
+                    *one = h;
+                    format_at = None;
+                }
                 Ok(None) => return Ok(None),
                 Err(()) => counter = max.unwrap_or(min).saturating_add(1) as usize,
             },
@@ -45,8 +52,14 @@ impl Compiler<'_> {
             self.refuse_large_product(&mut parts, counter, length, (min, max), ptr)?;
         }
         let mut operands = Vec::with_capacity(parts.len());
-        for h in &parts {
-            let Some(body) = from_hir(&self.enc.encode(h, Spelling::Any)) else {
+        for (i, h) in parts.iter().enumerate() {
+            let body = match format_at {
+                Some(f) if f == i => {
+                    formats::format_gbnf(format_name, Spelling::Any).map(String::from)
+                }
+                _ => from_hir(&self.enc.encode(h, Spelling::Any)),
+            };
+            let Some(body) = body else {
                 return Ok(None);
             };
             operands.push(seq(&[lit("\""), body, lit("\"")]));
