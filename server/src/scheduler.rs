@@ -10,6 +10,10 @@
 //!    logits; meanwhile, on another thread, the next request's mask is computed;
 //! 3. send the text delta to the request's handler, or the end.
 //!
+//! A long prompt runs [`PREFILL_STEP`] positions per step, so that the requests beside it
+//! keep decoding between its pieces, and its time limit and its client's departure are
+//! checked between them.
+//!
 //! The forward passes of concurrent requests run one after another, not batched into one
 //! pass: the candle models take one sequence per pass.
 
@@ -23,6 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
+
+/// Most positions of a request's feed (its prompt, mostly) run in one step.
+pub const PREFILL_STEP: usize = 256;
 
 /// A request admitted to the queue.
 pub struct Job {
@@ -172,7 +179,9 @@ fn step(
     };
     Metrics::add(&metrics.forward_passes, 1);
     let logits = match logits {
-        Ok(l) => l,
+        // More of the prompt to run first.
+        Ok(None) => return true,
+        Ok(Some(l)) => l,
         Err(e) => {
             *owner = None;
             let _ = r.events.send(Event::Failed(ApiError::internal(e)));
@@ -197,23 +206,26 @@ fn this_and_next(running: &mut [Running], i: usize) -> (&mut Running, Option<&mu
     }
 }
 
+/// Runs the next (at most [`PREFILL_STEP`]) positions of `r`'s feed; the logits once the
+/// feed is done, `None` while some of it remains.
 fn forward(
     lm: &mut dyn CausalLm,
     r: &mut Running,
     owner: &mut Option<u64>,
-) -> Result<Box<dyn Logits>, String> {
+) -> Result<Option<Box<dyn Logits>>, String> {
     if *owner != Some(r.id)
         && r.pos > 0
         && let Some(kv) = &r.kv
     {
         lm.restore(kv.as_ref()).map_err(|e| e.to_string())?;
     }
-    let feed = std::mem::take(&mut r.feed);
+    let rest = r.feed.split_off(r.feed.len().min(PREFILL_STEP));
+    let feed = std::mem::replace(&mut r.feed, rest);
     let logits = lm.forward(&feed, r.pos).map_err(|e| e.to_string())?;
     r.pos += feed.len();
     r.kv = Some(lm.snapshot());
     *owner = Some(r.id);
-    Ok(logits)
+    Ok(r.feed.is_empty().then_some(logits))
 }
 
 /// The decoder's step from `logits`, its text sent on; false when the request ended.

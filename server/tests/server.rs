@@ -563,6 +563,55 @@ fn a_request_past_its_time_limit_gets_504() {
 }
 
 #[test]
+fn a_long_prompt_runs_in_steps_and_its_time_limit_cuts_it() {
+    let Some(s) = Server::start(ServeConfig {
+        request_timeout: Duration::from_millis(300),
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    // About 2,500 prompt positions: ten steps of PREFILL_STEP (256), several seconds.
+    let request = chat(&"word ".repeat(2500), json!({"max_tokens": 1}));
+    let t = Instant::now();
+    let (code, v) = s.post("/v1/chat/completions", &request);
+    let cut = t.elapsed();
+    assert_eq!(code, 504, "{v}");
+    assert_eq!(v["error"]["code"], "timeout");
+    // Cut between the prompt's pieces, not after all of them: in less than half the time
+    // the whole prompt takes (measured on a server without the limit).
+    let passes = s.metric("corral_forward_passes_total");
+    assert!((1.0..9.0).contains(&passes), "{passes} forward passes");
+    drop(s);
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let t = Instant::now();
+    let (code, v) = s.post("/v1/chat/completions", &request);
+    let whole = t.elapsed();
+    assert_eq!(code, 200, "{v}");
+    assert!(cut * 2 < whole, "cut after {cut:?}, whole prompt {whole:?}");
+}
+
+#[test]
+fn a_long_prompt_takes_one_pass_per_step() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let words = "word ".repeat(600);
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat(&words, json!({"max_tokens": 1, "temperature": 0})),
+    );
+    assert_eq!(code, 200, "{v}");
+    let prompt = v["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert!(prompt > 600, "{prompt} prompt tokens");
+    // One pass per PREFILL_STEP positions of the prompt, then the answer's token was
+    // sampled from the last one's logits.
+    let steps = prompt.div_ceil(corral_server::scheduler::PREFILL_STEP as u64);
+    assert_eq!(s.metric("corral_forward_passes_total"), steps as f64);
+}
+
+#[test]
 fn stop_sequences_end_free_text_but_never_cut_a_constrained_output() {
     let Some(s) = Server::start(ServeConfig::default()) else {
         return;
