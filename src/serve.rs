@@ -35,6 +35,12 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body_bytes: usize,
+    /// Most seconds a request's body may take to arrive (then 408).
+    #[arg(long, default_value_t = 30)]
+    body_timeout: u64,
+    /// Most seconds a request's headers may take to arrive (then the connection closes).
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
     /// The model's id in responses (default: the model file's name).
     #[arg(long)]
     model_name: Option<String>,
@@ -79,6 +85,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         request_timeout: Duration::from_secs(args.request_timeout),
         default_max_tokens: args.default_max_tokens,
         max_body_bytes: args.max_body_bytes,
+        body_timeout: Duration::from_secs(args.body_timeout),
+        header_timeout: Duration::from_secs(args.header_timeout),
         model_name,
         reasoning: match args.reasoning {
             ReasoningArg::Auto => Reasoning::Auto,

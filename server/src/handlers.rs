@@ -77,7 +77,58 @@ async fn gate(State(st): State<Arc<AppState>>, req: Request, next: middleware::N
             ))
         });
     }
+    if generation {
+        let limit = st.config.max_body_bytes;
+        let too_large = || ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            ..ApiError::invalid(format!(
+                "the request body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
+            ))
+        };
+        // A declared length over the limit is refused before a byte of the body is read.
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return refuse(too_large());
+        }
+        // The body is read under its own time limit: a client that stops sending holds
+        // a connection for at most that long.
+        let (parts, body) = req.into_parts();
+        let wait = st.config.body_timeout;
+        let bytes = match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) if is_length_limit(&e) => return refuse(too_large()),
+            Ok(Err(e)) => return refuse(ApiError::invalid(format!("reading the body: {e}"))),
+            Err(_) => {
+                return refuse(ApiError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    ..ApiError::invalid(format!(
+                        "the request body did not arrive within {} s (--body-timeout)",
+                        wait.as_secs_f64()
+                    ))
+                });
+            }
+        };
+        return next
+            .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+            .await;
+    }
     next.run(req).await
+}
+
+/// Whether reading a body failed on the length limit.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = source {
+        if x.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = x.source();
+    }
+    false
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {

@@ -72,6 +72,11 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     /// Largest request body. Default 8 MiB.
     pub max_body_bytes: usize,
+    /// Most time a request's body may take to arrive (then 408). Default 30 s.
+    pub body_timeout: Duration,
+    /// Most time a request's headers may take to arrive (then the connection is closed).
+    /// Default 30 s.
+    pub header_timeout: Duration,
     /// The model's id in responses and `/v1/models`.
     pub model_name: String,
     /// Whether the model reasons before it answers. Default [`Reasoning::Auto`].
@@ -91,6 +96,8 @@ impl Default for ServeConfig {
             request_timeout: Duration::from_secs(600),
             default_max_tokens: 1024,
             max_body_bytes: 8 << 20,
+            body_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(30),
             model_name: "corral".into(),
             reasoning: Reasoning::Auto,
             handle_signals: false,
@@ -122,8 +129,6 @@ pub enum ServeError {
     },
     #[error("cannot start the server's runtime")]
     Runtime(#[source] std::io::Error),
-    #[error("the server failed")]
-    Serve(#[source] std::io::Error),
     #[error("cannot load the model")]
     Load(#[source] LoadError),
     #[error("the server thread panicked")]
@@ -269,10 +274,8 @@ async fn serve(
             }
         }
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(ServeError::Serve)?;
+    let header_timeout = state.config.header_timeout;
+    accept_loop(listener, router, header_timeout, shutdown).await;
     // The scheduler ends when the queue's last sender (in the state) is gone and its
     // requests are done.
     drop(state);
@@ -285,6 +288,56 @@ async fn serve(
         Some(e) => Err(ServeError::Load(e)),
         None => Ok(()),
     }
+}
+
+/// Serves connections from `listener` until `shutdown`, then waits for the requests in
+/// flight. A client has `header_timeout` to send a request's headers, or its connection
+/// is closed.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    header_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then accept again.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let router = router.clone();
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                router.clone().oneshot(req.map(axum::body::Body::new))
+            });
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// SIGINT or SIGTERM, when `enabled`; otherwise never.

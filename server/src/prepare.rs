@@ -258,7 +258,7 @@ fn prepare(
         text.max_positions(),
         &options,
     )
-    .map_err(decoder_error)?;
+    .map_err(|e| decoder_error(e, ids.len(), max_tokens))?;
     let stops = match decoder.is_constrained() {
         true => Vec::new(),
         false => c.stop.map(|s| s.into_vec()).unwrap_or_default(),
@@ -296,18 +296,21 @@ fn check_prompt_bytes(text: &ModelText, prompt: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn decoder_error(e: GenerateError) -> ApiError {
+/// The API error for a decoder refused over a prompt of `prompt` tokens.
+fn decoder_error(e: GenerateError, prompt: usize, max_tokens: usize) -> ApiError {
     match e {
         GenerateError::Model(ModelError::Context {
             what: "the prompt and max_tokens",
-            needed,
             max,
+            ..
         }) => ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::invalid_param(
                 "max_tokens",
                 format!(
-                    "the prompt and max_tokens need {needed} positions; the model's context is {max}: ask for fewer tokens"
+                    "the prompt takes {prompt} tokens and the model's context is {max} positions: \
+                     max_tokens may be at most {}, not {max_tokens}",
+                    max.saturating_sub(prompt + 1)
                 ),
             )
         },

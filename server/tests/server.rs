@@ -372,6 +372,15 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let (code, v) = s.post(url, &chat(&long, json!({})));
     assert_eq!(code, 400, "{v}");
     assert_eq!(v["error"]["code"], "context_length_exceeded");
+    // max_tokens past the context: the message says how many fit.
+    let (code, v) = s.post(url, &chat("x", json!({"max_tokens": u64::MAX})));
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+    assert!(
+        error_message(&v).contains("max_tokens may be at most")
+            && !error_message(&v).contains("18446744073709551615 positions"),
+        "{v}"
+    );
     let (code, v) = s.post(url, &chat(&"x".repeat(70 << 10), json!({})));
     assert_eq!(code, 413, "{v}");
     let (code, v) = s.post_raw("/v1/nothing", "{}", None);
@@ -433,6 +442,56 @@ fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
     assert_eq!(code, 400, "{v}");
     assert_eq!(v["error"]["param"], "max_tokens", "{v}");
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+}
+
+/// Sends `head` (and no more) on a raw connection; the first line of the answer, or
+/// `None` if the server closed the connection without one. Waits at most 20 s.
+fn raw_answer(s: &Server, head: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = s.base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(head.as_bytes()).expect("write");
+    let mut buf = vec![0u8; 512];
+    let n = c
+        .read(&mut buf)
+        .expect("an answer or a close before the read timeout");
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    text.lines().next().map(str::to_string)
+}
+
+#[test]
+fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
+    let Some(s) = Server::start(ServeConfig {
+        body_timeout: Duration::from_millis(500),
+        header_timeout: Duration::from_millis(500),
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let post =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n";
+    // A declared length over the limit: refused before the body is sent.
+    let line = raw_answer(&s, &format!("{post}content-length: 10000000000\r\n\r\n"));
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains(" 413 ")),
+        "{line:?}"
+    );
+    // A body that stops arriving: 408 after body_timeout.
+    let line = raw_answer(&s, &format!("{post}content-length: 100\r\n\r\n{{"));
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains(" 408 ")),
+        "{line:?}"
+    );
+    // Headers that never end: the connection is closed after header_timeout.
+    let t = Instant::now();
+    assert_eq!(raw_answer(&s, post), None);
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat("hi", json!({"max_tokens": 2})),
+    );
+    assert_eq!(code, 200, "{v}");
 }
 
 #[test]
