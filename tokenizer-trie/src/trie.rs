@@ -35,6 +35,9 @@ pub struct Node {
     /// Length of the prefix this node stands for (the root is 0).
     pub depth: u16,
     pub byte: u8,
+    /// Whether other tokens have this node's bytes (in the trie's duplicates); it fills
+    /// the node's padding, and spares the walk a search of the duplicates per token.
+    duplicated: bool,
 }
 
 impl Node {
@@ -86,6 +89,7 @@ impl TokenTrie {
             token: NO_TOKEN,
             depth: 0,
             byte: 0,
+            duplicated: false,
         }];
         let mut duplicates = Vec::new();
         // Stack of node indices on the current path; stack[d] is the node at depth d.
@@ -114,6 +118,7 @@ impl TokenTrie {
                     token: NO_TOKEN,
                     depth: (d + 1).min(u16::MAX as usize) as u16,
                     byte: b,
+                    duplicated: false,
                 });
             }
             nodes.last_mut().expect("just pushed").token = id.0;
@@ -123,6 +128,9 @@ impl TokenTrie {
             nodes[n as usize].subtree = (nodes.len() - n as usize) as u32;
         }
         duplicates.sort_unstable();
+        for &(n, _) in &duplicates {
+            nodes[n as usize].duplicated = true;
+        }
         nodes.shrink_to_fit();
         duplicates.shrink_to_fit();
         TokenTrie {
@@ -151,10 +159,10 @@ impl TokenTrie {
     /// Marks the token(s) ending at node `i` in `mask`.
     #[inline]
     pub fn mark(&self, i: usize, mask: &mut FixedBitSet) {
-        let t = self.nodes[i].token;
-        if t != NO_TOKEN {
-            mask.insert(t as usize);
-            if !self.duplicates.is_empty() {
+        let n = self.nodes[i];
+        if n.token != NO_TOKEN {
+            mask.insert(n.token as usize);
+            if n.duplicated {
                 self.mark_duplicates(i, mask);
             }
         }
@@ -172,7 +180,10 @@ impl TokenTrie {
 
     /// Every token id ending at node `i` (the node's token and its duplicates).
     pub fn tokens_at(&self, i: usize) -> impl Iterator<Item = TokenId> + '_ {
-        let start = self.duplicates.partition_point(|&(n, _)| (n as usize) < i);
+        let start = match self.nodes[i].duplicated {
+            true => self.duplicates.partition_point(|&(n, _)| (n as usize) < i),
+            false => self.duplicates.len(),
+        };
         self.nodes[i].token().into_iter().chain(
             self.duplicates[start..]
                 .iter()
