@@ -936,6 +936,44 @@ mod tests {
         s.parse().unwrap()
     }
 
+    type Bounds = Option<(&'static str, bool)>;
+
+    /// For every pair of bounds from `bs`: compiles the range and checks each case `(text,
+    /// spelled as ranges take it)` is accepted exactly when its value lies in the range
+    /// and `spelled` (or `any_spelling(lo, hi)`).
+    fn check_ranges(
+        bs: &[Bounds],
+        cases: &[(String, bool)],
+        any_spelling: impl Fn(Bounds, Bounds) -> bool,
+    ) {
+        for &lo in bs {
+            for &hi in bs {
+                let bound = |b: Bounds| {
+                    b.map(|(v, s)| Bound {
+                        value: d(v),
+                        strict: s,
+                    })
+                };
+                let expr = number_range(bound(lo).as_ref(), bound(hi).as_ref());
+                let g = expr.as_ref().map(|e| {
+                    compile_gbnf(&format!("root ::= {e}"), &CompileOptions::default())
+                        .unwrap_or_else(|err| panic!("{err}\n{e}"))
+                });
+                for (s, spelled) in cases {
+                    let x = value(s);
+                    let inside = lo
+                        .is_none_or(|(v, st)| if st { x > value(v) } else { x >= value(v) })
+                        && hi.is_none_or(|(v, st)| if st { x < value(v) } else { x <= value(v) });
+                    let want = inside && (*spelled || any_spelling(lo, hi));
+                    let got = g.as_ref().is_some_and(|g| {
+                        match_bytes(g, s.as_bytes()).unwrap() == MatchOutcome::Accepted
+                    });
+                    assert_eq!(got, want, "{s} in {lo:?}..{hi:?}: {expr:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn decimal_ranges_match_brute_force() {
         let bs = [
@@ -951,33 +989,8 @@ mod tests {
             Some(("12.05", false)),
             Some(("20", true)),
         ];
-        for lo in bs {
-            for hi in bs {
-                let l = lo.map(|(v, s)| Bound {
-                    value: d(v),
-                    strict: s,
-                });
-                let h = hi.map(|(v, s)| Bound {
-                    value: d(v),
-                    strict: s,
-                });
-                let expr = number_range(l.as_ref(), h.as_ref());
-                let g = expr.as_ref().map(|e| {
-                    compile_gbnf(&format!("root ::= {e}"), &CompileOptions::default())
-                        .unwrap_or_else(|err| panic!("{err}\n{e}"))
-                });
-                for s in frac_cases() {
-                    let x = value(&s);
-                    let inside = lo
-                        .is_none_or(|(v, st)| if st { x > value(v) } else { x >= value(v) })
-                        && hi.is_none_or(|(v, st)| if st { x < value(v) } else { x <= value(v) });
-                    let got = g.as_ref().is_some_and(|g| {
-                        match_bytes(g, s.as_bytes()).unwrap() == MatchOutcome::Accepted
-                    });
-                    assert_eq!(got, inside, "{s} in {lo:?}..{hi:?}: {expr:?}");
-                }
-            }
-        }
+        let cases: Vec<(String, bool)> = frac_cases().into_iter().map(|s| (s, true)).collect();
+        check_ranges(&bs, &cases, |_, _| true);
     }
 
     /// Numbers with exponents: normalized (`2.5e1`, zero as `0e0`) and not (`25e0`).
@@ -1023,36 +1036,10 @@ mod tests {
             Some(("20", true)),
             Some(("0.00225", false)),
         ];
-        for lo in bs {
-            for hi in bs {
-                let l = lo.map(|(v, s)| Bound {
-                    value: d(v),
-                    strict: s,
-                });
-                let h = hi.map(|(v, s)| Bound {
-                    value: d(v),
-                    strict: s,
-                });
-                let expr = number_range(l.as_ref(), h.as_ref());
-                let g = expr.as_ref().map(|e| {
-                    compile_gbnf(&format!("root ::= {e}"), &CompileOptions::default())
-                        .unwrap_or_else(|err| panic!("{err}\n{e}"))
-                });
-                // Without bounds, or with only a bound at zero, every spelling.
-                let any_spelling = hi.is_none() && lo.is_none_or(|(v, _)| v == "0");
-                for (s, normal) in exp_cases() {
-                    let x = value(&s);
-                    let inside = lo
-                        .is_none_or(|(v, st)| if st { x > value(v) } else { x >= value(v) })
-                        && hi.is_none_or(|(v, st)| if st { x < value(v) } else { x <= value(v) });
-                    let want = inside && (normal || any_spelling);
-                    let got = g.as_ref().is_some_and(|g| {
-                        match_bytes(g, s.as_bytes()).unwrap() == MatchOutcome::Accepted
-                    });
-                    assert_eq!(got, want, "{s} in {lo:?}..{hi:?}: {expr:?}");
-                }
-            }
-        }
+        // Without bounds, or with only a bound at zero, every spelling.
+        check_ranges(&bs, &exp_cases(), |lo, hi| {
+            hi.is_none() && lo.is_none_or(|(v, _)| v == "0")
+        });
     }
 
     #[test]
