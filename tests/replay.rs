@@ -15,7 +15,7 @@ use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-const TOKENIZERS: [&str; 7] = [
+const TOKENIZERS: [&str; 8] = [
     "llama3_1",
     "qwen3",
     "gptoss",
@@ -23,6 +23,7 @@ const TOKENIZERS: [&str; 7] = [
     "gemma3",
     "deepseek_v3",
     "gpt4o",
+    "mistral_nemo",
 ];
 
 fn tokenizer_path(name: &str) -> Option<PathBuf> {

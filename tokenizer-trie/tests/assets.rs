@@ -144,6 +144,19 @@ fn gpt4o() {
 }
 
 #[test]
+fn mistral_nemo() {
+    check(
+        "mistral_nemo",
+        ByteEncoding::ByteLevel,
+        &["</s>", "<s>", "[INST]", "[TOOL_CALLS]"],
+    );
+    if let Some(path) = asset("mistral_nemo") {
+        let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+        assert_eq!(vocab.default_eos(), vocab.token_by_text("</s>"));
+    }
+}
+
+#[test]
 fn llama2() {
     check("llama2", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
     if let Some(path) = asset("llama2") {
