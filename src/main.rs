@@ -152,6 +152,8 @@ macro_rules! outln {
 pub(crate) use outln;
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread starts.
+    unsafe { corral::models::pin_thread_count() };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Match(args) => run_match(&args),

@@ -3,6 +3,8 @@ use corral_models::{DeviceSpec, Model};
 use std::time::Instant;
 
 fn main() {
+    // SAFETY: first thing in main, before any thread starts.
+    unsafe { corral_models::pin_thread_count() };
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
     let mut m = Model::load(&args[1], DeviceSpec::Cpu).expect("model");

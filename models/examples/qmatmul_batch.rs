@@ -1,8 +1,22 @@
 //! How a quantized matmul's time grows with the rows of its input (decode steps of several
-//! sequences batched): cargo run --release -p corral-models --example qmatmul_batch -- MODEL.gguf
-use candle_core::quantized::{QMatMul, gguf_file::Content};
+//! sequences batched), candle's kernel beside corral's own (`corral_models::quant`):
+//! cargo run --release -p corral-models --example qmatmul_batch -- MODEL.gguf
+use candle_core::quantized::{GgmlDType, QMatMul, gguf_file::Content};
 use candle_core::{Device, Module, Tensor};
+use corral_models::quant::{WeightType, matmul};
 use std::time::Instant;
+
+/// Mean microseconds of `f` over enough calls to take about 0.3 s.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed().as_secs_f64() < 0.3 {
+        f();
+        n += 1;
+    }
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args()
@@ -11,9 +25,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut f = std::fs::File::open(&path)?;
     let content = Content::read(&mut f)?;
     let dev = Device::Cpu;
+    println!("| weight | rows | candle us | dequantized f32 us | corral us | candle / corral |");
+    println!("|---|---|---|---|---|---|");
     for name in [
         "blk.0.ffn_up.weight",
         "blk.0.attn_q.weight",
+        "blk.0.attn_k.weight",
         "output.weight",
         "token_embd.weight",
     ] {
@@ -21,20 +38,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         let (out, inp) = q.shape().dims2()?;
-        let mm = QMatMul::from_qtensor(q)?;
-        for rows in [1usize, 2, 4, 8] {
+        let ty = match q.dtype() {
+            GgmlDType::Q4_1 => Some(WeightType::Q4_1),
+            GgmlDType::Q8_0 => Some(WeightType::Q8_0),
+            _ => None,
+        };
+        let bytes = q.data()?.into_owned();
+        let dtype = q.dtype();
+        let qt = std::sync::Arc::new(q);
+        let mm = QMatMul::from_arc(qt.clone())?;
+        for rows in [1usize, 2, 4, 8, 16, 24, 32, 48, 64] {
             let x = Tensor::randn(0f32, 1.0, (rows, inp), &dev)?;
-            mm.forward(&x)?;
-            let n = 50;
-            let t = Instant::now();
-            for _ in 0..n {
-                mm.forward(&x)?;
+            let xs = x.flatten_all()?.to_vec1::<f32>()?;
+            let candle = time(|| {
+                mm.forward(&x).unwrap();
+            });
+            // What a prompt chunk does (models/src/llama.rs): dequantize, then f32 multiply.
+            let dequantized = time(|| {
+                QMatMul::Tensor(qt.dequantize(&dev).unwrap())
+                    .forward(&x)
+                    .unwrap();
+            });
+            let corral = ty.map(|ty| {
+                let mut dst = vec![0f32; rows * out];
+                time(|| matmul(ty, &bytes, out, inp, &xs, &mut dst).unwrap())
+            });
+            match corral {
+                Some(c) => println!(
+                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | {c:.0} | {:.1} |",
+                    candle / c
+                ),
+                None => println!(
+                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | - | - |"
+                ),
             }
-            let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
-            println!(
-                "{name} {out}x{inp}: {rows} rows {us:.0} us ({:.0} us per row)",
-                us / rows as f64
-            );
         }
     }
     Ok(())

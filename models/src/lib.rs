@@ -49,6 +49,7 @@ pub mod hf_folder;
 pub mod hub;
 pub mod llama;
 pub mod logits;
+pub mod quant;
 pub mod safetensors;
 
 use candle_core::DType;
@@ -401,5 +402,22 @@ impl ModelText {
         }
         ids.extend(enc.get_ids().iter().map(|&t| TokenId(t)));
         Ok(ids)
+    }
+}
+
+/// Fixes the number of threads candle's CPU kernels use, once, so candle stops counting
+/// cores before every f32 matrix multiply: unless `RAYON_NUM_THREADS` is set, it reads
+/// `/proc/cpuinfo` each time (about 60 reads per decoded token of SmolLM2: an eighth of
+/// the decoding thread's time, measured with `perf record` on `examples/decode_speed`).
+/// Sets `RAYON_NUM_THREADS` to the count candle would find; a value already set is kept.
+///
+/// # Safety
+/// It sets an environment variable: call it before any other thread of the process runs
+/// (first thing in `main`).
+pub unsafe fn pin_thread_count() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let n = candle_core::utils::get_num_threads();
+        // SAFETY: the caller guarantees no other thread runs (none reads the environment).
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
     }
 }

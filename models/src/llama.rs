@@ -9,18 +9,25 @@
 //! Mixture-of-experts GGUFs keep candle-transformers' model ([`GgufNet::Experts`]).
 
 use crate::candle_lm::CandleNet;
+use crate::quant::WeightType;
 use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 use std::sync::Arc;
 
-/// Rows from which a multiplication dequantizes its weight instead of running the
+/// Rows from which a multiplication dequantizes its weight instead of running candle's
 /// quantized kernel row by row. Measured on SmolLM2-135M Q4_1, 2 cores (`corral generate
 /// --raw --prompt-file F --max-tokens 1 --stats`, prompts of N tokens, built with the
 /// threshold at N or above it): 16 rows ran at 50 tok/s on f32 against 93 quantized, 24
 /// rows at 140 against 89, 32 rows at 130-190 against 93.
 pub const GEMM_MIN_ROWS: usize = 24;
+
+/// The same for weights that corral's own kernel ([`crate::quant`]) multiplies: it reads
+/// each weight block once for up to 8 rows, so it stays ahead of dequantizing for longer.
+/// Measured as above: prompts of 100 tokens ran at 265-300 tok/s on the kernel against 218
+/// dequantized, 200 tokens at 215-280 against 336.
+pub const KERNEL_GEMM_MIN_ROWS: usize = 128;
 
 /// A GGUF llama-family network.
 #[derive(Clone)]
@@ -47,31 +54,78 @@ impl CandleNet for GgufNet {
     }
 }
 
+/// Which kernels multiply a [`Llama`]'s quantized weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// corral's own ([`crate::quant`]) for Q4_1 and Q8_0 weights on the CPU, candle's
+    /// quantized kernel for others, and prompt chunks of many rows on dequantized weights.
+    Own,
+    /// candle's quantized kernel (as candle-transformers' `quantized_llama`), prompt
+    /// chunks of many rows on dequantized weights.
+    Candle,
+    /// Every multiplication on dequantized f32 weights: the slowest, and the closest to
+    /// the weights' values (activations are not rounded to 8 bits).
+    Dequantized,
+}
+
 /// A weight matrix `(out, in)`, kept quantized.
 #[derive(Clone)]
 struct Linear {
     weight: Arc<QTensor>,
     quantized: QMatMul,
+    /// Set where corral's own kernel multiplies this weight ([`crate::quant`]): Q4_1 and
+    /// Q8_0 on the CPU.
+    kernel: Option<WeightType>,
+    kernels: Kernels,
 }
 
 impl Linear {
     fn new(weight: QTensor) -> Result<Linear> {
         let weight = Arc::new(weight);
+        let kernel = match weight.dtype() {
+            _ if !weight.device().is_cpu() => None,
+            GgmlDType::Q4_1 => Some(WeightType::Q4_1),
+            GgmlDType::Q8_0 => Some(WeightType::Q8_0),
+            _ => None,
+        };
         Ok(Linear {
             // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
             quantized: QMatMul::from_arc(weight.clone())?,
             weight,
+            kernel,
+            kernels: Kernels::Own,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.elem_count() / x.dim(D::Minus1)?;
-        match &self.quantized {
-            QMatMul::QTensor(_) if rows >= GEMM_MIN_ROWS && x.device().is_cpu() => {
+        let (gemm_rows, kernel) = match (self.kernels, self.kernel) {
+            (Kernels::Own, Some(ty)) => (KERNEL_GEMM_MIN_ROWS, Some(ty)),
+            (Kernels::Dequantized, _) => (0, None),
+            _ => (GEMM_MIN_ROWS, None),
+        };
+        match (&self.quantized, kernel) {
+            (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
                 QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
             }
-            q => q.forward(x),
+            (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => self.kernel_forward(ty, x),
+            (q, _) => q.forward(x),
         }
+    }
+
+    /// `x * weight^T` through [`crate::quant::matmul`].
+    fn kernel_forward(&self, ty: WeightType, x: &Tensor) -> Result<Tensor> {
+        let (out, inp) = self.weight.shape().dims2()?;
+        let mut dims = x.dims().to_vec();
+        let values = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut dst = vec![0f32; values.len() / inp * out];
+        let data = self.weight.data()?;
+        crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
+            .map_err(candle_core::Error::Msg)?;
+        if let Some(last) = dims.last_mut() {
+            *last = out;
+        }
+        Tensor::from_vec(dst, dims, x.device())
     }
 }
 
@@ -322,6 +376,26 @@ impl Llama {
         }
         let last = self.norm.forward(&x)?.i((.., seq - 1, ..))?;
         self.output.forward(&last)
+    }
+
+    /// The same network with its multiplications done by `kernels` (to compare passes:
+    /// the default, [`Kernels::Own`], is the fastest).
+    pub fn with_kernels(mut self, kernels: Kernels) -> Llama {
+        let layers = self.layers.iter_mut().flat_map(|l| {
+            [
+                &mut l.q,
+                &mut l.k,
+                &mut l.v,
+                &mut l.o,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
+            ]
+        });
+        for linear in layers.chain([&mut self.output]) {
+            linear.kernels = kernels;
+        }
+        self
     }
 
     /// Empties every layer's KV cache.
