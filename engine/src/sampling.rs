@@ -141,7 +141,7 @@ impl Rng {
 pub struct Sampler {
     opts: SamplingOptions,
     rng: Rng,
-    candidates: Vec<(u32, f32)>,
+    candidates: Vec<Candidate>,
 }
 
 impl Sampler {
@@ -189,52 +189,111 @@ impl Sampler {
                 .iter()
                 .enumerate()
                 .filter(|(_, l)| l.is_finite())
-                .map(|(i, &l)| (i as u32, l / o.temperature)),
+                .map(|(i, &l)| Candidate {
+                    id: i as u32,
+                    logit: l / o.temperature,
+                    weight: 0.0,
+                }),
         );
         if c.is_empty() {
             return None;
         }
-        let desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if let Some(k) = o.top_k.filter(|&k| k > 0 && k < c.len()) {
             c.select_nth_unstable_by(k - 1, desc);
             c.truncate(k);
         }
-        c.sort_unstable_by(desc);
-        // Softmax over what is left.
-        let max = c[0].1;
+        // Softmax weights, unsorted: only the prefix of the most likely candidates that the
+        // cuts and the draw reach gets sorted (`sorted` of them), not the whole vocabulary.
+        let max = c.iter().fold(f32::NEG_INFINITY, |m, x| m.max(x.logit));
         let mut total = 0.0f64;
         for x in c.iter_mut() {
-            x.1 = ((x.1 - max) as f64).exp() as f32;
-            total += x.1 as f64;
+            x.weight = ((x.logit - max) as f64).exp() as f32;
+            total += x.weight as f64;
         }
+        let mut sorted = 0;
         if let Some(m) = o.min_p.filter(|&m| m > 0.0) {
-            let cut = c[0].1 * m;
-            let keep = c.iter().take_while(|x| x.1 >= cut).count().max(1);
+            // The most likely candidate's weight is exactly 1 (its logit minus the max).
+            let keep = loop {
+                sorted = sort_prefix(c, sorted);
+                let keep = c[..sorted].iter().take_while(|x| x.weight >= m).count();
+                if keep < sorted || sorted == c.len() {
+                    break keep.max(1);
+                }
+            };
             c.truncate(keep);
-            total = c.iter().map(|x| x.1 as f64).sum();
+            sorted = sorted.min(keep);
+            total = c.iter().map(|x| x.weight as f64).sum();
         }
         if let Some(p) = o.top_p.filter(|&p| p > 0.0 && p < 1.0) {
             let mut acc = 0.0f64;
-            let mut keep = c.len();
-            for (i, x) in c.iter().enumerate() {
-                acc += x.1 as f64 / total;
-                if acc >= p as f64 {
-                    keep = i + 1;
-                    break;
+            let mut seen = 0;
+            let keep = loop {
+                sorted = sort_prefix(c, sorted);
+                let reached = c[seen..sorted].iter().position(|x| {
+                    acc += x.weight as f64 / total;
+                    acc >= p as f64
+                });
+                match reached {
+                    Some(i) => break seen + i + 1,
+                    None if sorted == c.len() => break c.len(),
+                    None => seen = sorted,
                 }
-            }
+            };
             c.truncate(keep);
-            total = c.iter().map(|x| x.1 as f64).sum();
+            sorted = sorted.min(keep);
+            total = c.iter().map(|x| x.weight as f64).sum();
         }
         let mut r = self.rng.next_f64() * total;
-        for x in c.iter() {
-            r -= x.1 as f64;
-            if r < 0.0 {
-                return Some(TokenId(x.0));
+        let mut seen = 0;
+        loop {
+            sorted = sort_prefix(c, sorted);
+            for x in &c[seen..sorted] {
+                r -= x.weight as f64;
+                if r < 0.0 {
+                    return Some(TokenId(x.id));
+                }
             }
+            if sorted == c.len() {
+                return Some(TokenId(c[c.len() - 1].id));
+            }
+            seen = sorted;
         }
-        Some(TokenId(c[c.len() - 1].0))
     }
+}
+
+/// A token that may be drawn.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    id: u32,
+    /// The logit divided by the temperature: what candidates are ordered by.
+    logit: f32,
+    /// Its softmax weight, unnormalized.
+    weight: f32,
+}
+
+/// Most likely first, then lower ids.
+fn desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
+}
+
+/// Candidates sorted first; a prefix that is not enough grows fourfold.
+const SORTED_FIRST: usize = 64;
+
+/// Extends the sorted prefix `c[..sorted]` (the `sorted` most likely candidates, in
+/// order) to [`SORTED_FIRST`] candidates, or four times its length: the next ones are
+/// selected in linear time, then only they are sorted. Returns the new length.
+fn sort_prefix(c: &mut [Candidate], sorted: usize) -> usize {
+    let want = (sorted * 4).max(SORTED_FIRST).min(c.len());
+    if want <= sorted {
+        return sorted;
+    }
+    let rest = &mut c[sorted..];
+    let n = want - sorted;
+    if n < rest.len() {
+        rest.select_nth_unstable_by(n - 1, desc);
+    }
+    rest[..n].sort_unstable_by(desc);
+    want
 }
 
 /// Index of the largest finite logit (lowest index on ties).
@@ -291,6 +350,91 @@ mod tests {
         assert_eq!(a, draw(1));
         assert_ne!(a, draw(2));
         assert!(a.iter().all(|t| t % 7 != 0));
+    }
+
+    /// The draw as it was with the whole candidate list sorted first: sorting only the
+    /// prefix the cuts and the draw reach picks the same tokens.
+    fn draw_fully_sorted(o: &SamplingOptions, rng: &mut Rng, logits: &[f32]) -> u32 {
+        let mut c: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l / o.temperature))
+            .collect();
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if let Some(k) = o.top_k.filter(|&k| k > 0 && k < c.len()) {
+            c.select_nth_unstable_by(k - 1, by_logit);
+            c.truncate(k);
+        }
+        c.sort_unstable_by(by_logit);
+        let max = c[0].1;
+        for x in c.iter_mut() {
+            x.1 = ((x.1 - max) as f64).exp() as f32;
+        }
+        let mut total: f64 = c.iter().map(|x| x.1 as f64).sum();
+        if let Some(m) = o.min_p {
+            let keep = c.iter().take_while(|x| x.1 >= c[0].1 * m).count().max(1);
+            c.truncate(keep);
+            total = c.iter().map(|x| x.1 as f64).sum();
+        }
+        if let Some(p) = o.top_p {
+            let mut acc = 0.0;
+            let keep = c
+                .iter()
+                .position(|x| {
+                    acc += x.1 as f64 / total;
+                    acc >= p as f64
+                })
+                .map_or(c.len(), |i| i + 1);
+            c.truncate(keep);
+            total = c.iter().map(|x| x.1 as f64).sum();
+        }
+        let mut r = rng.next_f64() * total;
+        for x in &c {
+            r -= x.1 as f64;
+            if r < 0.0 {
+                return x.0;
+            }
+        }
+        c[c.len() - 1].0
+    }
+
+    #[test]
+    fn sorting_only_the_needed_prefix_draws_the_same_tokens() {
+        let mut next = Rng::new(7);
+        // A vocabulary-sized row with a few masked tokens, flat and peaked.
+        for peak in [0.5f64, 4.0, 12.0] {
+            let logits: Vec<f32> = (0..20_000)
+                .map(|i| match i % 97 {
+                    0 => f32::NEG_INFINITY,
+                    _ => (next.next_f64() * peak) as f32,
+                })
+                .collect();
+            for (top_k, top_p, min_p) in [
+                (None, None, None),
+                (None, Some(0.95), None),
+                (None, Some(0.5), None),
+                (Some(300), Some(0.9), None),
+                (None, None, Some(0.05)),
+                (None, Some(0.99), Some(0.001)),
+            ] {
+                let o = SamplingOptions {
+                    temperature: 0.8,
+                    top_k,
+                    top_p,
+                    min_p,
+                    seed: 3,
+                    ..SamplingOptions::default()
+                };
+                let mut s = Sampler::new(o.clone());
+                let mut reference = Rng::new(3);
+                for _ in 0..50 {
+                    let got = s.sample(&mut logits.clone(), &[]).unwrap().get();
+                    let want = draw_fully_sorted(&o, &mut reference, &logits);
+                    assert_eq!(got, want, "peak {peak}, {o:?}");
+                }
+            }
+        }
     }
 
     #[test]
