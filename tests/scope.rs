@@ -4,14 +4,13 @@
 //! A vocabulary of single bytes plus the markers as whole tokens.
 
 use corral::engine::{
-    CausalLm, Constraint, FinishReason, GenerateOptions, Logits, ModelError, SamplingOptions,
-    Scope, generate,
+    BatchItem, CausalLm, Constraint, FinishReason, GenerateOptions, Logits, ModelError,
+    SamplingOptions, Scope, Sequence, generate,
 };
 use corral::grammar::{CompileOptions, compile_gbnf};
 use corral::scope;
 use corral::split::{Format, GenericParser, split_all};
 use corral::trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
-use std::any::Any;
 use std::sync::Arc;
 
 const MARKERS: &[&str] = &["<think>", "</think>", "<tool_call>", "</tool_call>"];
@@ -93,11 +92,17 @@ impl CausalLm for Scripted {
         4096
     }
     fn reset(&mut self) {}
-    fn snapshot(&self) -> Box<dyn Any + Send> {
-        Box::new(())
+    fn new_sequence(&self) -> Sequence {
+        Sequence::new(())
     }
-    fn restore(&mut self, _: &(dyn Any + Send)) -> Result<(), ModelError> {
-        Ok(())
+    // The generation loop these tests drive uses `forward` alone.
+    fn forward_batch(
+        &mut self,
+        _: &mut [BatchItem<'_>],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        Err(ModelError::Backend(
+            "the scripted model runs one sequence, through forward".into(),
+        ))
     }
 }
 

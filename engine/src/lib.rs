@@ -53,6 +53,6 @@ pub use generate::{
     Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate,
 };
-pub use model::{CausalLm, Logits, ModelError, apply_mask_in_place};
+pub use model::{BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingError, SamplingOptions};
 pub use scope::Scope;

@@ -18,9 +18,9 @@ pub enum ModelError {
         needed: usize,
         max: usize,
     },
-    /// A snapshot from another model.
-    #[error("snapshot does not belong to this model")]
-    BadSnapshot,
+    /// A sequence made by another model.
+    #[error("the sequence does not belong to this model")]
+    ForeignSequence,
 }
 
 /// A causal language model with a KV cache.
@@ -35,10 +35,41 @@ pub trait CausalLm: Send {
     fn max_positions(&self) -> usize;
     /// Clears the KV cache.
     fn reset(&mut self);
-    /// A snapshot of the KV cache, to [`CausalLm::restore`] later (cheap: tensors are
-    /// shared, not copied).
-    fn snapshot(&self) -> Box<dyn Any + Send>;
-    fn restore(&mut self, snapshot: &(dyn Any + Send)) -> Result<(), ModelError>;
+    /// A new sequence over the same weights, with a KV cache of its own (empty), for
+    /// [`CausalLm::forward_batch`]. The cache [`CausalLm::forward`] uses is apart.
+    fn new_sequence(&self) -> Sequence;
+    /// Runs each item on its own sequence and returns each one's logits (of its last
+    /// token), in order. Where the model can, the items of one token each (decoding steps
+    /// of several sequences) run as one pass: their rows go through each weight matrix
+    /// together. An item at position 0 starts its sequence over.
+    fn forward_batch(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError>;
+}
+
+/// One sequence's KV cache, apart from the model's own ([`CausalLm::new_sequence`]); what
+/// it holds is the model's business.
+pub struct Sequence(Box<dyn Any + Send>);
+
+impl Sequence {
+    pub fn new<T: Any + Send>(state: T) -> Sequence {
+        Sequence(Box::new(state))
+    }
+
+    /// The state, if it is a `T`.
+    pub fn downcast_mut<T: Any>(&mut self) -> Option<&mut T> {
+        self.0.downcast_mut()
+    }
+}
+
+/// One sequence's part of [`CausalLm::forward_batch`].
+pub struct BatchItem<'a> {
+    /// The tokens to run: one for a decoding step, more for a prompt (run in chunks).
+    pub tokens: &'a [TokenId],
+    /// The position of the first: how many positions the sequence holds.
+    pub pos: usize,
+    pub sequence: &'a mut Sequence,
 }
 
 /// The logits of one position, where the model computed them (CPU or GPU).

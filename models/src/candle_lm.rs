@@ -1,21 +1,52 @@
 //! One [`CausalLm`] for every candle model: the checks, the input tensor, the KV-cache
-//! reset at position 0 and the snapshots are written once here; an architecture only says
-//! how to run its network ([`CandleNet`]).
+//! reset at position 0, prompt chunks and sequences of their own are written once here; an
+//! architecture only says how to run its network ([`CandleNet`]).
 
 use crate::logits::{CandleLogits, backend};
 use candle_core::{Device, Tensor};
-use corral_engine::{CausalLm, Logits, ModelError};
+use corral_engine::{BatchItem, CausalLm, Logits, ModelError, Sequence};
 use corral_trie::TokenId;
-use std::any::Any;
 
-/// A candle network with its KV cache. Cloning must be cheap (weights shared), since a
-/// clone is a snapshot of the cache.
+/// A candle network with its KV cache (one sequence).
 pub trait CandleNet: Clone + Send + 'static {
     /// Runs `input` (shape `(1, seq)`) at positions `pos..`; the logits of the last
     /// position.
     fn forward(&mut self, input: &Tensor, pos: usize) -> candle_core::Result<Tensor>;
     /// Empties the KV cache.
     fn clear_kv_cache(&mut self);
+    /// Another sequence over the same weights, its cache empty. The default clones (the
+    /// weights must be shared by clones, not copied) and clears the cache.
+    fn fresh(&self) -> Self {
+        let mut net = self.clone();
+        net.clear_kv_cache();
+        net
+    }
+    /// One decoding step of each of several sequences: `nets[i]` runs `tokens[i]` at
+    /// position `pos[i]` on its own cache. The logits, `(sequences, vocabulary)`. The
+    /// default runs them one after another; a network that can batches them into one pass.
+    fn forward_batch(
+        nets: &mut [&mut Self],
+        tokens: &[u32],
+        pos: &[usize],
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        forward_one_by_one(nets, tokens, pos, device)
+    }
+}
+
+/// [`CandleNet::forward_batch`] one sequence at a time.
+pub fn forward_one_by_one<N: CandleNet>(
+    nets: &mut [&mut N],
+    tokens: &[u32],
+    pos: &[usize],
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let mut rows = Vec::with_capacity(nets.len());
+    for ((net, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
+        let input = Tensor::new(&[t], device)?.unsqueeze(0)?;
+        rows.push(net.forward(&input, p)?.flatten_all()?);
+    }
+    Tensor::stack(&rows, 0)
 }
 
 /// The default of [`CandleLm::with_prefill_chunk`].
@@ -23,7 +54,13 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
 /// A candle network as a [`CausalLm`].
 pub struct CandleLm<N: CandleNet> {
+    /// The sequence [`CausalLm::forward`] runs.
     net: N,
+    shape: Runner,
+}
+
+/// How a [`CandleLm`] runs its inputs.
+struct Runner {
     device: Device,
     /// Logits per position (the model's vocabulary, padded).
     width: usize,
@@ -35,10 +72,12 @@ impl<N: CandleNet> CandleLm<N> {
     pub fn new(net: N, device: Device, width: usize, max_positions: usize) -> CandleLm<N> {
         CandleLm {
             net,
-            device,
-            width,
-            max_positions,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            shape: Runner {
+                device,
+                width,
+                max_positions,
+                prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            },
         }
     }
 
@@ -47,13 +86,13 @@ impl<N: CandleNet> CandleLm<N> {
     /// `chunk x context` per head rather than `prompt x prompt`. Default
     /// [`DEFAULT_PREFILL_CHUNK`] (256); at least 1.
     pub fn with_prefill_chunk(mut self, positions: usize) -> CandleLm<N> {
-        self.prefill_chunk = positions.max(1);
+        self.shape.prefill_chunk = positions.max(1);
         self
     }
 }
 
-impl<N: CandleNet> CausalLm for CandleLm<N> {
-    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
+impl Runner {
+    fn check(&self, tokens: &[TokenId], pos: usize) -> Result<(), ModelError> {
         if pos + tokens.len() > self.max_positions {
             return Err(ModelError::Context {
                 what: "prompt and output",
@@ -61,11 +100,22 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
                 max: self.max_positions,
             });
         }
-        if pos == 0 {
-            self.net.clear_kv_cache();
-        }
         if tokens.is_empty() {
             return Err(ModelError::Backend("no tokens to run".into()));
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` on `net` in chunks; the logits of the last.
+    fn run<N: CandleNet>(
+        &self,
+        net: &mut N,
+        tokens: &[TokenId],
+        pos: usize,
+    ) -> Result<Tensor, ModelError> {
+        self.check(tokens, pos)?;
+        if pos == 0 {
+            net.clear_kv_cache();
         }
         let mut logits = None;
         for (k, chunk) in tokens.chunks(self.prefill_chunk).enumerate() {
@@ -73,32 +123,67 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
                 .and_then(|t| t.unsqueeze(0))
                 .map_err(backend)?;
             let at = pos + k * self.prefill_chunk;
-            logits = Some(self.net.forward(&input, at).map_err(backend)?);
+            logits = Some(net.forward(&input, at).map_err(backend)?);
         }
-        Ok(Box::new(CandleLogits(logits.expect("at least one chunk"))))
+        Ok(logits.expect("at least one chunk"))
+    }
+}
+
+impl<N: CandleNet> CausalLm for CandleLm<N> {
+    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
+        let logits = self.shape.run(&mut self.net, tokens, pos)?;
+        Ok(Box::new(CandleLogits(logits)))
     }
 
     fn logit_width(&self) -> usize {
-        self.width
+        self.shape.width
     }
 
     fn max_positions(&self) -> usize {
-        self.max_positions
+        self.shape.max_positions
     }
 
     fn reset(&mut self) {
         self.net.clear_kv_cache();
     }
 
-    fn snapshot(&self) -> Box<dyn Any + Send> {
-        Box::new(self.net.clone())
+    fn new_sequence(&self) -> Sequence {
+        Sequence::new(self.net.fresh())
     }
 
-    fn restore(&mut self, snapshot: &(dyn Any + Send)) -> Result<(), ModelError> {
-        self.net = snapshot
-            .downcast_ref::<N>()
-            .ok_or(ModelError::BadSnapshot)?
-            .clone();
-        Ok(())
+    fn forward_batch(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        let mut out: Vec<Option<Box<dyn Logits>>> = (0..items.len()).map(|_| None).collect();
+        // Single tokens (decoding steps) run as one pass; longer feeds one by one.
+        let (mut steps, mut nets, mut tokens, mut pos) = (Vec::new(), Vec::new(), vec![], vec![]);
+        for (i, item) in items.iter_mut().enumerate() {
+            let net = item
+                .sequence
+                .downcast_mut::<N>()
+                .ok_or(ModelError::ForeignSequence)?;
+            if let [token] = item.tokens {
+                self.shape.check(item.tokens, item.pos)?;
+                steps.push(i);
+                nets.push(net);
+                tokens.push(token.get());
+                pos.push(item.pos);
+            } else {
+                let logits = self.shape.run(net, item.tokens, item.pos)?;
+                out[i] = Some(Box::new(CandleLogits(logits)));
+            }
+        }
+        if !steps.is_empty() {
+            let logits =
+                N::forward_batch(&mut nets, &tokens, &pos, &self.shape.device).map_err(backend)?;
+            for (row, i) in steps.into_iter().enumerate() {
+                out[i] = Some(Box::new(CandleLogits(logits.get(row).map_err(backend)?)));
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|l| l.expect("every item ran"))
+            .collect())
     }
 }

@@ -49,7 +49,7 @@ pub fn load(
     let context = usize_meta(&content, "llama.context_length").unwrap_or(MAX_SEQ_LEN);
     let experts = usize_meta(&content, "llama.expert_count").unwrap_or(0);
     let weights = if experts > 1 {
-        ModelWeights::from_gguf(content, &mut file, device).map(GgufNet::Experts)
+        ModelWeights::from_gguf(content, &mut file, device).map(|m| GgufNet::Experts(Box::new(m)))
     } else {
         Llama::from_gguf(&content, &mut file, device).map(GgufNet::Dense)
     }

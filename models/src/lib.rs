@@ -19,8 +19,9 @@
 //! `cuda` feature and `--device cuda[:N]`.
 //!
 //! The main loop lives in corral-engine (`generate`); this crate's per-step work is
-//! [`candle_lm::CandleLm`]'s `forward` (one position, or a prompt chunk) and the KV-cache
-//! snapshots a server keeps per request. Loading a model and generating JSON under a
+//! [`candle_lm::CandleLm`]'s `forward` (one position, or a prompt chunk) and its
+//! `forward_batch` (the decoding steps of several sequences, each with a KV cache of its
+//! own, as one pass: what a server runs). Loading a model and generating JSON under a
 //! grammar (not run as a test: it needs the model, which `scripts/fetch-assets` fetches):
 //!
 //! ```no_run
@@ -40,6 +41,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attention;
 pub mod candle_lm;
 pub mod chat;
 pub mod device;

@@ -6,8 +6,14 @@
 //! is blocked and reuses each weight across the chunk's rows. The dequantized copy lives for
 //! one multiplication: memory stays that of the quantized model plus one matrix.
 //!
+//! Decoding steps run on corral's own kernel for Q4_1 and Q8_0 weights ([`crate::quant`]),
+//! and attention by hand over KV caches appended in place ([`crate::attention`]). The
+//! steps of several sequences run as one pass ([`Llama::forward_batch`]): their rows go
+//! through each weight matrix together, each attends to its own cache.
+//!
 //! Mixture-of-experts GGUFs keep candle-transformers' model ([`GgufNet::Experts`]).
 
+use crate::attention::{Heads, KvCache, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
 use crate::quant::WeightType;
 use candle_core::quantized::gguf_file::Content;
@@ -35,7 +41,7 @@ pub enum GgufNet {
     /// Dense models (Llama, SmolLM2, Mistral, ...): [`Llama`].
     Dense(Llama),
     /// Mixture-of-experts models: candle-transformers' `quantized_llama`.
-    Experts(ModelWeights),
+    Experts(Box<ModelWeights>),
 }
 
 impl CandleNet for GgufNet {
@@ -44,6 +50,38 @@ impl CandleNet for GgufNet {
             GgufNet::Dense(m) => m.forward(input, pos),
             GgufNet::Experts(m) => m.forward(input, pos),
         }
+    }
+
+    fn fresh(&self) -> GgufNet {
+        match self {
+            GgufNet::Dense(m) => GgufNet::Dense(m.fresh()),
+            GgufNet::Experts(m) => {
+                let mut m = m.clone();
+                m.clear_kv_cache();
+                GgufNet::Experts(m)
+            }
+        }
+    }
+
+    fn forward_batch(
+        nets: &mut [&mut GgufNet],
+        tokens: &[u32],
+        pos: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let n = nets.len();
+        let mut dense = Vec::with_capacity(n);
+        for net in nets.iter_mut() {
+            match &mut **net {
+                GgufNet::Dense(m) => dense.push(m),
+                GgufNet::Experts(_) => break,
+            }
+        }
+        if dense.len() == n {
+            return Llama::forward_batch(&mut dense, tokens, pos);
+        }
+        drop(dense);
+        crate::candle_lm::forward_one_by_one(nets, tokens, pos, device)
     }
 
     fn clear_kv_cache(&mut self) {
@@ -66,6 +104,16 @@ pub enum Kernels {
     /// Every multiplication on dequantized f32 weights: the slowest, and the closest to
     /// the weights' values (activations are not rounded to 8 bits).
     Dequantized,
+}
+
+/// How a [`Llama`] computes a decoding step's attention on the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attention {
+    /// By hand over the KV cache ([`crate::attention`]); the default.
+    ByHand,
+    /// Through candle's tensor operations, as candle-transformers' `quantized_llama` (and
+    /// prompt chunks) do.
+    Candle,
 }
 
 /// A weight matrix `(out, in)`, kept quantized.
@@ -148,6 +196,7 @@ impl RmsNorm {
     }
 }
 
+/// One layer's weights.
 #[derive(Clone)]
 struct Layer {
     q: Linear,
@@ -159,40 +208,44 @@ struct Layer {
     down: Linear,
     attn_norm: RmsNorm,
     ffn_norm: RmsNorm,
-    /// Keys and values of the positions seen, `(1, kv_heads, positions, head_dim)`.
-    cache: Option<(Tensor, Tensor)>,
 }
 
-/// The shape shared by every layer.
+/// The weights, shared by every sequence.
 #[derive(Clone)]
-struct Shape {
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    /// RoPE tables, `(MAX_SEQ_LEN, rope_dim / 2)`.
-    cos: Tensor,
-    sin: Tensor,
-}
-
-/// A dense llama network. Cloning shares the weights; the KV cache is copied on write
-/// (each step concatenates into new tensors), so a clone is a cheap snapshot.
-#[derive(Clone)]
-pub struct Llama {
+struct Weights {
     embeddings: Tensor,
     layers: Vec<Layer>,
     norm: RmsNorm,
     output: Linear,
-    shape: Shape,
+    heads: Heads,
+    /// RoPE tables, `(MAX_SEQ_LEN, head_dim / 2)`.
+    cos: Tensor,
+    sin: Tensor,
+    /// The same on the host, row after row, for decoding steps by hand.
+    cos_host: Vec<f32>,
+    sin_host: Vec<f32>,
+    attention: Attention,
+}
+
+/// A dense llama network: the weights (shared: [`Llama::fresh`] makes another sequence
+/// over them) and one sequence's KV cache per layer. Cloning copies the cache.
+#[derive(Clone)]
+pub struct Llama {
+    weights: Arc<Weights>,
+    caches: Vec<KvCache>,
 }
 
 impl Layer {
+    /// Attention for a single sequence (any number of new positions).
     fn attention(
-        &mut self,
+        &self,
+        cache: &mut KvCache,
         x: &Tensor,
         pos: usize,
         blocked: Option<&Tensor>,
-        shape: &Shape,
+        w: &Weights,
     ) -> Result<Tensor> {
+        let shape = &w.heads;
         let (b, seq, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| -> Result<Tensor> {
             t.reshape((b, seq, n, shape.head_dim))?
@@ -200,18 +253,20 @@ impl Layer {
                 .contiguous()
         };
         let rope = |t: &Tensor| -> Result<Tensor> {
-            let cos = shape.cos.narrow(0, pos, seq)?;
-            let sin = shape.sin.narrow(0, pos, seq)?;
+            let cos = w.cos.narrow(0, pos, seq)?;
+            let sin = w.sin.narrow(0, pos, seq)?;
             candle_nn::rotary_emb::rope_i(t, &cos, &sin)
         };
+        let held = cache.len(shape)?;
+        if held != pos {
+            return Err(candle_core::Error::Msg(format!(
+                "the KV cache holds {held} positions, not the {pos} before this input"
+            )));
+        }
         let q = rope(&heads(self.q.forward(x)?, shape.heads)?)?;
         let k = rope(&heads(self.k.forward(x)?, shape.kv_heads)?)?;
         let v = heads(self.v.forward(x)?, shape.kv_heads)?;
-        let (k, v) = match &self.cache {
-            Some((ck, cv)) if pos > 0 => (Tensor::cat(&[ck, &k], 2)?, Tensor::cat(&[cv, &v], 2)?),
-            _ => (k, v),
-        };
-        self.cache = Some((k.clone(), v.clone()));
+        let (k, v) = cache.append_tensors(k, v)?;
         // Grouped-query attention without copying keys and values per query head: the
         // `groups` query heads sharing a key-value head are consecutive, so they stack as
         // rows of one multiplication with it.
@@ -219,12 +274,6 @@ impl Layer {
         let q = q.reshape((b, shape.kv_heads, groups * seq, shape.head_dim))?;
         let scores = (q.matmul(&k.t()?)? / (shape.head_dim as f64).sqrt())?;
         let kv = k.dim(2)?;
-        if kv != pos + seq {
-            return Err(candle_core::Error::Msg(format!(
-                "the KV cache holds {} positions, not the {pos} before this input",
-                kv - seq
-            )));
-        }
         let scores = scores.reshape((b, shape.heads, seq, kv))?;
         let scores = match blocked {
             Some(blocked) => {
@@ -252,14 +301,52 @@ impl Layer {
         self.o.forward(&y)
     }
 
-    fn forward(
-        &mut self,
+    /// Attention for one decoding step of each of `caches.len()` sequences (`x`:
+    /// `(sequences, 1, width)`), sequence i at position `pos[i]`, by hand on the CPU.
+    fn attention_steps(
+        &self,
+        caches: &mut [&mut KvCache],
         x: &Tensor,
-        pos: usize,
-        blocked: Option<&Tensor>,
-        shape: &Shape,
+        pos: &[usize],
+        w: &Weights,
     ) -> Result<Tensor> {
-        let a = self.attention(&self.attn_norm.forward(x)?, pos, blocked, shape)?;
+        let shape = &w.heads;
+        let rows = |t: Tensor| t.flatten_all()?.to_vec1::<f32>();
+        let mut q = rows(self.q.forward(x)?)?;
+        let mut k = rows(self.k.forward(x)?)?;
+        let v = rows(self.v.forward(x)?)?;
+        let (qn, kn) = (
+            shape.heads * shape.head_dim,
+            shape.kv_heads * shape.head_dim,
+        );
+        let half = shape.head_dim / 2;
+        for (i, cache) in caches.iter_mut().enumerate() {
+            let held = cache.len(shape)?;
+            if held != pos[i] || pos[i] >= MAX_SEQ_LEN {
+                return Err(candle_core::Error::Msg(format!(
+                    "the KV cache holds {held} positions, not the {} before this input",
+                    pos[i]
+                )));
+            }
+            let at = pos[i] * half..(pos[i] + 1) * half;
+            push_step(
+                cache,
+                shape,
+                (&w.cos_host[at.clone()], &w.sin_host[at]),
+                &mut q[i * qn..(i + 1) * qn],
+                &mut k[i * kn..(i + 1) * kn],
+                &v[i * kn..(i + 1) * kn],
+            )?;
+        }
+        let mut y = vec![0f32; q.len()];
+        let held: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+        attend_steps(&held, shape, &q, &mut y)?;
+        let y = Tensor::from_vec(y, (caches.len(), 1, qn), x.device())?;
+        self.o.forward(&y)
+    }
+
+    /// The rest of the layer after attention `a`: residual, feed-forward, residual.
+    fn feed_forward(&self, x: &Tensor, a: Tensor) -> Result<Tensor> {
         let x = (a + x)?;
         let h = self.ffn_norm.forward(&x)?;
         let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
@@ -289,10 +376,10 @@ impl Llama {
         let head_dim = num("llama.attention.key_length").unwrap_or(width / heads);
         let value_dim = num("llama.attention.value_length").unwrap_or(head_dim);
         let rope_dim = num("llama.rope.dimension_count").unwrap_or(head_dim);
-        if head_dim == 0 || value_dim != head_dim || rope_dim != head_dim {
+        if head_dim == 0 || value_dim != head_dim || rope_dim != head_dim || head_dim % 2 != 0 {
             return Err(msg(format!(
                 "GGUF shape not supported: key length {head_dim}, value length {value_dim}, \
-                 rotary dimensions {rope_dim} (all must be equal and non-zero)"
+                 rotary dimensions {rope_dim} (all must be equal, even and non-zero)"
             )));
         }
         let eps_key = "llama.attention.layer_norm_rms_epsilon";
@@ -328,22 +415,38 @@ impl Llama {
                 down: Linear::new(w("ffn_down")?)?,
                 attn_norm: RmsNorm::new(w("attn_norm")?, eps)?,
                 ffn_norm: RmsNorm::new(w("ffn_norm")?, eps)?,
-                cache: None,
             });
         }
-        Ok(Llama {
+        let host = |t: &Tensor| t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>();
+        let weights = Weights {
             embeddings,
             layers,
             norm,
             output: Linear::new(output)?,
-            shape: Shape {
+            heads: Heads {
                 heads,
                 kv_heads,
                 head_dim,
-                cos,
-                sin,
             },
+            cos_host: host(&cos)?,
+            sin_host: host(&sin)?,
+            attention: Attention::ByHand,
+            cos,
+            sin,
+        };
+        Ok(Llama {
+            caches: vec![KvCache::new(device.is_cpu()); blocks],
+            weights: Arc::new(weights),
         })
+    }
+
+    /// Another sequence over the same weights, its cache empty.
+    pub fn fresh(&self) -> Llama {
+        let on_cpu = self.weights.embeddings.device().is_cpu();
+        Llama {
+            weights: self.weights.clone(),
+            caches: vec![KvCache::new(on_cpu); self.caches.len()],
+        }
     }
 
     /// The logits of the last of `input`'s positions (shape `(1, seq)`), which sit at
@@ -355,9 +458,17 @@ impl Llama {
                 "an empty input has no logits".into(),
             ));
         }
-        let (_, width) = self.embeddings.dims2()?;
+        if pos == 0 {
+            self.clear_kv_cache();
+        }
+        if seq == 1 && input.device().is_cpu() && self.weights.attention == Attention::ByHand {
+            let token = input.flatten_all()?.to_vec1::<u32>()?;
+            return Llama::forward_batch(&mut [self], &token, &[pos]);
+        }
+        let w = self.weights.clone();
+        let (_, width) = w.embeddings.dims2()?;
         let ids = input.flatten_all()?;
-        let mut x = self
+        let mut x = w
             .embeddings
             .index_select(&ids, 0)?
             .reshape((1, seq, width))?;
@@ -371,17 +482,76 @@ impl Llama {
         } else {
             None
         };
-        for layer in &mut self.layers {
-            x = layer.forward(&x, pos, blocked.as_ref(), &self.shape)?;
+        for (layer, cache) in w.layers.iter().zip(&mut self.caches) {
+            let a = layer.attention(
+                cache,
+                &layer.attn_norm.forward(&x)?,
+                pos,
+                blocked.as_ref(),
+                &w,
+            )?;
+            x = layer.feed_forward(&x, a)?;
         }
-        let last = self.norm.forward(&x)?.i((.., seq - 1, ..))?;
-        self.output.forward(&last)
+        let last = w.norm.forward(&x)?.i((.., seq - 1, ..))?;
+        w.output.forward(&last)
+    }
+
+    /// One decoding step of each of several sequences over the same weights, as one
+    /// pass: sequence i (`nets[i]`, its cache) runs `tokens[i]` at position `pos[i]`.
+    /// Their rows go through each weight matrix together; each attends to its own cache.
+    /// The logits, `(sequences, vocabulary)`.
+    pub fn forward_batch(nets: &mut [&mut Llama], tokens: &[u32], pos: &[usize]) -> Result<Tensor> {
+        let n = nets.len();
+        let Some(first) = nets.first() else {
+            return Err(candle_core::Error::Msg("an empty batch".into()));
+        };
+        let w = first.weights.clone();
+        if tokens.len() != n || pos.len() != n {
+            return Err(candle_core::Error::Msg(format!(
+                "{n} sequences, {} tokens and {} positions",
+                tokens.len(),
+                pos.len()
+            )));
+        }
+        if nets.iter().any(|m| !Arc::ptr_eq(&m.weights, &w)) {
+            return Err(candle_core::Error::Msg(
+                "a batch's sequences must share one model's weights".into(),
+            ));
+        }
+        let dev = w.embeddings.device();
+        if !dev.is_cpu() || w.attention == Attention::Candle {
+            // The decoding step by hand needs the caches on the host: one sequence at a
+            // time, through candle.
+            let mut rows = Vec::with_capacity(n);
+            for ((m, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
+                let input = Tensor::new(&[t], dev)?.unsqueeze(0)?;
+                rows.push(m.forward(&input, p)?.flatten_all()?);
+            }
+            return Tensor::stack(&rows, 0);
+        }
+        for (m, &p) in nets.iter_mut().zip(pos) {
+            if p == 0 {
+                m.clear_kv_cache();
+            }
+        }
+        let (_, width) = w.embeddings.dims2()?;
+        let ids = Tensor::new(tokens, dev)?;
+        let mut x = w.embeddings.index_select(&ids, 0)?.reshape((n, 1, width))?;
+        for (l, layer) in w.layers.iter().enumerate() {
+            let mut caches: Vec<&mut KvCache> = nets.iter_mut().map(|m| &mut m.caches[l]).collect();
+            let a = layer.attention_steps(&mut caches, &layer.attn_norm.forward(&x)?, pos, &w)?;
+            x = layer.feed_forward(&x, a)?;
+        }
+        let last = w.norm.forward(&x)?.reshape((n, width))?;
+        w.output.forward(&last)
     }
 
     /// The same network with its multiplications done by `kernels` (to compare passes:
-    /// the default, [`Kernels::Own`], is the fastest).
+    /// the default, [`Kernels::Own`], is the fastest). The weights are no longer shared
+    /// with other sequences.
     pub fn with_kernels(mut self, kernels: Kernels) -> Llama {
-        let layers = self.layers.iter_mut().flat_map(|l| {
+        let w = Arc::make_mut(&mut self.weights);
+        let layers = w.layers.iter_mut().flat_map(|l| {
             [
                 &mut l.q,
                 &mut l.k,
@@ -392,16 +562,23 @@ impl Llama {
                 &mut l.down,
             ]
         });
-        for linear in layers.chain([&mut self.output]) {
+        for linear in layers.chain([&mut w.output]) {
             linear.kernels = kernels;
         }
         self
     }
 
+    /// The same network with decoding steps' attention computed by `attention` (to compare
+    /// passes). The weights are no longer shared with other sequences.
+    pub fn with_attention(mut self, attention: Attention) -> Llama {
+        Arc::make_mut(&mut self.weights).attention = attention;
+        self
+    }
+
     /// Empties every layer's KV cache.
     pub fn clear_kv_cache(&mut self) {
-        for layer in &mut self.layers {
-            layer.cache = None;
+        for cache in &mut self.caches {
+            cache.clear();
         }
     }
 }

@@ -58,18 +58,23 @@ fn a_prompt_in_chunks_gives_the_logits_of_one_pass() {
 }
 
 /// corral's dense llama pass against candle-transformers' `quantized_llama` on the same
-/// GGUF: token by token, both on candle's quantized kernel, the logits agree to rounding.
-/// corral's own kernel rounds activations to 8 bits too, differently: against the pass on
-/// dequantized f32 weights it strays as far as candle's kernel does (measured: mean
-/// largest logit difference 0.69 against 0.66 over 79 positions). A prompt in one chunk
-/// (corral on dequantized f32 weights, candle's on 8-bit activations) agrees on the next
-/// token and within the quantized kernels' spread.
+/// GGUF, token by token:
+/// - on candle's quantized kernel and candle's attention, the logits agree to rounding;
+/// - attention by hand agrees with candle's on dequantized f32 weights. (On 8-bit
+///   activations no such check holds: a rounding difference in the last bit can flip an
+///   activation's 8-bit value, and the logits then differ by about 0.3-1.)
+/// - corral's own kernel rounds activations to 8 bits too, differently: against the pass
+///   on dequantized f32 weights it strays as far as candle's kernel does (measured: mean
+///   largest logit difference 0.69 against 0.66 over 79 positions).
+///
+/// A prompt in one chunk (corral on dequantized f32 weights, candle's on 8-bit
+/// activations) agrees on the next token and within the quantized kernels' spread.
 #[test]
 fn the_dense_llama_pass_matches_candle_transformers() {
     use candle_core::Tensor;
     use candle_core::quantized::gguf_file::Content;
     use candle_transformers::models::quantized_llama::ModelWeights;
-    use corral_models::llama::{Kernels, Llama};
+    use corral_models::llama::{Attention, Kernels, Llama};
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let Some(path) = require::require_input(path, "run scripts/fetch-assets model") else {
@@ -79,8 +84,12 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     let mut file = std::fs::File::open(&path).unwrap();
     let content = Content::read(&mut file).unwrap();
     let mut ours = Llama::from_gguf(&content, &mut file, &dev).unwrap();
-    let mut ours_on_candle = ours.clone().with_kernels(Kernels::Candle);
+    let mut ours_on_candle = ours
+        .clone()
+        .with_kernels(Kernels::Candle)
+        .with_attention(Attention::Candle);
     let mut exact = ours.clone().with_kernels(Kernels::Dequantized);
+    let mut exact_on_candle = exact.clone().with_attention(Attention::Candle);
     let mut theirs = ModelWeights::from_gguf(content, &mut file, &dev).unwrap();
     let (_, tokenizer, _) = gguf_llama::load(&path, &dev).unwrap();
     let text = "Structured output: {\"name\": \"Ada\", \"born\": 1815} and more text after it. ";
@@ -108,6 +117,11 @@ fn the_dense_llama_pass_matches_candle_transformers() {
         assert!(w < 1e-3, "position {pos}: largest logit difference {w}");
         let own = logits(ours.forward(&input, pos).unwrap());
         let e = logits(exact.forward(&input, pos).unwrap());
+        let w = worst(&e, &logits(exact_on_candle.forward(&input, pos).unwrap()));
+        assert!(
+            w < 1e-3,
+            "position {pos}: attention by hand {w} from candle's"
+        );
         let (own_err, candle_err) = (worst(&own, &e), worst(&b, &e));
         assert!(
             own_err < 1.5,
@@ -139,4 +153,85 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     assert_eq!(argmax(&a), argmax(&b));
     let w = worst(&a, &b);
     assert!(w < 1.0, "one pass: largest logit difference {w}");
+}
+
+/// Decoding steps of several sequences in one pass (`CausalLm::forward_batch`) give each
+/// sequence the logits it gets alone: prompts of different lengths, then steps at
+/// different positions, with a sequence joining later and one starting over at position
+/// 0; the single-sequence `forward` is the reference.
+#[test]
+fn batched_decoding_steps_give_each_sequence_its_own_logits() {
+    use corral_engine::BatchItem;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let Some(path) = require::require_input(path, "run scripts/fetch-assets model") else {
+        return;
+    };
+    let (mut lm, tokenizer, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let encode = |t: &str| TokenId::all(tokenizer.encode(t, false).unwrap().get_ids());
+    let prompts = [
+        encode("The capital of France is"),
+        encode("{\"name\": \"Ada\", \"born\":"),
+        encode("Once upon a time, in a land far away, there lived a"),
+    ];
+    // Each alone: its prompt, then five steps feeding back the argmax.
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut rows = vec![lm.forward(p, 0).unwrap().to_masked_vec(None).unwrap()];
+        for step in 0..5 {
+            let t = TokenId(argmax(&rows[step]) as u32);
+            let l = lm.forward(&[t], p.len() + step).unwrap();
+            rows.push(l.to_masked_vec(None).unwrap());
+        }
+        alone.push(rows);
+    }
+    let mut seqs: Vec<_> = prompts.iter().map(|_| lm.new_sequence()).collect();
+    // How many of each sequence's rows of logits the batches have checked.
+    let mut done = [0usize; 3];
+    for k in 0..12 {
+        if k == 4 {
+            // Sequence 2 starts over.
+            done[2] = 0;
+        }
+        // Sequence i joins at step i: its prompt, then one token per step.
+        let feeds: Vec<(usize, Vec<TokenId>, usize)> = (0..3)
+            .filter(|&i| k >= i && done[i] < 6)
+            .map(|i| match done[i] {
+                0 => (i, prompts[i].clone(), 0),
+                n => {
+                    let t = TokenId(argmax(&alone[i][n - 1]) as u32);
+                    (i, vec![t], prompts[i].len() + n - 1)
+                }
+            })
+            .collect();
+        if feeds.is_empty() {
+            break;
+        }
+        let mut batch: Vec<BatchItem> = seqs
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, sequence)| {
+                let (_, tokens, pos) = feeds.iter().find(|f| f.0 == i)?;
+                Some(BatchItem {
+                    tokens,
+                    pos: *pos,
+                    sequence,
+                })
+            })
+            .collect();
+        let out = lm.forward_batch(&mut batch).unwrap();
+        for ((i, _, _), l) in feeds.iter().zip(out) {
+            let got = l.to_masked_vec(None).unwrap();
+            let want = &alone[*i][done[*i]];
+            let worst = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 1e-4, "sequence {i}, row {}: {worst}", done[*i]);
+            done[*i] += 1;
+        }
+    }
+    assert_eq!(done, [6, 6, 6]);
 }

@@ -8,7 +8,7 @@
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 use candle_transformers::models::{llama, qwen2, qwen3};
-use corral_engine::{Constraint, GenerateOptions, SamplingOptions, generate};
+use corral_engine::{BatchItem, Constraint, GenerateOptions, Logits, SamplingOptions, generate};
 use corral_grammar::{CompileOptions, MatchOutcome, compile_gbnf, match_bytes};
 use corral_models::{DeviceSpec, Model};
 use corral_trie::TokenId;
@@ -106,21 +106,48 @@ fn check(family: &str, tok: &str, vocab: usize) {
         "{family}: {:?}",
         out.text
     );
-    // Snapshots restore the KV cache.
+    // Sequences of their own: run as a batch, each gets the logits `forward` gives it.
     let lm = model.lm();
-    let a = lm.forward(&ids, 0).unwrap().to_masked_vec(None).unwrap();
-    let snap = lm.snapshot();
-    lm.forward(&[TokenId(5), TokenId(6), TokenId(7)], ids.len())
+    let logits = |l: Box<dyn Logits>| l.to_masked_vec(None).unwrap();
+    let a = logits(lm.forward(&ids, 0).unwrap());
+    let a_next = logits(lm.forward(&[TokenId(5)], ids.len()).unwrap());
+    let other = [TokenId(7), TokenId(8)];
+    let b = logits(lm.forward(&other, 0).unwrap());
+    let b_next = logits(lm.forward(&[TokenId(6)], other.len()).unwrap());
+    let (mut s1, mut s2) = (lm.new_sequence(), lm.new_sequence());
+    let rows = lm
+        .forward_batch(&mut [
+            BatchItem {
+                tokens: &ids,
+                pos: 0,
+                sequence: &mut s1,
+            },
+            BatchItem {
+                tokens: &other,
+                pos: 0,
+                sequence: &mut s2,
+            },
+        ])
         .unwrap();
-    lm.restore(snap.as_ref()).unwrap();
-    let b = lm
-        .forward(&[TokenId(5)], ids.len())
-        .unwrap()
-        .to_masked_vec(None)
+    let rows: Vec<Vec<f32>> = rows.into_iter().map(logits).collect();
+    assert_eq!(rows, [a, b], "{family}: prompts");
+    let rows = lm
+        .forward_batch(&mut [
+            BatchItem {
+                tokens: &[TokenId(5)],
+                pos: ids.len(),
+                sequence: &mut s1,
+            },
+            BatchItem {
+                tokens: &[TokenId(6)],
+                pos: other.len(),
+                sequence: &mut s2,
+            },
+        ])
         .unwrap();
-    let c2 = lm.forward(&ids, 0).unwrap().to_masked_vec(None).unwrap();
-    assert_eq!(a, c2, "pos 0 starts over");
-    assert_eq!(b.len(), vocab);
+    let rows: Vec<Vec<f32>> = rows.into_iter().map(logits).collect();
+    assert_eq!(rows, [a_next, b_next], "{family}: decoding steps");
+    assert_eq!(rows[0].len(), vocab);
     std::fs::remove_dir_all(&dir).ok();
     eprintln!("{family}: {:?}", out.text);
 }

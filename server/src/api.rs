@@ -59,6 +59,10 @@ pub struct Common {
     pub tools: Option<Vec<Value>>,
     /// Reasoning tokens before the end of reasoning is forced (reasoning models).
     pub reasoning_budget: Option<u64>,
+    /// The end-of-generation tokens are never sampled: the output runs to `max_tokens`
+    /// (or until its grammar is complete). vLLM's and SGLang's extension; for benchmarks.
+    #[serde(default, deserialize_with = "null_is_false")]
+    pub ignore_eos: bool,
     pub tool_choice: Option<Value>,
 }
 

@@ -17,7 +17,8 @@
 //! 2. on a blocking thread, [`prepare`] applies the chat template, tokenizes, finds or
 //!    compiles the constraint, and makes the [`corral_engine::Decoder`];
 //! 3. the job enters a bounded queue (full: 429) read by the [`scheduler`] thread, which
-//!    owns the network and steps up to [`ServeConfig::max_concurrent`] requests in turn;
+//!    owns the network and runs the decoding steps of up to
+//!    [`ServeConfig::max_concurrent`] requests as one batched forward pass;
 //! 4. text deltas come back on a channel; the handler applies stop sequences ([`stop`])
 //!    and answers in one response or as server-sent events. A client that goes away drops
 //!    the channel, and the scheduler stops its generation at its next step.

@@ -247,7 +247,7 @@ fn prepare(
         sampling,
         jump_forward: true,
         overlap_mask: false,
-        ignore_eos: false,
+        ignore_eos: c.ignore_eos,
         complete_within_budget: true,
         scope,
     };

@@ -1,34 +1,33 @@
 //! The scheduler: one thread owns the network and serves up to `max_concurrent` requests
-//! at once, one decoding step of each in turn.
+//! at once, their decoding steps batched into one forward pass.
 //!
-//! Each request keeps its own KV cache as a snapshot (tensors shared, not copied), restored
-//! before its forward pass when another request ran last. The loop:
+//! Each request keeps its own KV cache (a [`Sequence`] of the model). The loop:
 //! 1. admit queued requests while there is room (block on the queue when nothing runs);
-//! 2. for each running request: stop it if its client went away or its time is up;
-//!    restore its cache, run the forward pass on the tokens it fed (the prompt first),
-//!    snapshot the cache, and let its [`Decoder`] sample the next token(s) from the
-//!    logits; meanwhile, on another thread, the next request's mask is computed;
-//! 3. send the text delta to the request's handler, or the end.
+//! 2. stop the requests whose client went away or whose time is up;
+//! 3. one forward pass over every running request's next input: a decoding step's token
+//!    (the model runs these as one batch: their rows go through each weight matrix
+//!    together), or the next [`PREFILL_STEP`] positions of a prompt; meanwhile, on another
+//!    thread, the masks of the requests that will sample after this pass are computed;
+//! 4. each of those samples from its logits; the text delta goes to its handler, or the
+//!    end.
 //!
-//! A long prompt runs [`PREFILL_STEP`] positions per step, so that the requests beside it
+//! A long prompt runs [`PREFILL_STEP`] positions per pass, so that the requests beside it
 //! keep decoding between its pieces, and its time limit and its client's departure are
 //! checked between them.
-//!
-//! The forward passes of concurrent requests run one after another, not batched into one
-//! pass: the candle models take one sequence per pass.
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use corral_engine::{CausalLm, Decoder, FinishReason, GenerationStats, Logits, Next};
+use corral_engine::{
+    BatchItem, CausalLm, Decoder, FinishReason, GenerationStats, Logits, Next, Sequence,
+};
 use corral_trie::TokenId;
-use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Most positions of a request's feed (its prompt, mostly) run in one step.
+/// Most positions of a request's feed (its prompt, mostly) run in one pass.
 pub const PREFILL_STEP: usize = 256;
 
 /// A request admitted to the queue.
@@ -59,7 +58,6 @@ pub enum Event {
 }
 
 struct Running {
-    id: u64,
     decoder: Option<Decoder>,
     events: UnboundedSender<Event>,
     deadline: Instant,
@@ -68,7 +66,9 @@ struct Running {
     /// Tokens to run the model on next, at position `pos`.
     feed: Vec<TokenId>,
     pos: usize,
-    kv: Option<Box<dyn Any + Send>>,
+    sequence: Sequence,
+    /// What this pass runs (taken from `feed`).
+    piece: Vec<TokenId>,
 }
 
 /// Runs until the queue's senders are gone and nothing runs.
@@ -79,9 +79,6 @@ pub fn run(
     metrics: Arc<Metrics>,
 ) {
     let mut running: Vec<Running> = Vec::new();
-    // Whose KV cache the network holds.
-    let mut owner: Option<u64> = None;
-    let mut next_id = 0u64;
     loop {
         while running.len() < max_concurrent.max(1) {
             let job = if running.is_empty() {
@@ -101,131 +98,142 @@ pub fn run(
                 Metrics::sub(&metrics.in_system, 1);
                 continue;
             }
-            let stopped = job.stopped;
             Metrics::add(&metrics.active, 1);
             Metrics::add(&metrics.prompt_tokens, job.prompt.len() as u64);
-            next_id += 1;
             running.push(Running {
-                id: next_id,
                 decoder: Some(job.decoder),
                 events: job.events,
                 deadline: job.deadline,
                 timeout: job.timeout,
-                stopped,
+                stopped: job.stopped,
                 feed: job.prompt,
                 pos: 0,
-                kv: None,
+                sequence: lm.new_sequence(),
+                piece: Vec::new(),
             });
         }
-        let mut i = 0;
-        while i < running.len() {
-            let live = step(lm.as_mut(), &mut running, i, &mut owner, &metrics);
-            if live {
-                i += 1;
-            } else {
-                let r = running.remove(i);
-                // Masks of a generation that did not finish (one that did counted them).
-                if let Some(d) = &r.decoder {
-                    let (n, us) = d.mask_work();
-                    Metrics::add(&metrics.masks, n as u64);
-                    Metrics::add(&metrics.mask_us, us as u64);
-                }
-                Metrics::sub(&metrics.active, 1);
-                Metrics::sub(&metrics.in_system, 1);
+        running.retain_mut(|r| {
+            let live = still_wanted(r, lm.max_positions(), &metrics);
+            if !live {
+                retire(r, &metrics);
             }
+            live
+        });
+        if running.is_empty() {
+            continue;
         }
+        let ended = pass(lm.as_mut(), &mut running, &metrics);
+        let mut i = 0;
+        running.retain_mut(|r| {
+            let keep = !ended[i];
+            i += 1;
+            if !keep {
+                retire(r, &metrics);
+            }
+            keep
+        });
     }
 }
 
-/// One step of `running[i]`; false when it ended.
-fn step(
-    lm: &mut dyn CausalLm,
-    running: &mut [Running],
-    i: usize,
-    owner: &mut Option<u64>,
-    metrics: &Metrics,
-) -> bool {
-    {
-        let r = &running[i];
-        if r.events.is_closed() {
-            match r.stopped.load(Relaxed) {
-                true => Metrics::add(&metrics.completed, 1),
-                false => Metrics::add(&metrics.cancelled, 1),
-            }
-            return false;
+/// False (the request's end already told) when its client went away, its time is up, or
+/// its next piece would not fit the model's positions.
+fn still_wanted(r: &Running, max_positions: usize, metrics: &Metrics) -> bool {
+    if r.events.is_closed() {
+        match r.stopped.load(Relaxed) {
+            true => Metrics::add(&metrics.completed, 1),
+            false => Metrics::add(&metrics.cancelled, 1),
         }
-        if Instant::now() > r.deadline {
-            Metrics::add(&metrics.timed_out, 1);
-            let _ = r
-                .events
-                .send(Event::Failed(ApiError::timeout(r.timeout.as_secs())));
-            return false;
-        }
+        return false;
     }
-    let (r, next) = this_and_next(running, i);
-    let logits = match next {
-        // The next request's mask depends only on its tokens so far: compute it while
-        // this request's forward pass runs.
-        Some(n) if n.decoder.is_some() => std::thread::scope(|s| {
-            s.spawn(|| {
-                // An error stays in the decoder (sticky) and is reported by its own step.
-                if let Some(d) = n.decoder.as_mut() {
-                    let _ = d.prepare();
-                }
-            });
-            forward(lm, r, owner)
-        }),
-        _ => forward(lm, r, owner),
-    };
+    if Instant::now() > r.deadline {
+        Metrics::add(&metrics.timed_out, 1);
+        let _ = r
+            .events
+            .send(Event::Failed(ApiError::timeout(r.timeout.as_secs())));
+        return false;
+    }
+    let next = r.feed.len().min(PREFILL_STEP);
+    if r.pos + next > max_positions {
+        let _ = r.events.send(Event::Failed(ApiError::internal(format!(
+            "{} positions needed, the model supports {max_positions}",
+            r.pos + next
+        ))));
+        return false;
+    }
+    true
+}
+
+/// A request leaves: the masks of a generation that did not finish are counted (one that
+/// did counted them).
+fn retire(r: &Running, metrics: &Metrics) {
+    if let Some(d) = &r.decoder {
+        let (n, us) = d.mask_work();
+        Metrics::add(&metrics.masks, n as u64);
+        Metrics::add(&metrics.mask_us, us as u64);
+    }
+    Metrics::sub(&metrics.active, 1);
+    Metrics::sub(&metrics.in_system, 1);
+}
+
+/// One forward pass over every running request, then the steps of those whose feed it
+/// finished. Which requests ended, by index.
+fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Vec<bool> {
+    for r in running.iter_mut() {
+        let rest = r.feed.split_off(r.feed.len().min(PREFILL_STEP));
+        r.piece = std::mem::replace(&mut r.feed, rest);
+    }
+    let mut items = Vec::with_capacity(running.len());
+    let mut sampling = Vec::new();
+    for r in running.iter_mut() {
+        let Running {
+            decoder,
+            sequence,
+            piece,
+            pos,
+            feed,
+            ..
+        } = r;
+        if feed.is_empty()
+            && let Some(d) = decoder.as_mut()
+        {
+            sampling.push(d);
+        }
+        items.push(BatchItem {
+            tokens: piece,
+            pos: *pos,
+            sequence,
+        });
+    }
+    // The masks depend only on the tokens so far: computed while the pass runs. An error
+    // stays in its decoder (sticky) and is reported by its own step.
+    let logits = std::thread::scope(|s| {
+        s.spawn(|| {
+            for d in sampling {
+                let _ = d.prepare();
+            }
+        });
+        lm.forward_batch(&mut items)
+    });
     Metrics::add(&metrics.forward_passes, 1);
     let logits = match logits {
-        // More of the prompt to run first.
-        Ok(None) => return true,
-        Ok(Some(l)) => l,
+        Ok(l) => l,
         Err(e) => {
-            *owner = None;
-            let _ = r.events.send(Event::Failed(ApiError::internal(e)));
-            return false;
+            let e = e.to_string();
+            for r in running.iter() {
+                let _ = r.events.send(Event::Failed(ApiError::internal(e.clone())));
+            }
+            return vec![true; running.len()];
         }
     };
-    advance(r, &*logits, metrics)
-}
-
-/// `running[i]` and, if another request runs, the one after it (wrapping).
-fn this_and_next(running: &mut [Running], i: usize) -> (&mut Running, Option<&mut Running>) {
-    let n = running.len();
-    if n < 2 {
-        return (&mut running[i], None);
-    }
-    if i + 1 < n {
-        let (left, right) = running.split_at_mut(i + 1);
-        (&mut left[i], right.first_mut())
-    } else {
-        let (left, right) = running.split_at_mut(i);
-        (&mut right[0], left.first_mut())
-    }
-}
-
-/// Runs the next (at most [`PREFILL_STEP`]) positions of `r`'s feed; the logits once the
-/// feed is done, `None` while some of it remains.
-fn forward(
-    lm: &mut dyn CausalLm,
-    r: &mut Running,
-    owner: &mut Option<u64>,
-) -> Result<Option<Box<dyn Logits>>, String> {
-    if *owner != Some(r.id)
-        && r.pos > 0
-        && let Some(kv) = &r.kv
-    {
-        lm.restore(kv.as_ref()).map_err(|e| e.to_string())?;
-    }
-    let rest = r.feed.split_off(r.feed.len().min(PREFILL_STEP));
-    let feed = std::mem::replace(&mut r.feed, rest);
-    let logits = lm.forward(&feed, r.pos).map_err(|e| e.to_string())?;
-    r.pos += feed.len();
-    r.kv = Some(lm.snapshot());
-    *owner = Some(r.id);
-    Ok(r.feed.is_empty().then_some(logits))
+    running
+        .iter_mut()
+        .zip(logits)
+        .map(|(r, logits)| {
+            r.pos += r.piece.len();
+            // More of the prompt to run first.
+            r.feed.is_empty() && !advance(r, &*logits, metrics)
+        })
+        .collect()
 }
 
 /// The decoder's step from `logits`, its text sent on; false when the request ended.

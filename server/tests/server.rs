@@ -585,6 +585,44 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
     }
 }
 
+/// Concurrent requests share forward passes: four greedy requests of 30 tokens each
+/// (`ignore_eos`, so each runs to `max_tokens`) take far fewer passes than the 4 x 30 they
+/// would one after another, and each still gets the output it gets alone.
+#[test]
+fn concurrent_decoding_steps_run_in_shared_passes() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let body = chat(
+        "Tell me about the sea.",
+        json!({"max_tokens": 30, "ignore_eos": true}),
+    );
+    let (_, alone) = s.post("/v1/chat/completions", &body);
+    assert_eq!(alone["usage"]["completion_tokens"], 30, "{alone}");
+    let before = s.metric("corral_forward_passes_total");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (base, body) = (s.base.clone(), body.clone());
+            std::thread::spawn(move || -> Value {
+                ureq::post(&format!("{base}/v1/chat/completions"))
+                    .send_string(&body.to_string())
+                    .expect("200")
+                    .into_json()
+                    .expect("JSON")
+            })
+        })
+        .collect();
+    for h in handles {
+        let v = h.join().unwrap();
+        assert_eq!(v["usage"]["completion_tokens"], 30, "{v}");
+        assert_eq!(content(&v), content(&alone));
+    }
+    // A prompt pass each (they may arrive in different passes) and one pass per step of
+    // the longest; alone they would take 4 x 30.
+    let passes = s.metric("corral_forward_passes_total") - before;
+    assert!(passes <= 60.0, "{passes} forward passes for 4 x 30 tokens");
+}
+
 #[test]
 fn a_client_that_goes_away_stops_its_generation() {
     let Some(s) = Server::start(ServeConfig::default()) else {

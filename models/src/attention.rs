@@ -1,0 +1,253 @@
+//! The KV cache of one sequence's layer, and attention for a decoding step computed by
+//! hand on the CPU.
+//!
+//! A decoding step attends one new position to every cached one. Through candle tensors
+//! that took about fifteen small operations per layer, each allocating, and a cache
+//! concatenated into new tensors at every step (a copy of the whole cache: quadratic in
+//! the output's length). Here, on the CPU, keys and values are appended in place to one
+//! buffer per layer, and a step's attention is three loops over it:
+//!
+//! 1. rotate the new query and key (RoPE, interleaved pairs as candle's `rope_i`), append
+//!    the key and value ([`push_step`]);
+//! 2. for each key-value head (in parallel, and across the sequences of a batch), the
+//!    scores of the query heads sharing it against its cached keys, scaled by
+//!    `1/sqrt(head_dim)`, then softmax ([`attend_steps`]);
+//! 3. the value rows weighted by the softmax.
+//!
+//! Prompt chunks (many positions at once) still attend through candle's matrix multiply,
+//! over tensors built from the same buffers. On other devices (CUDA) the cache stays
+//! candle tensors, concatenated as before.
+
+use candle_core::{Result, Tensor};
+
+/// Keys and values of the positions a layer has seen.
+#[derive(Clone, Debug)]
+pub(crate) enum KvCache {
+    /// On the CPU: `[position][kv_head][head_dim]`, appended in place.
+    Host { k: Vec<f32>, v: Vec<f32> },
+    /// On another device: `(1, kv_heads, positions, head_dim)` tensors, or none yet.
+    Device(Option<(Tensor, Tensor)>),
+}
+
+/// The attention shape shared by every layer.
+#[derive(Clone, Debug)]
+pub(crate) struct Heads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl Heads {
+    /// Floats of one position's keys (or values).
+    fn row(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
+
+impl KvCache {
+    pub(crate) fn new(on_cpu: bool) -> KvCache {
+        match on_cpu {
+            true => KvCache::Host {
+                k: Vec::new(),
+                v: Vec::new(),
+            },
+            false => KvCache::Device(None),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        match self {
+            KvCache::Host { k, v } => {
+                k.clear();
+                v.clear();
+            }
+            KvCache::Device(c) => *c = None,
+        }
+    }
+
+    /// Positions held.
+    pub(crate) fn len(&self, heads: &Heads) -> Result<usize> {
+        match self {
+            KvCache::Host { k, .. } => Ok(k.len() / heads.row()),
+            KvCache::Device(None) => Ok(0),
+            KvCache::Device(Some((k, _))) => k.dim(2),
+        }
+    }
+
+    /// Appends `k` and `v` (`(1, kv_heads, seq, head_dim)`, keys rotated) and returns the
+    /// whole cache as such tensors, for attention through candle.
+    pub(crate) fn append_tensors(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        match self {
+            KvCache::Host { k: ck, v: cv } => {
+                let (_, kv_heads, _, head_dim) = k.dims4()?;
+                let rows = |t: &Tensor| {
+                    t.squeeze(0)?
+                        .transpose(0, 1)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()
+                };
+                ck.extend(rows(&k)?);
+                cv.extend(rows(&v)?);
+                let n = ck.len() / (kv_heads * head_dim);
+                let whole = |c: &[f32]| -> Result<Tensor> {
+                    Tensor::from_slice(c, (n, kv_heads, head_dim), k.device())?
+                        .transpose(0, 1)?
+                        .contiguous()?
+                        .unsqueeze(0)
+                };
+                Ok((whole(ck)?, whole(cv)?))
+            }
+            KvCache::Device(c) => {
+                let (k, v) = match c.take() {
+                    Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 2)?, Tensor::cat(&[&cv, &v], 2)?),
+                    None => (k, v),
+                };
+                *c = Some((k.clone(), v.clone()));
+                Ok((k, v))
+            }
+        }
+    }
+}
+
+/// The first half of a decoding step of one sequence's layer on the CPU: rotates `q`
+/// (`heads x head_dim`) and `k` (`kv_heads x head_dim`) for their position with the
+/// tables' row `cos`/`sin` (`head_dim / 2` each), and appends `k` and `v` to the cache.
+pub(crate) fn push_step(
+    cache: &mut KvCache,
+    heads: &Heads,
+    (cos, sin): (&[f32], &[f32]),
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &[f32],
+) -> Result<()> {
+    let KvCache::Host { k: ck, v: cv } = cache else {
+        return Err(candle_core::Error::Msg(
+            "a decoding step by hand needs the cache on the CPU".into(),
+        ));
+    };
+    for head in q
+        .chunks_exact_mut(heads.head_dim)
+        .chain(k.chunks_exact_mut(heads.head_dim))
+    {
+        rotate(head, cos, sin);
+    }
+    ck.extend_from_slice(k);
+    cv.extend_from_slice(v);
+    Ok(())
+}
+
+/// The second half, for several sequences at once: `q` holds each sequence's rotated
+/// queries (`heads x head_dim` each, in the order of `caches`), `out` gets each one's
+/// attention output in the same layout. The work is split by (sequence, key-value head)
+/// among candle's pool of threads; each part reads its cached keys and values once for
+/// the query heads that share them.
+pub(crate) fn attend_steps(
+    caches: &[&KvCache],
+    heads: &Heads,
+    q: &[f32],
+    out: &mut [f32],
+) -> Result<()> {
+    let d = heads.head_dim;
+    let qn = heads.heads * d;
+    let groups = heads.heads / heads.kv_heads;
+    let mut host = Vec::with_capacity(caches.len());
+    for cache in caches {
+        match cache {
+            KvCache::Host { k, v } => host.push((k.as_slice(), v.as_slice())),
+            KvCache::Device(_) => {
+                return Err(candle_core::Error::Msg(
+                    "a decoding step by hand needs the cache on the CPU".into(),
+                ));
+            }
+        }
+    }
+    if q.len() != caches.len() * qn || out.len() != q.len() {
+        return Err(candle_core::Error::Msg(format!(
+            "{} sequences, {} query values and {} outputs",
+            caches.len(),
+            q.len(),
+            out.len()
+        )));
+    }
+    let parts = caches.len() * heads.kv_heads;
+    let base = out.as_mut_ptr() as usize;
+    let part = |p: usize| {
+        let (i, g) = (p / heads.kv_heads, p % heads.kv_heads);
+        let at = i * qn + g * groups * d;
+        let len = groups * d;
+        // SAFETY: part p writes `out[at..at + len]`, the outputs of sequence i's query
+        // heads of key-value head g, which no other part writes; `out` outlives the call
+        // (execute_chunked returns when every part is done).
+        let o = unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(at), len) };
+        attend_group(host[i], heads, g, &q[at..at + len], o);
+    };
+    if parts == 1 {
+        part(0);
+    } else {
+        candle_core::utils::barrier_pool().execute_chunked(parts, |range| range.for_each(part));
+    }
+    Ok(())
+}
+
+/// Attention of the query heads sharing key-value head `g` (`q` and `out`: those heads'
+/// `groups x head_dim` values) over one sequence's cache.
+fn attend_group((ck, cv): (&[f32], &[f32]), heads: &Heads, g: usize, q: &[f32], out: &mut [f32]) {
+    let d = heads.head_dim;
+    let row = heads.row();
+    let n = ck.len() / row;
+    let groups = q.len() / d;
+    let scale = 1.0 / (d as f32).sqrt();
+    // scores[r * n + j]: query head r of the group against position j.
+    let mut scores = vec![0f32; groups * n];
+    for j in 0..n {
+        let key = &ck[j * row + g * d..j * row + (g + 1) * d];
+        for (r, qh) in q.chunks_exact(d).enumerate() {
+            scores[r * n + j] = dot(qh, key) * scale;
+        }
+    }
+    let mut totals = vec![0f32; groups];
+    for (r, s) in scores.chunks_exact_mut(n).enumerate() {
+        let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        for x in s.iter_mut() {
+            *x = (*x - max).exp();
+            totals[r] += *x;
+        }
+    }
+    out.fill(0.0);
+    for j in 0..n {
+        let value = &cv[j * row + g * d..j * row + (g + 1) * d];
+        for (r, oh) in out.chunks_exact_mut(d).enumerate() {
+            let w = scores[r * n + j] / totals[r];
+            for (o, x) in oh.iter_mut().zip(value) {
+                *o += w * x;
+            }
+        }
+    }
+}
+
+/// RoPE on one head, interleaved pairs: `(x[2i], x[2i+1])` turned by angle `i`.
+fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for (pair, (&c, &s)) in x.chunks_exact_mut(2).zip(cos.iter().zip(sin)) {
+        let (a, b) = (pair[0], pair[1]);
+        pair[0] = a * c - b * s;
+        pair[1] = a * s + b * c;
+    }
+}
+
+/// In eight lanes, so that it vectorises.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
