@@ -225,6 +225,7 @@ fn prepare(
             ));
         }
     };
+    let constrained_by = spec.as_ref().map(|(param, _)| *param);
     let constraint = match spec {
         Some((param, spec)) => {
             let t = Instant::now();
@@ -251,7 +252,7 @@ fn prepare(
         complete_within_budget: true,
         scope,
     };
-    let decoder = Decoder::new(
+    let mut decoder = Decoder::new(
         text.space().clone(),
         constraint,
         &ids,
@@ -259,6 +260,14 @@ fn prepare(
         &options,
     )
     .map_err(|e| decoder_error(e, ids.len(), max_tokens))?;
+    // The first mask now, on this preparing thread: a grammar that cannot be used (a
+    // lexeme whose automaton outgrows its limit once built) is the request's error, a 400
+    // naming the field, not a failure of the generation.
+    if let Some(param) = constrained_by
+        && let Err(e) = decoder.prepare()
+    {
+        return Err(ApiError::invalid_param(param, format!("{param}: {e}")));
+    }
     let stops = match decoder.is_constrained() {
         true => Vec::new(),
         false => c.stop.map(|s| s.into_vec()).unwrap_or_default(),

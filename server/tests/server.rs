@@ -418,6 +418,40 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert!(s.metric("corral_request_errors_total") >= 16.0);
 }
 
+/// A grammar whose lexeme outgrows its automaton's limit only once built (20,000
+/// alternatives of 40 random letters: the limit is met at the first mask) is a 400 naming
+/// the field, found while the request is prepared; the server goes on serving.
+#[test]
+fn a_grammar_too_large_to_build_is_a_400_not_a_failed_generation() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let alts: Vec<String> = (0..20_000)
+        .map(|_| {
+            let word: String = (0..40)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (b'a' + (x % 26) as u8) as char
+                })
+                .collect();
+            format!("\"{word}\"")
+        })
+        .collect();
+    let grammar = format!("root ::= {}", alts.join(" | "));
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat("x", json!({"grammar": grammar, "max_tokens": 5})),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["param"], "grammar");
+    assert!(error_message(&v).contains("max_lexeme_bytes"), "{v}");
+    let (code, v) = s.post("/v1/chat/completions", &chat("x", json!({"max_tokens": 3})));
+    assert_eq!(code, 200, "{v}");
+}
+
 #[test]
 fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
     let Some(s) = Server::start(ServeConfig::default()) else {
