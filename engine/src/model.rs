@@ -57,6 +57,11 @@ impl Sequence {
         Sequence(Box::new(state))
     }
 
+    /// Whether the state is a `T`.
+    pub fn is<T: Any>(&self) -> bool {
+        self.0.is::<T>()
+    }
+
     /// The state, if it is a `T`.
     pub fn downcast_mut<T: Any>(&mut self) -> Option<&mut T> {
         self.0.downcast_mut()

@@ -155,6 +155,13 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
         &mut self,
         items: &mut [BatchItem<'_>],
     ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        // Every item is checked before any runs, so that a refused batch changes nothing.
+        for item in items.iter() {
+            self.shape.check(item.tokens, item.pos)?;
+            if !item.sequence.is::<N>() {
+                return Err(ModelError::ForeignSequence);
+            }
+        }
         let mut out: Vec<Option<Box<dyn Logits>>> = (0..items.len()).map(|_| None).collect();
         // Single tokens (decoding steps) run as one pass; longer feeds one by one.
         let (mut steps, mut nets, mut tokens, mut pos) = (Vec::new(), Vec::new(), vec![], vec![]);
@@ -164,7 +171,9 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
                 .downcast_mut::<N>()
                 .ok_or(ModelError::ForeignSequence)?;
             if let [token] = item.tokens {
-                self.shape.check(item.tokens, item.pos)?;
+                if item.pos == 0 {
+                    net.clear_kv_cache();
+                }
                 steps.push(i);
                 nets.push(net);
                 tokens.push(token.get());

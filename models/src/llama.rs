@@ -101,8 +101,9 @@ pub enum Kernels {
     /// candle's quantized kernel (as candle-transformers' `quantized_llama`), prompt
     /// chunks of many rows on dequantized weights.
     Candle,
-    /// Every multiplication on dequantized f32 weights: the slowest, and the closest to
-    /// the weights' values (activations are not rounded to 8 bits).
+    /// Every multiplication on f32 weights, dequantized once when chosen (memory: the
+    /// model in f32): the closest to the weights' values (activations are not rounded to
+    /// 8 bits).
     Dequantized,
 }
 
@@ -125,6 +126,8 @@ struct Linear {
     /// Q8_0 on the CPU.
     kernel: Option<WeightType>,
     kernels: Kernels,
+    /// The weight dequantized once, under [`Kernels::Dequantized`].
+    dequantized: Option<Tensor>,
 }
 
 impl Linear {
@@ -142,6 +145,7 @@ impl Linear {
             weight,
             kernel,
             kernels: Kernels::Own,
+            dequantized: None,
         })
     }
 
@@ -154,6 +158,9 @@ impl Linear {
         };
         match (&self.quantized, kernel) {
             (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
+                if let Some(w) = &self.dequantized {
+                    return QMatMul::Tensor(w.clone()).forward(x);
+                }
                 QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
             }
             (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => self.kernel_forward(ty, x),
@@ -529,6 +536,21 @@ impl Llama {
             }
             return Tensor::stack(&rows, 0);
         }
+        // Every position is checked before any cache changes, so that a refused batch leaves
+        // each sequence as it was.
+        for (m, &p) in nets.iter().zip(pos) {
+            if p >= MAX_SEQ_LEN {
+                return Err(candle_core::Error::Msg(format!(
+                    "position {p}: the model's positions end at {MAX_SEQ_LEN}"
+                )));
+            }
+            let held = m.caches.first().map_or(Ok(0), |c| c.len(&w.heads))?;
+            if p != 0 && held != p {
+                return Err(candle_core::Error::Msg(format!(
+                    "the KV cache holds {held} positions, not the {p} before this input"
+                )));
+            }
+        }
         for (m, &p) in nets.iter_mut().zip(pos) {
             if p == 0 {
                 m.clear_kv_cache();
@@ -564,6 +586,10 @@ impl Llama {
         });
         for linear in layers.chain([&mut w.output]) {
             linear.kernels = kernels;
+            linear.dequantized = match kernels {
+                Kernels::Dequantized => linear.weight.dequantize(&linear.weight.device()).ok(),
+                _ => None,
+            };
         }
         self
     }

@@ -92,6 +92,9 @@ pub fn matmul(
         ));
     }
     let rows = x.len() / inp;
+    if rows == 0 || out == 0 {
+        return Ok(());
+    }
     let q: Vec<RowBlock> = x.chunks_exact(BLOCK).map(quantize_block).collect();
     let pass = Pass {
         ty,
@@ -209,7 +212,11 @@ impl Pass<'_> {
 
 fn quantize_block(x: &[f32]) -> RowBlock {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
+    // A scale too small to invert (or not a number) quantizes the block to zeros.
+    let d = match amax / 127.0 {
+        d if d.is_normal() => d,
+        _ => 0.0,
+    };
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
     let mut b = RowBlock {
         d,
@@ -217,8 +224,8 @@ fn quantize_block(x: &[f32]) -> RowBlock {
     };
     let mut sum = 0i32;
     for (q, &v) in b.qs.iter_mut().zip(x) {
-        // |v * inv| <= 127 (up to rounding): the cast cannot saturate wrongly.
-        *q = (v * inv).round() as i8;
+        // |v * inv| <= 127 up to rounding; clamped so that -128 never appears.
+        *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
         sum += i32::from(*q);
     }
     b.s = d * sum as f32;

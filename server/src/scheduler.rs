@@ -154,6 +154,7 @@ fn still_wanted(r: &Running, max_positions: usize, metrics: &Metrics) -> bool {
     }
     let next = r.feed.len().min(PREFILL_STEP);
     if r.pos + next > max_positions {
+        Metrics::add(&metrics.failed, 1);
         let _ = r.events.send(Event::Failed(ApiError::internal(format!(
             "{} positions needed, the model supports {max_positions}",
             r.pos + next
@@ -207,18 +208,29 @@ fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Ve
     // The masks depend only on the tokens so far: computed while the pass runs. An error
     // stays in its decoder (sticky) and is reported by its own step.
     let logits = std::thread::scope(|s| {
-        s.spawn(|| {
-            for d in sampling {
-                let _ = d.prepare();
-            }
-        });
+        if !sampling.is_empty() {
+            s.spawn(|| {
+                for d in sampling {
+                    let _ = d.prepare();
+                }
+            });
+        }
         lm.forward_batch(&mut items)
     });
     Metrics::add(&metrics.forward_passes, 1);
     let logits = match logits {
+        Ok(l) if l.len() == running.len() => Ok(l),
+        Ok(l) => Err(format!(
+            "the model returned {} logits for {} sequences",
+            l.len(),
+            running.len()
+        )),
+        Err(e) => Err(e.to_string()),
+    };
+    let logits = match logits {
         Ok(l) => l,
         Err(e) => {
-            let e = e.to_string();
+            Metrics::add(&metrics.failed, running.len() as u64);
             for r in running.iter() {
                 let _ = r.events.send(Event::Failed(ApiError::internal(e.clone())));
             }
@@ -259,6 +271,7 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
         }
         Ok(Next::Done(finish)) => finish,
         Err(e) => {
+            Metrics::add(&metrics.failed, 1);
             let _ = r
                 .events
                 .send(Event::Failed(ApiError::internal(e.to_string())));
