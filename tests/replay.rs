@@ -11,7 +11,7 @@ use common::{conformance_dir, run_corral};
 use corral::engine::Constraint;
 use corral::engine::replay::replay;
 use corral::grammar::{CompileOptions, compile_gbnf};
-use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};
+use corral::trie::{TokenId, TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -24,6 +24,21 @@ const TOKENIZERS: [&str; 8] = [
     "deepseek_v3",
     "gpt4o",
     "mistral_nemo",
+];
+
+/// More families, replayed canonically and in a few random tokenizations (the heavier
+/// tests above run on TOKENIZERS). `llama2` above is Mistral-7B's vocabulary (the package's
+/// name); `gpt4` is cl100k.
+const MORE_TOKENIZERS: [&str; 9] = [
+    "gpt4",
+    "gpt2",
+    "gemma",
+    "chatglm3",
+    "baichuan2",
+    "yi",
+    "claude",
+    "internlm2",
+    "command_r_plus",
 ];
 
 fn tokenizer_path(name: &str) -> Option<PathBuf> {
@@ -109,7 +124,7 @@ fn json_documents_replay_on_every_tokenizer() {
                 .unwrap()
                 .get_ids()
                 .iter()
-                .map(|&t| corral::trie::TokenId(t))
+                .map(|&t| TokenId(t))
                 .collect::<Vec<_>>();
             assert_eq!(
                 s.space.vocab().decode_bytes(&canonical),
@@ -144,6 +159,51 @@ fn json_documents_replay_on_every_tokenizer() {
                 "{} {doc_name}: {} runs, {} tokens, mask mean {mean:.1} us p50 {p50:.1} p99 {p99:.1}",
                 s.name, report.runs, report.tokens
             );
+        }
+    }
+}
+
+/// Every document's canonical tokenization, and five random ones, replay on the other
+/// families, with the end token the model's configuration names (or the family's usual
+/// one) allowed at the end.
+#[test]
+fn json_documents_replay_on_more_families() {
+    let Some(dir) = conformance_dir() else { return };
+    let gbnf = std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap();
+    let grammar = compile_gbnf(&gbnf, &CompileOptions::default()).unwrap();
+    for name in MORE_TOKENIZERS {
+        let Some(path) = tokenizer_path(name) else {
+            continue;
+        };
+        let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
+        let eos = vocab
+            .configured_eos(path.parent().unwrap())
+            .or_else(|| vocab.default_eos().map(|e| vec![e]))
+            .unwrap_or_else(|| panic!("{name}: no end token"));
+        let tok = continuation_tokenizer(&tok);
+        let space = Arc::new(TokenSpace::new(vocab, None, eos));
+        let c = Constraint::new(grammar.clone(), space.clone());
+        for (doc_name, doc) in documents() {
+            let canonical = TokenId::all(tok.encode(doc.as_str(), false).unwrap().get_ids());
+            assert_eq!(
+                space.vocab().decode_bytes(&canonical),
+                doc.as_bytes(),
+                "{name} {doc_name}: canonical bytes"
+            );
+            let mut next = rng(doc.len() as u64);
+            let mut runs = vec![canonical];
+            for _ in 0..5 {
+                let run = space.trie().random_segmentation(doc.as_bytes(), &mut next);
+                runs.push(run.unwrap());
+            }
+            let report = replay(&c, &runs);
+            assert!(
+                report.first_reject.is_none(),
+                "{name} {doc_name}: {:?}",
+                report.first_reject
+            );
+            assert!(report.eos_allowed_at_end, "{name} {doc_name}: end token");
         }
     }
 }
@@ -305,7 +365,7 @@ fn other_shipped_grammars_replay() {
                         .unwrap()
                         .get_ids()
                         .iter()
-                        .map(|&t| corral::trie::TokenId(t))
+                        .map(|&t| TokenId(t))
                         .collect::<Vec<_>>(),
                 ];
                 for _ in 0..20 {

@@ -57,6 +57,4 @@ pub fn new_mask(width: usize) -> FixedBitSet {
 pub enum TrieError {
     #[error("cannot load tokenizer {path}: {message}")]
     Tokenizer { path: String, message: String },
-    #[error("token {id} ({text:?}) is not in the byte-level alphabet")]
-    BadToken { id: TokenId, text: String },
 }

@@ -131,15 +131,20 @@ impl Vocabulary {
                 continue;
             }
             let id = TokenId(id);
+            if is_control_name(&text) {
+                // A base-vocabulary token spelled like a control token (InternLM2's `</s>`)
+                // can be found by name: a model's configuration may name it as its end.
+                v.by_text.insert(text.clone(), id);
+            }
             let bytes = match encoding {
+                // A token with a character outside the byte alphabet stands for its own
+                // UTF-8 bytes, as the byte-level decoder reads it (Cohere's vocabularies hold
+                // emoji and symbols written as themselves, which no merge produces).
                 ByteEncoding::ByteLevel => text
                     .chars()
                     .map(|c| table.get(&c).copied())
                     .collect::<Option<Vec<u8>>>()
-                    .ok_or_else(|| TrieError::BadToken {
-                        id,
-                        text: text.clone(),
-                    })?,
+                    .unwrap_or_else(|| text.as_bytes().to_vec()),
                 ByteEncoding::SentencePiece => match sentencepiece_byte(&text) {
                     Some(b) => vec![b],
                     None => text.replace('\u{2581}', " ").into_bytes(),
@@ -198,7 +203,8 @@ impl Vocabulary {
         &self.special
     }
 
-    /// The id of a special or added token by its exact text (`<|im_end|>`, `<think>`).
+    /// The id of a special or added token by its exact text (`<|im_end|>`, `<think>`), or of
+    /// a vocabulary token spelled like a control token (`</s>`, `<unk>`).
     pub fn token_by_text(&self, text: &str) -> Option<TokenId> {
         self.by_text.get(text).copied()
     }
@@ -213,7 +219,8 @@ impl Vocabulary {
 
     /// The usual end-of-generation special token, by the names tokenizers commonly give it
     /// (a text token of the same spelling, as Gemma's `</s>`, is not one):
-    /// `<|eot_id|>`, `<|im_end|>`, `<|return|>`, `</s>`, `<|endoftext|>`, `<|end_of_text|>`.
+    /// `<|eot_id|>`, `<|im_end|>`, `<|return|>`, `<｜end▁of▁sentence｜>`, `<|end|>`, `</s>`,
+    /// `<|endoftext|>`, `<|end_of_text|>`, `<eos>`, `<EOT>`.
     pub fn default_eos(&self) -> Option<TokenId> {
         [
             "<|eot_id|>",
@@ -225,6 +232,7 @@ impl Vocabulary {
             "<|endoftext|>",
             "<|end_of_text|>",
             "<eos>",
+            "<EOT>",
         ]
         .iter()
         .filter_map(|name| self.token_by_text(name))
@@ -278,6 +286,16 @@ impl Vocabulary {
         }
         out
     }
+}
+
+/// Whether a token's text reads as a control token's name: `<...>` with no spaces
+/// (`</s>`, `<unk>`, `<EOT>`, `<|im_end|>`).
+fn is_control_name(text: &str) -> bool {
+    text.len() > 2
+        && text.len() <= 64
+        && text.starts_with('<')
+        && text.ends_with('>')
+        && !text.contains([' ', '\u{2581}', '\u{120}'])
 }
 
 /// Decides the byte encoding from the tokenizer's decoder.

@@ -32,6 +32,11 @@ const CORPUS: &[&str] = &[
 ];
 
 fn check(name: &str, encoding: ByteEncoding, specials: &[&str]) {
+    check_on(name, encoding, specials, CORPUS);
+}
+
+/// [`check`] on the lines of `corpus` (a normalizing tokenizer changes some of CORPUS).
+fn check_on(name: &str, encoding: ByteEncoding, specials: &[&str], corpus: &[&str]) {
     let Some(path) = asset(name) else { return };
     let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
     let t0 = std::time::Instant::now();
@@ -72,7 +77,7 @@ fn check(name: &str, encoding: ByteEncoding, specials: &[&str]) {
         "{name}: trie holds every text token"
     );
     let cont = continuation_tokenizer(&tok);
-    for text in CORPUS {
+    for text in corpus {
         let enc = cont.encode(*text, false).unwrap();
         let bytes = vocab.decode_bytes(enc.get_ids());
         assert_eq!(
@@ -156,6 +161,98 @@ fn mistral_nemo() {
     }
 }
 
+/// The end token named by the model's own configuration beside `tokenizer.json`.
+fn configured_eos(name: &str) -> Option<String> {
+    let path = asset(name)?;
+    let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+    let eos = vocab.configured_eos(path.parent().unwrap())?;
+    let names: Vec<String> = eos
+        .iter()
+        .map(|&t| match vocab.token_bytes(t) {
+            Some(b) => String::from_utf8_lossy(b).into_owned(),
+            None => vocab
+                .special_tokens()
+                .iter()
+                .find(|s| s.0 == t)
+                .map(|s| s.1.clone())
+                .unwrap_or_default(),
+        })
+        .collect();
+    Some(names.join(","))
+}
+
+#[test]
+fn gpt4_cl100k() {
+    check(
+        "gpt4",
+        ByteEncoding::ByteLevel,
+        &["<|endoftext|>", "<|im_start|>"],
+    );
+}
+
+#[test]
+fn gpt2() {
+    check("gpt2", ByteEncoding::ByteLevel, &["<|endoftext|>"]);
+}
+
+#[test]
+fn gemma() {
+    check("gemma", ByteEncoding::SentencePiece, &["<eos>", "<bos>"]);
+}
+
+#[test]
+fn chatglm3_baichuan2_yi() {
+    check("chatglm3", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
+    check("baichuan2", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
+    check("yi", ByteEncoding::SentencePiece, &["<|endoftext|>"]);
+}
+
+/// Claude's tokenizer normalizes with NFKC (fullwidth punctuation and non-breaking spaces
+/// change), so the round trip is checked on the lines it keeps; its end token is `<EOT>`.
+#[test]
+fn claude() {
+    let kept: Vec<&str> = CORPUS
+        .iter()
+        .copied()
+        .filter(|t| !t.contains(['\u{00a0}', '\u{2009}', '，']))
+        .collect();
+    check_on("claude", ByteEncoding::ByteLevel, &["<EOT>"], &kept);
+    if let Some(path) = asset("claude") {
+        let vocab = Vocabulary::from_tokenizer_json(&path).unwrap();
+        assert_eq!(vocab.default_eos(), vocab.token_by_text("<EOT>"));
+    }
+    assert_eq!(configured_eos("claude").as_deref(), Some("<EOT>"));
+}
+
+/// InternLM2's `</s>` is an ordinary vocabulary entry; its configuration names it.
+#[test]
+fn internlm2() {
+    check("internlm2", ByteEncoding::SentencePiece, &[]);
+    assert_eq!(configured_eos("internlm2").as_deref(), Some("</s>"));
+}
+
+/// Command R+'s vocabulary holds emoji and symbols written as themselves (no merge makes
+/// them): they stand for their own UTF-8 bytes. Its end of turn is a non-special added
+/// token that its configuration names.
+#[test]
+fn command_r_plus() {
+    check("command_r_plus", ByteEncoding::ByteLevel, &["<BOS_TOKEN>"]);
+    if let Some(path) = asset("command_r_plus") {
+        let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
+        let id = tok
+            .token_to_id("⌚")
+            .expect("Command R+ has a token written ⌚");
+        assert_eq!(vocab.token_bytes(id.into()), Some("⌚".as_bytes()));
+    }
+    assert_eq!(
+        configured_eos("command_r_plus").as_deref(),
+        Some("<|END_OF_TURN_TOKEN|>")
+    );
+}
+
+/// The package named llama2 holds Mistral-7B's vocabulary, a Llama-2-style SentencePiece
+/// one of 32,000 tokens with byte fallback.
 #[test]
 fn llama2() {
     check("llama2", ByteEncoding::SentencePiece, &["</s>", "<s>"]);
