@@ -143,6 +143,21 @@ fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
     );
 }
 
+/// A class repeated up to 300 times: away from the bound its states are one class of the
+/// mask cache (no token tells them apart), near it each is its own; both are exact.
+#[test]
+fn long_counted_masks_equal_brute_force_where_states_share_classes() {
+    let g = compile_gbnf(&data("long_counted.gbnf"), &CompileOptions::default()).unwrap();
+    check(
+        "long_counted.gbnf",
+        &g,
+        &[
+            data("long_counted_short.txt"),
+            data("long_counted_near_bound.txt"),
+        ],
+    );
+}
+
 #[test]
 fn masks_stay_exact_when_grammars_share_a_token_set_cache() {
     // Two compiles of one grammar (no shared DFA cache) build two lazily numbered DFAs of

@@ -11,12 +11,13 @@
 //! is a handle the caller owns (one per loaded tokenizer), bounded by the bytes it holds:
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
 
+use crate::classes::StateClasses;
 use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
 use corral_grammar::LexemeDfa;
 use corral_trie::TokenSpace;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Bounds of a [`MaskCache`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,8 +50,15 @@ pub struct MaskCacheStats {
 }
 
 /// A lexeme DFA state: the DFA's key (its regex), its numbering (see
-/// `LexemeDfa::numbering`) and the state index.
+/// `LexemeDfa::numbering`) and the state index, or [`CLASS`] with the state's class
+/// ([`crate::classes`]).
 type Key = (Arc<str>, u64, u32);
+
+/// Marks a key's last part as a class of states, not a state index.
+const CLASS: u32 = 1 << 31;
+
+/// DFAs whose state classes are kept at once (then they start over).
+const CLASS_TABLES: usize = 256;
 
 /// Token sets of lexeme DFA states for one token space. See the module docs.
 #[derive(Debug)]
@@ -59,6 +67,10 @@ pub struct MaskCache {
     limits: MaskCacheLimits,
     generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
     walks: RwLock<FxHashMap<Key, Arc<SuffixWalk>>>,
+    /// Per DFA (key, numbering): the classes of its states.
+    classes: Mutex<FxHashMap<(Arc<str>, u64), StateClasses>>,
+    /// The longest token's bytes: how far ahead a state's class looks.
+    depth: usize,
     bytes: AtomicUsize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -74,11 +86,19 @@ impl MaskCache {
 
     pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
         space.slice();
+        let depth = space
+            .vocab()
+            .text_tokens()
+            .map(|(_, b)| b.len())
+            .max()
+            .unwrap_or(0);
         Arc::new(MaskCache {
             space,
             limits,
             generic: RwLock::default(),
             walks: RwLock::default(),
+            classes: Mutex::default(),
+            depth,
             bytes: AtomicUsize::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -113,12 +133,22 @@ impl MaskCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.classes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.bytes.store(0, Relaxed);
     }
 
     /// The generic token sets of `state` of the DFA named `key`.
     pub(crate) fn generic(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<LexTokens> {
-        let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
+        let mut k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
+        if !self.holds(&self.generic, &k)
+            && let Some(class) = self.class(key, dfa, state)
+        {
+            // States no token tells apart share the sets of the first one walked.
+            k.2 = CLASS | class;
+        }
         self.get_or(&self.generic, k, || {
             let t = walk_generic(dfa, state, &self.space);
             let bytes = t.inside.as_slice().len() * 8
@@ -136,6 +166,24 @@ impl MaskCache {
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
             (Arc::new(w), bytes)
         })
+    }
+
+    fn holds<T>(&self, map: &RwLock<FxHashMap<Key, Arc<T>>>, key: &Key) -> bool {
+        map.read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(key)
+    }
+
+    /// The class of a state the cache does not hold (see [`crate::classes`]).
+    fn class(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Option<u32> {
+        let mut tables = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        if tables.len() >= CLASS_TABLES && !tables.contains_key(&(key.clone(), dfa.numbering())) {
+            tables.clear();
+        }
+        tables
+            .entry((key.clone(), dfa.numbering()))
+            .or_default()
+            .class(dfa, state, self.depth)
     }
 
     fn get_or<T>(

@@ -36,6 +36,7 @@
 
 pub mod adapter;
 pub mod cache;
+mod classes;
 pub mod constraints;
 pub mod generate;
 pub mod model;

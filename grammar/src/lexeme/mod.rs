@@ -461,6 +461,19 @@ impl LexemeDfa {
         }
     }
 
+    /// One byte of each class of bytes the DFA does not tell apart (every byte of a class
+    /// leads from every state to the same state), in class order.
+    pub fn class_bytes(&self) -> Vec<u8> {
+        let mut reps = vec![None; self.stride];
+        for b in 0..=255u8 {
+            let c = self.classes[b as usize] as usize;
+            if c < reps.len() && reps[c].is_none() {
+                reps[c] = Some(b);
+            }
+        }
+        reps.into_iter().flatten().collect()
+    }
+
     /// The start state; [`DEAD`] if the lexeme matches nothing.
     #[inline]
     pub fn start(&self) -> u32 {
