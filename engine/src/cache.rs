@@ -86,12 +86,7 @@ impl MaskCache {
 
     pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
         space.slice();
-        let depth = space
-            .vocab()
-            .text_tokens()
-            .map(|(_, b)| b.len())
-            .max()
-            .unwrap_or(0);
+        let depth = space.longest_token();
         Arc::new(MaskCache {
             space,
             limits,

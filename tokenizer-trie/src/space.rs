@@ -20,6 +20,8 @@ pub struct TokenSpace {
     whitespace: OnceLock<Vec<TokenId>>,
     /// The vocabulary sliced by string characters (computed on first use).
     slice: OnceLock<CharSlice>,
+    /// The most bytes of a text token (computed on first use).
+    longest: OnceLock<usize>,
 }
 
 impl TokenSpace {
@@ -41,6 +43,7 @@ impl TokenSpace {
             eos,
             whitespace: OnceLock::new(),
             slice: OnceLock::new(),
+            longest: OnceLock::new(),
         }
     }
 
@@ -86,6 +89,17 @@ impl TokenSpace {
     pub fn slice(&self) -> &CharSlice {
         self.slice
             .get_or_init(|| CharSlice::new(&self.vocab, self.width))
+    }
+
+    /// The most bytes a text token has.
+    pub fn longest_token(&self) -> usize {
+        *self.longest.get_or_init(|| {
+            self.vocab
+                .text_tokens()
+                .map(|(_, b)| b.len())
+                .max()
+                .unwrap_or(0)
+        })
     }
 
     /// Adds stop tokens (allowed, like EOS, exactly when the grammar accepts).
