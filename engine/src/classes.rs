@@ -125,12 +125,7 @@ impl StateClasses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use regex_syntax::ParserBuilder;
-
-    fn dfa(re: &str) -> LexemeDfa {
-        let hir = ParserBuilder::new().build().parse(re).unwrap();
-        LexemeDfa::build(&hir, 1 << 24).unwrap()
-    }
+    use crate::testing::dfa;
 
     /// The states of a long counter are one class until the bound is within reach; the
     /// last `depth` states each differ. Brute force: two states are in one class exactly

@@ -57,3 +57,18 @@ pub use generate::{
 pub use model::{BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingError, SamplingOptions};
 pub use scope::Scope;
+
+/// Helpers of the unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use corral_grammar::LexemeDfa;
+
+    /// The lexeme DFA of regex `re`.
+    pub(crate) fn dfa(re: &str) -> LexemeDfa {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(re)
+            .unwrap();
+        LexemeDfa::build(&hir, 1 << 24).unwrap()
+    }
+}

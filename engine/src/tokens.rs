@@ -336,12 +336,7 @@ pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> L
 #[cfg(test)]
 mod tests {
     use super::*;
-    use regex_syntax::ParserBuilder;
-
-    fn dfa(re: &str) -> LexemeDfa {
-        let hir = ParserBuilder::new().build().parse(re).unwrap();
-        LexemeDfa::build(&hir, 1 << 24).unwrap()
-    }
+    use crate::testing::dfa;
 
     #[test]
     fn string_bodies_shift_uniformly_and_bounds_kill() {

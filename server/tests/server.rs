@@ -594,14 +594,9 @@ fn a_full_queue_answers_429_and_requests_run_concurrently() {
     }
 }
 
-#[test]
-fn concurrent_greedy_requests_match_the_same_request_alone() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
-    let body = chat("Tell me about the sea.", json!({"max_tokens": 40}));
-    let (_, alone) = s.post("/v1/chat/completions", &body);
-    let handles: Vec<_> = (0..3)
+/// `n` copies of `body` posted to the chat endpoint at once; their answers (each a 200).
+fn post_concurrently(s: &Server, body: &Value, n: usize) -> Vec<Value> {
+    let handles: Vec<_> = (0..n)
         .map(|_| {
             let (base, body) = (s.base.clone(), body.clone());
             std::thread::spawn(move || -> Value {
@@ -613,9 +608,19 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
             })
         })
         .collect();
-    for h in handles {
-        // Each request keeps its own KV cache across the interleaved steps.
-        assert_eq!(content(&h.join().unwrap()), content(&alone));
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn concurrent_greedy_requests_match_the_same_request_alone() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let body = chat("Tell me about the sea.", json!({"max_tokens": 40}));
+    let (_, alone) = s.post("/v1/chat/completions", &body);
+    for v in post_concurrently(&s, &body, 3) {
+        // Each request keeps its own KV cache across the batched steps.
+        assert_eq!(content(&v), content(&alone));
     }
 }
 
@@ -634,20 +639,7 @@ fn concurrent_decoding_steps_run_in_shared_passes() {
     let (_, alone) = s.post("/v1/chat/completions", &body);
     assert_eq!(alone["usage"]["completion_tokens"], 30, "{alone}");
     let before = s.metric("corral_forward_passes_total");
-    let handles: Vec<_> = (0..4)
-        .map(|_| {
-            let (base, body) = (s.base.clone(), body.clone());
-            std::thread::spawn(move || -> Value {
-                ureq::post(&format!("{base}/v1/chat/completions"))
-                    .send_string(&body.to_string())
-                    .expect("200")
-                    .into_json()
-                    .expect("JSON")
-            })
-        })
-        .collect();
-    for h in handles {
-        let v = h.join().unwrap();
+    for v in post_concurrently(&s, &body, 4) {
         assert_eq!(v["usage"]["completion_tokens"], 30, "{v}");
         assert_eq!(content(&v), content(&alone));
     }
