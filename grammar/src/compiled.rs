@@ -322,19 +322,20 @@ impl GrammarBuilder {
     }
 
     /// The lexeme for `hir`, compiled once per distinct regular expression.
-    pub fn lexeme(&mut self, hir: &Hir, display: &str) -> Result<LexemeId, ErrorKind> {
+    pub fn lexeme(&mut self, hir: Hir, display: &str) -> Result<LexemeId, ErrorKind> {
         let key = hir.to_string();
         if let Some(&id) = self.lexeme_index.get(&key) {
             return Ok(id);
         }
         let p = hir.properties();
+        let (nullable, empty) = (p.minimum_len() == Some(0), p.minimum_len().is_none());
         let id = LexemeId(self.lexemes.len() as u32);
         let key: Arc<str> = Arc::from(key);
         self.lexemes.push(Lexeme {
             dfa: DeferredDfa {
                 cell: OnceLock::new(),
                 source: Mutex::new(Some((
-                    hir.clone(),
+                    hir,
                     self.limits.max_lexeme_bytes,
                     self.cache.clone(),
                     key.clone(),
@@ -342,8 +343,8 @@ impl GrammarBuilder {
                 error: OnceLock::new(),
             },
             key: key.clone(),
-            nullable: p.minimum_len() == Some(0),
-            empty: p.minimum_len().is_none(),
+            nullable,
+            empty,
             display: display.to_string(),
         });
         self.lexeme_index.insert(key.to_string(), id);

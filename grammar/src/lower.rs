@@ -23,6 +23,7 @@ use crate::error::{ErrorKind, GrammarError, Span};
 use crate::lexeme::{Combine, LexemeDfa};
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, Repetition};
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 /// A repetition of a regular expression whose expansion is larger than this many units
@@ -138,6 +139,7 @@ pub fn lower(
         b: GrammarBuilder::new(limits.clone()).with_cache(opts.dfa_cache.clone()),
         rule_ids: vec![None; rules.len()],
         anon: 0,
+        chunks: RefCell::default(),
     };
     for (i, r) in rules.iter().enumerate() {
         if reachable[i] && (!regular[i] || i == start_ix) {
@@ -534,6 +536,9 @@ fn hir_with(e: &Expr, index: &FxHashMap<&str, usize>, rule: &mut dyn FnMut(usize
 
 type LowerResult<T> = Result<T, (ErrorKind, Span)>;
 
+/// A repetition by its repeated expression's address and its bounds.
+type RepeatKey = (usize, u32, Option<u32>);
+
 struct Lowerer<'a> {
     text: &'a str,
     rules: &'a [RuleAst],
@@ -551,6 +556,9 @@ struct Lowerer<'a> {
     /// AST rule index -> compiled rule, for the rules that got one.
     rule_ids: Vec<Option<RuleId>>,
     anon: usize,
+    /// [`Lowerer::chunk_size`] by (repeated expression's address, min, max): asked again at
+    /// every level of nesting above a repetition.
+    chunks: RefCell<FxHashMap<RepeatKey, Option<u32>>>,
 }
 
 impl Lowerer<'_> {
@@ -569,6 +577,16 @@ impl Lowerer<'_> {
 
     /// The chunk size if `inner{min,max}` is a big repetition of a regular `inner`.
     fn chunk_size(&self, inner: &Expr, min: u32, max: Option<u32>) -> Option<u32> {
+        let key = (inner as *const Expr as usize, min, max);
+        if let Some(&k) = self.chunks.borrow().get(&key) {
+            return k;
+        }
+        let k = self.chunk_size_uncached(inner, min, max);
+        self.chunks.borrow_mut().insert(key, k);
+        k
+    }
+
+    fn chunk_size_uncached(&self, inner: &Expr, min: u32, max: Option<u32>) -> Option<u32> {
         let empty = |j: usize| self.rule_empty[j];
         let iu = units(
             inner,
@@ -642,7 +660,7 @@ impl Lowerer<'_> {
                 if p.maximum_len() == Some(0) {
                     return Ok(None);
                 }
-                lw.b.lexeme(&h, &shown)
+                lw.b.lexeme(h, &shown)
                     .map(|id| Some(Sym::Lexeme(id)))
                     .map_err(|kind| (kind, e.span))
             };
@@ -771,7 +789,7 @@ impl Lowerer<'_> {
             ] => name.clone(),
             _ => display_source(&self.text[span.start..span.end]),
         };
-        let id = self.b.lexeme(&hir, &display).map_err(|k| (k, span))?;
+        let id = self.b.lexeme(hir, &display).map_err(|k| (k, span))?;
         out.push(Sym::Lexeme(id));
         run.clear();
         Ok(())
@@ -880,7 +898,7 @@ impl Lowerer<'_> {
         };
         let dfa = self
             .b
-            .cached_dfa(&key, || LexemeDfa::product(&a.dfa, &b.dfa, how, limit))
+            .cached_dfa(&key, || Ok(LexemeDfa::product(&a.dfa, &b.dfa, how, limit)))
             .map_err(|k| (k, span))?;
         let nullable = match how {
             Combine::Both => a.nullable && b.nullable,
@@ -1039,12 +1057,26 @@ fn sequence_items<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
 
 /// Source text for messages: whitespace collapsed, at most 40 characters.
 fn display_source(s: &str) -> String {
-    let collapsed = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() > 40 {
-        format!("{}...", collapsed.chars().take(37).collect::<String>())
-    } else {
-        collapsed
+    let mut out = String::new();
+    let mut chars = 0;
+    for word in s.split_whitespace() {
+        if chars > 0 {
+            out.push(' ');
+            chars += 1;
+        }
+        for c in word.chars() {
+            if chars == 40 {
+                // Over 40: the first 37 and an ellipsis.
+                let cut = out.char_indices().nth(37).map_or(out.len(), |(i, _)| i);
+                out.truncate(cut);
+                out.push_str("...");
+                return out;
+            }
+            out.push(c);
+            chars += 1;
+        }
     }
+    out
 }
 
 /// Strongly connected components of a graph given as adjacency lists, in Tarjan's output
