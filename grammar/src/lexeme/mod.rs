@@ -16,6 +16,7 @@
 //! engine caches a token set per `(lexeme, state)`).
 
 mod compose;
+mod product;
 mod subset;
 
 use crate::error::ErrorKind;
@@ -139,6 +140,8 @@ enum Fill {
     Composed(Box<compose::Composed>),
     /// By subset construction, one state's row at a time.
     Subset(Box<Lazy>),
+    /// By the product construction, one state's row at a time ([`product`]).
+    Product(Box<product::LazyProduct>),
 }
 
 /// A lazily built DFA's construction state.
@@ -389,10 +392,22 @@ impl LexemeDfa {
 
     /// The DFA of `a` combined with `b` (GBNF's `a & b` and `a & ~b`, corral's extension):
     /// the product construction over pairs of states, byte classes refined to pairs of
-    /// classes, then the same pruning of dead states as [`LexemeDfa::build`] (not minimized:
-    /// it would cost more than it saves).
-    /// `size_limit` bounds the table's bytes.
+    /// classes, each state built the first time a transition reaches it ([`product`]).
+    /// `size_limit` bounds the bytes of the table and of what the construction remembers;
+    /// a state needed past it reads as dead and [`LexemeDfa::overflowed`] says so.
     pub fn product(
+        a: &std::sync::Arc<LexemeDfa>,
+        b: &std::sync::Arc<LexemeDfa>,
+        how: Combine,
+        size_limit: usize,
+    ) -> LexemeDfa {
+        product::product(a.clone(), b.clone(), how, size_limit)
+    }
+
+    /// The product of `a` and `b` built whole (every reachable pair, then dead states
+    /// pruned), to check the one built on demand against.
+    #[cfg(test)]
+    pub(crate) fn product_whole(
         a: &LexemeDfa,
         b: &LexemeDfa,
         how: Combine,
@@ -531,6 +546,7 @@ impl LexemeDfa {
                 }
                 tag(row[class])
             }
+            Fill::Product(p) => p.fill(&self.trans, index, class),
             // Built tables have no unknown entries.
             Fill::Built => DEAD,
         }
@@ -540,7 +556,11 @@ impl LexemeDfa {
     /// the transition into it read as dead, so matching is no longer exact and the caller
     /// must report the limit.
     pub fn overflowed(&self) -> bool {
-        matches!(&self.fill, Fill::Subset(l) if l.overflow.load(Relaxed))
+        match &self.fill {
+            Fill::Subset(l) => l.overflow.load(Relaxed),
+            Fill::Product(p) => p.overflow.load(Relaxed),
+            _ => false,
+        }
     }
 
     /// Whether the bytes read so far are a complete match.
@@ -576,6 +596,7 @@ impl LexemeDfa {
     pub fn len(&self) -> usize {
         match &self.fill {
             Fill::Subset(l) => lock(&l.subsets).len(),
+            Fill::Product(p) => p.len(),
             _ => self.len,
         }
     }
@@ -598,20 +619,28 @@ impl LexemeDfa {
         }
         match &self.fill {
             Fill::Composed(c) => return c.shortest(state & INDEX),
-            Fill::Subset(lazy) => {
-                let i = state & INDEX;
-                if let Some(&r) = lock(&lazy.shortest).get(&i) {
-                    return r;
-                }
-                let r = self.shortest_forward(state);
-                lock(&lazy.shortest).insert(i, r);
-                return r;
-            }
+            Fill::Subset(lazy) => return self.shortest_remembered(&lazy.shortest, state),
+            Fill::Product(p) => return self.shortest_remembered(&p.shortest, state),
             Fill::Built => {}
         }
         let (dist, byte) = self.shortest.get_or_init(|| self.shortest_suffixes());
         let i = (state & INDEX) as usize;
         (dist[i] != u32::MAX).then(|| (dist[i], byte[i]))
+    }
+
+    /// [`LexemeDfa::shortest_forward`], remembered in `memo` by state index.
+    fn shortest_remembered(
+        &self,
+        memo: &Mutex<FxHashMap<u32, Option<(u32, u8)>>>,
+        state: u32,
+    ) -> Option<(u32, u8)> {
+        let i = state & INDEX;
+        if let Some(&r) = lock(memo).get(&i) {
+            return r;
+        }
+        let r = self.shortest_forward(state);
+        lock(memo).insert(i, r);
+        r
     }
 
     /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.

@@ -1,0 +1,396 @@
+//! Products of two DFAs (`a & b`, `a & ~b`), their states built as the recognizer and the
+//! mask computation reach them.
+//!
+//! A schema's string with a `format` and a `maxLength` is the intersection of the format's
+//! automaton with a counter of up to `maxLength` characters: built whole, tens of thousands of
+//! state pairs, most of which no generation ever reaches. Built on demand, a pair becomes a
+//! state the first time a transition leads to it, so a compile costs the start state alone.
+//!
+//! Every state but [`DEAD`] must be live (some continuation matches), and a pair's liveness
+//! depends on both automata together: the first time a transition reaches a pair, a
+//! depth-first search over pairs looks for a matching one, trying first the first byte of
+//! a shortest match of each automaton. The search remembers what it proves: every pair on
+//! the path to a match is live; when the search runs out, every pair it saw is dead (all
+//! pairs reachable from the first were seen, and none matches).
+
+use super::{ACCEPT, CONTINUE, Combine, DEAD, INDEX, LAZY_NUMBERING, LexemeDfa, Table};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// A pair of operand states (tagged ids).
+type Pair = (u32, u32);
+
+/// The construction state of a product built on demand.
+#[derive(Debug)]
+pub(super) struct LazyProduct {
+    a: Arc<LexemeDfa>,
+    b: Arc<LexemeDfa>,
+    how: Combine,
+    /// One byte of each class of the product.
+    reps: Vec<u8>,
+    pairs: Mutex<Pairs>,
+    /// Set when a state was needed past the size limit (see [`LexemeDfa::overflowed`]).
+    pub(super) overflow: AtomicBool,
+    /// Per state index: the fewest bytes to an accepting state, and the first.
+    pub(super) shortest: Mutex<FxHashMap<u32, Option<(u32, u8)>>>,
+    /// Pairs (states and remembered liveness together) past which the product overflows.
+    max_pairs: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Pairs {
+    /// State index -> its pair; index 0 is [`DEAD`].
+    of: Vec<Pair>,
+    /// State index -> its tagged id.
+    tags: Vec<u32>,
+    index: FxHashMap<Pair, u32>,
+    /// Pairs whose liveness is known.
+    live: FxHashMap<Pair, bool>,
+}
+
+impl Clone for LazyProduct {
+    fn clone(&self) -> LazyProduct {
+        LazyProduct {
+            a: self.a.clone(),
+            b: self.b.clone(),
+            how: self.how,
+            reps: self.reps.clone(),
+            pairs: Mutex::new(super::lock(&self.pairs).clone()),
+            overflow: AtomicBool::new(self.overflow.load(Relaxed)),
+            shortest: Mutex::new(super::lock(&self.shortest).clone()),
+            max_pairs: self.max_pairs,
+        }
+    }
+}
+
+/// Past this many pairs seen, a search for a matching pair gives up (the product overflows).
+struct Overflow;
+
+impl LazyProduct {
+    /// The pair after `byte`.
+    fn step(&self, (x, y): Pair, byte: u8) -> Pair {
+        let x = if x == DEAD {
+            DEAD
+        } else {
+            self.a.next(x, byte)
+        };
+        let y = if y == DEAD {
+            DEAD
+        } else {
+            self.b.next(y, byte)
+        };
+        (x, y)
+    }
+
+    /// Whether the pair matches: in `a` and in `b` (or not in `b`).
+    fn accepting(&self, (x, y): Pair) -> bool {
+        self.a.is_accepting(x)
+            && match self.how {
+                Combine::Both => self.b.is_accepting(y),
+                Combine::FirstNotSecond => !self.b.is_accepting(y),
+            }
+    }
+
+    /// Liveness known without a search: `Some(false)` if either side rules out a match,
+    /// `Some(true)` if `b` has died under `&~` (then `a`'s own liveness suffices).
+    fn obvious(&self, (x, y): Pair) -> Option<bool> {
+        match self.how {
+            _ if x == DEAD => Some(false),
+            Combine::Both if y == DEAD => Some(false),
+            Combine::FirstNotSecond if y == DEAD => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The bytes to try first from `p`: the first byte of a shortest match from each side
+    /// (the side that must match; `a` alone under `&~`), then one byte of every class.
+    fn order(&self, p: Pair) -> impl Iterator<Item = u8> + use<'_> {
+        let hint_a = self.a.shortest(p.0).map(|(_, b)| b);
+        let hint_b = match self.how {
+            Combine::Both => self.b.shortest(p.1).map(|(_, b)| b),
+            Combine::FirstNotSecond => None,
+        };
+        hint_a
+            .into_iter()
+            .chain(hint_b)
+            .chain(self.reps.iter().copied())
+    }
+
+    /// Whether some continuation from `p` matches (see the module's notes).
+    fn live(&self, pairs: &mut Pairs, p: Pair) -> Result<bool, Overflow> {
+        if let Some(l) = self.obvious(p) {
+            return Ok(l);
+        }
+        if let Some(&l) = pairs.live.get(&p) {
+            return Ok(l);
+        }
+        if self.accepting(p) {
+            pairs.live.insert(p, true);
+            return Ok(true);
+        }
+        let mut seen: FxHashSet<Pair> = FxHashSet::default();
+        seen.insert(p);
+        // Depth-first: each pair on the path with the bytes not yet tried from it.
+        let mut path = vec![(p, self.order(p))];
+        while let Some((from, bytes)) = path.last_mut() {
+            let Some(byte) = bytes.next() else {
+                path.pop();
+                continue;
+            };
+            let q = self.step(*from, byte);
+            let known = match self.obvious(q) {
+                Some(l) => Some(l),
+                None => pairs.live.get(&q).copied(),
+            };
+            if known == Some(true) || (known.is_none() && self.accepting(q)) {
+                for (r, _) in &path {
+                    pairs.live.insert(*r, true);
+                }
+                pairs.live.insert(q, true);
+                return Ok(true);
+            }
+            if known == Some(false) || !seen.insert(q) {
+                continue;
+            }
+            if seen.len() + pairs.live.len() > self.max_pairs {
+                return Err(Overflow);
+            }
+            path.push((q, self.order(q)));
+        }
+        for q in seen {
+            pairs.live.insert(q, false);
+        }
+        Ok(false)
+    }
+
+    /// The state of live pair `p`, numbered and tagged the first time it is reached.
+    fn state(&self, pairs: &mut Pairs, p: Pair) -> Result<u32, Overflow> {
+        if let Some(&i) = pairs.index.get(&p) {
+            return Ok(pairs.tags[i as usize]);
+        }
+        let mut cont = false;
+        for byte in self.order(p) {
+            if self.live(pairs, self.step(p, byte))? {
+                cont = true;
+                break;
+            }
+        }
+        if pairs.of.len() + pairs.live.len() > self.max_pairs {
+            return Err(Overflow);
+        }
+        let i = pairs.of.len() as u32;
+        let tag = i | if self.accepting(p) { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
+        pairs.of.push(p);
+        pairs.tags.push(tag);
+        pairs.index.insert(p, i);
+        Ok(tag)
+    }
+
+    /// The target of state index `i` on class `class`, stored in `trans`.
+    pub(super) fn fill(&self, trans: &Table, i: u32, class: usize) -> u32 {
+        let mut pairs = super::lock(&self.pairs);
+        let t = trans.get(i as usize, class);
+        if t != super::UNKNOWN {
+            return t; // another thread filled it meanwhile
+        }
+        let q = self.step(pairs.of[i as usize], self.reps[class]);
+        let t = match self.live(&mut pairs, q) {
+            Ok(true) => self.state(&mut pairs, q),
+            Ok(false) => Ok(DEAD),
+            Err(e) => Err(e),
+        };
+        let t = t.unwrap_or_else(|Overflow| {
+            self.overflow.store(true, Relaxed);
+            DEAD
+        });
+        trans.set(i as usize, class, t);
+        t
+    }
+
+    /// Number of states so far, [`DEAD`] included.
+    pub(super) fn len(&self) -> usize {
+        super::lock(&self.pairs).of.len()
+    }
+}
+
+/// `a` combined with `b`, states built on first use; `size_limit` bounds the bytes of the
+/// table and of what the construction remembers.
+pub(super) fn product(
+    a: Arc<LexemeDfa>,
+    b: Arc<LexemeDfa>,
+    how: Combine,
+    size_limit: usize,
+) -> LexemeDfa {
+    let mut classes = [0u8; 256];
+    let mut class_of: FxHashMap<(u8, u8), u8> = FxHashMap::default();
+    let mut reps = Vec::new();
+    for byte in 0..=255u8 {
+        let pair = (a.classes[byte as usize], b.classes[byte as usize]);
+        let next = class_of.len() as u8;
+        classes[byte as usize] = *class_of.entry(pair).or_insert_with(|| {
+            reps.push(byte);
+            next
+        });
+    }
+    let stride = reps.len();
+    // A state costs its row of the table and its entries in the maps (about 40 bytes).
+    let max_pairs = size_limit / (4 * stride + 40);
+    let start_pair = (a.start, b.start);
+    let lp = LazyProduct {
+        a,
+        b,
+        how,
+        reps,
+        pairs: Mutex::new(Pairs {
+            of: vec![(DEAD, DEAD)],
+            tags: vec![DEAD],
+            ..Pairs::default()
+        }),
+        overflow: AtomicBool::new(false),
+        shortest: Mutex::new(FxHashMap::default()),
+        max_pairs,
+    };
+    let start = {
+        let mut pairs = super::lock(&lp.pairs);
+        match lp.live(&mut pairs, start_pair) {
+            Ok(true) => lp.state(&mut pairs, start_pair),
+            Ok(false) => Ok(DEAD),
+            Err(e) => Err(e),
+        }
+    };
+    let start = start.unwrap_or_else(|Overflow| {
+        lp.overflow.store(true, Relaxed);
+        DEAD
+    });
+    let dfa = LexemeDfa {
+        classes,
+        stride,
+        trans: Table::growing(stride),
+        len: 0,
+        first: [0; 4],
+        start,
+        fill: super::Fill::Product(Box::new(lp)),
+        shortest: std::sync::OnceLock::new(),
+        numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
+    };
+    let mut first = [0u64; 4];
+    if start != DEAD {
+        for byte in 0..=255u8 {
+            if dfa.next(start, byte) != DEAD {
+                first[byte as usize / 64] |= 1 << (byte % 64);
+            }
+        }
+    }
+    debug_assert!(start & INDEX <= 1);
+    LexemeDfa { first, ..dfa }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dfa(re: &str) -> Arc<LexemeDfa> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(re)
+            .unwrap();
+        Arc::new(LexemeDfa::build(&hir, 1 << 24).unwrap())
+    }
+
+    /// Steps both DFAs over every string of `alphabet` up to `len` bytes: the same states
+    /// dead, accepting and continuing after every prefix.
+    fn agree(lazy: &LexemeDfa, whole: &LexemeDfa, alphabet: &[u8], len: usize) -> usize {
+        let same = |x: u32, y: u32, at: &[u8]| {
+            let text = String::from_utf8_lossy(at);
+            assert_eq!(x == DEAD, y == DEAD, "dead after {text:?}");
+            assert_eq!(
+                lazy.is_accepting(x),
+                whole.is_accepting(y),
+                "accepting {text:?}"
+            );
+            assert_eq!(
+                lazy.can_continue(x),
+                whole.can_continue(y),
+                "continuing {text:?}"
+            );
+        };
+        same(lazy.start(), whole.start(), b"");
+        let mut layer = vec![(Vec::new(), lazy.start(), whole.start())];
+        let mut checked = 0;
+        for _ in 0..len {
+            let mut next = Vec::new();
+            for (text, x, y) in layer {
+                for &b in alphabet {
+                    let (x2, y2) = (lazy.next(x, b), whole.next(y, b));
+                    let mut t = text.clone();
+                    t.push(b);
+                    same(x2, y2, &t);
+                    checked += 1;
+                    if x2 != DEAD {
+                        next.push((t, x2, y2));
+                    }
+                }
+            }
+            layer = next;
+        }
+        assert!(!lazy.overflowed());
+        checked
+    }
+
+    #[test]
+    fn built_on_demand_equals_built_whole() {
+        let cases: &[(&str, &str, Combine, &[u8], usize)] = &[
+            ("[a-c]*b[a-c]*", "[a-c]{0,5}", Combine::Both, b"abcd", 8),
+            (
+                "[a-z.]+@[a-z]+\\.[a-z]+",
+                "[a-z.@]{0,7}",
+                Combine::Both,
+                b"a.@z",
+                9,
+            ),
+            ("[a-z]+", "foo|bar|ba", Combine::FirstNotSecond, b"abfor", 5),
+            ("a(b|c)*d", "[abcd]{2,4}", Combine::Both, b"abcd", 7),
+            ("[ab]*", "(ab)*", Combine::FirstNotSecond, b"ab", 9),
+            ("a+", "b+", Combine::Both, b"ab", 4),
+            ("(ab)*", "(ab)*", Combine::FirstNotSecond, b"ab", 6),
+            (
+                "\"[^\"]{0,6}\"",
+                "\"[a-z]*\"",
+                Combine::Both,
+                b"\"ab\xc3\xa9",
+                8,
+            ),
+        ];
+        for &(x, y, how, alphabet, len) in cases {
+            let (a, b) = (dfa(x), dfa(y));
+            let lazy = product(a.clone(), b.clone(), how, 1 << 24);
+            let whole = LexemeDfa::product_whole(&a, &b, how, 1 << 24).unwrap();
+            let n = agree(&lazy, &whole, alphabet, len);
+            assert!(n > 0, "{x} / {y}");
+        }
+    }
+
+    #[test]
+    fn products_of_products_are_built_on_demand_too() {
+        let (x, y, z) = (dfa("[a-d]{1,6}"), dfa("[a-c]*c"), dfa("a*c|bc"));
+        let xy = Arc::new(product(x.clone(), y.clone(), Combine::Both, 1 << 24));
+        let lazy = product(xy, z.clone(), Combine::FirstNotSecond, 1 << 24);
+        let whole_xy = LexemeDfa::product_whole(&x, &y, Combine::Both, 1 << 24).unwrap();
+        let whole =
+            LexemeDfa::product_whole(&whole_xy, &z, Combine::FirstNotSecond, 1 << 24).unwrap();
+        agree(&lazy, &whole, b"abcd", 8);
+    }
+
+    #[test]
+    fn a_product_past_its_size_limit_says_it_overflowed() {
+        let (a, b) = (dfa("[a-z]{0,400}"), dfa("[a-y]*z[a-z]*|[a-z]{0,3}"));
+        let lazy = product(a, b, Combine::Both, 4096);
+        let mut s = lazy.start();
+        for _ in 0..300 {
+            s = lazy.next(s, b'a');
+        }
+        assert!(lazy.overflowed());
+    }
+}
