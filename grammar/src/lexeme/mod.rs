@@ -274,18 +274,26 @@ impl LexemeDfa {
             }
         };
         let start = tag(&sub, start);
+        let (classes, stride) = (sub.classes, sub.stride);
+        let fill = Fill::Subset(Box::new(Lazy {
+            subsets: Mutex::new(sub),
+            overflow: AtomicBool::new(false),
+            shortest: Mutex::new(FxHashMap::default()),
+        }));
+        Ok(Self::built_on_demand(classes, stride, start, fill))
+    }
+
+    /// A DFA whose states are numbered as `fill` reaches them (its own numbering), from its
+    /// start state.
+    fn built_on_demand(classes: [u8; 256], stride: usize, start: u32, fill: Fill) -> LexemeDfa {
         let dfa = LexemeDfa {
-            classes: sub.classes,
-            stride: sub.stride,
-            trans: Table::growing(sub.stride),
+            classes,
+            stride,
+            trans: Table::growing(stride),
             len: 0,
             first: [0; 4],
             start,
-            fill: Fill::Subset(Box::new(Lazy {
-                subsets: Mutex::new(sub),
-                overflow: AtomicBool::new(false),
-                shortest: Mutex::new(FxHashMap::default()),
-            })),
+            fill,
             shortest: OnceLock::new(),
             numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
         };
@@ -297,7 +305,7 @@ impl LexemeDfa {
                 }
             }
         }
-        Ok(LexemeDfa { first, ..dfa })
+        LexemeDfa { first, ..dfa }
     }
 
     /// Finishes a DFA from a raw table (state 0 dead): merges states that cannot reach a
@@ -413,17 +421,7 @@ impl LexemeDfa {
         how: Combine,
         size_limit: usize,
     ) -> Result<LexemeDfa, ErrorKind> {
-        let mut classes = [0u8; 256];
-        let mut class_of: FxHashMap<(u8, u8), u8> = FxHashMap::default();
-        let mut reps = Vec::new(); // one representative byte per class
-        for byte in 0..=255u8 {
-            let pair = (a.classes[byte as usize], b.classes[byte as usize]);
-            let next = class_of.len() as u8;
-            classes[byte as usize] = *class_of.entry(pair).or_insert_with(|| {
-                reps.push(byte);
-                next
-            });
-        }
+        let (classes, reps) = product::pair_classes(a, b);
         let stride = reps.len();
         // Product states by the pair of tagged states; 0 is dead.
         let mut index: FxHashMap<(u32, u32), u32> = FxHashMap::default();

@@ -13,7 +13,7 @@
 //! the path to a match is live; when the search runs out, every pair it saw is dead (all
 //! pairs reachable from the first were seen, and none matches).
 
-use super::{ACCEPT, CONTINUE, Combine, DEAD, INDEX, LAZY_NUMBERING, LexemeDfa, Table};
+use super::{ACCEPT, CONTINUE, Combine, DEAD, LexemeDfa, Table};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -196,17 +196,23 @@ impl LazyProduct {
             return t; // another thread filled it meanwhile
         }
         let q = self.step(pairs.of[i as usize], self.reps[class]);
-        let t = match self.live(&mut pairs, q) {
-            Ok(true) => self.state(&mut pairs, q),
+        let t = self.target(&mut pairs, q);
+        trans.set(i as usize, class, t);
+        t
+    }
+
+    /// The tagged state of pair `q`: [`DEAD`] unless live; past the size limit, [`DEAD`]
+    /// and the overflow flag set.
+    fn target(&self, pairs: &mut Pairs, q: Pair) -> u32 {
+        let t = match self.live(pairs, q) {
+            Ok(true) => self.state(pairs, q),
             Ok(false) => Ok(DEAD),
             Err(e) => Err(e),
         };
-        let t = t.unwrap_or_else(|Overflow| {
+        t.unwrap_or_else(|Overflow| {
             self.overflow.store(true, Relaxed);
             DEAD
-        });
-        trans.set(i as usize, class, t);
-        t
+        })
     }
 
     /// Number of states so far, [`DEAD`] included.
@@ -215,14 +221,9 @@ impl LazyProduct {
     }
 }
 
-/// `a` combined with `b`, states built on first use; `size_limit` bounds the bytes of the
-/// table and of what the construction remembers.
-pub(super) fn product(
-    a: Arc<LexemeDfa>,
-    b: Arc<LexemeDfa>,
-    how: Combine,
-    size_limit: usize,
-) -> LexemeDfa {
+/// The byte classes of a product: bytes in one class of `a` and one of `b`; and one byte of
+/// each class.
+pub(super) fn pair_classes(a: &LexemeDfa, b: &LexemeDfa) -> ([u8; 256], Vec<u8>) {
     let mut classes = [0u8; 256];
     let mut class_of: FxHashMap<(u8, u8), u8> = FxHashMap::default();
     let mut reps = Vec::new();
@@ -234,6 +235,18 @@ pub(super) fn product(
             next
         });
     }
+    (classes, reps)
+}
+
+/// `a` combined with `b`, states built on first use; `size_limit` bounds the bytes of the
+/// table and of what the construction remembers.
+pub(super) fn product(
+    a: Arc<LexemeDfa>,
+    b: Arc<LexemeDfa>,
+    how: Combine,
+    size_limit: usize,
+) -> LexemeDfa {
+    let (classes, reps) = pair_classes(&a, &b);
     let stride = reps.len();
     // A state costs its row of the table and its entries in the maps (about 40 bytes).
     let max_pairs = size_limit / (4 * stride + 40);
@@ -252,39 +265,8 @@ pub(super) fn product(
         shortest: Mutex::new(FxHashMap::default()),
         max_pairs,
     };
-    let start = {
-        let mut pairs = super::lock(&lp.pairs);
-        match lp.live(&mut pairs, start_pair) {
-            Ok(true) => lp.state(&mut pairs, start_pair),
-            Ok(false) => Ok(DEAD),
-            Err(e) => Err(e),
-        }
-    };
-    let start = start.unwrap_or_else(|Overflow| {
-        lp.overflow.store(true, Relaxed);
-        DEAD
-    });
-    let dfa = LexemeDfa {
-        classes,
-        stride,
-        trans: Table::growing(stride),
-        len: 0,
-        first: [0; 4],
-        start,
-        fill: super::Fill::Product(Box::new(lp)),
-        shortest: std::sync::OnceLock::new(),
-        numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
-    };
-    let mut first = [0u64; 4];
-    if start != DEAD {
-        for byte in 0..=255u8 {
-            if dfa.next(start, byte) != DEAD {
-                first[byte as usize / 64] |= 1 << (byte % 64);
-            }
-        }
-    }
-    debug_assert!(start & INDEX <= 1);
-    LexemeDfa { first, ..dfa }
+    let start = lp.target(&mut super::lock(&lp.pairs), start_pair);
+    LexemeDfa::built_on_demand(classes, stride, start, super::Fill::Product(Box::new(lp)))
 }
 
 #[cfg(test)]
