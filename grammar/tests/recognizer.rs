@@ -159,6 +159,36 @@ fn limits_are_typed_errors() {
 }
 
 #[test]
+fn an_intersection_past_its_size_limit_is_a_limit_error_not_a_rejection() {
+    // Built on demand, the product outgrows max_lexeme_bytes only as the input reaches its
+    // states; the match then fails with the limit, never with a wrong answer.
+    let src = "root ::= [a-z]{0,200} & ([a-y]* \"z\" [a-z]* | [a-z]{0,3})\n";
+    let limits = Limits {
+        max_lexeme_bytes: 8192,
+        ..Limits::default()
+    };
+    let g = compile_gbnf(src, &CompileOptions::default().limits(limits)).unwrap();
+    let input = format!("{}z", "a".repeat(190));
+    let result = match_bytes(&g, input.as_bytes());
+    assert!(
+        matches!(result, Err(RecognizeError::Limit(ref h)) if h.limit_name == "max_lexeme_bytes"),
+        "{result:?}"
+    );
+    // The default limit holds it: the same input is in the language.
+    let g = compile_gbnf(src, &CompileOptions::default()).unwrap();
+    assert_eq!(
+        match_bytes(&g, input.as_bytes()).unwrap(),
+        MatchOutcome::Accepted
+    );
+    assert_eq!(match_bytes(&g, b"abc").unwrap(), MatchOutcome::Accepted);
+    // Four letters without a z: only a prefix of the intersection.
+    assert!(matches!(
+        match_bytes(&g, b"abcd"),
+        Ok(MatchOutcome::Incomplete { .. })
+    ));
+}
+
+#[test]
 fn nullable_lexemes_and_empty_start() {
     let g = grammar("root ::= ws\nws ::= [ ]*\n");
     assert_eq!(match_bytes(&g, b"").unwrap(), MatchOutcome::Accepted);
