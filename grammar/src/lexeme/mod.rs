@@ -556,7 +556,7 @@ impl LexemeDfa {
     pub fn overflowed(&self) -> bool {
         match &self.fill {
             Fill::Subset(l) => l.overflow.load(Relaxed),
-            Fill::Product(p) => p.overflow.load(Relaxed),
+            Fill::Product(p) => p.overflowed(),
             _ => false,
         }
     }

@@ -32,11 +32,12 @@ pub(super) struct LazyProduct {
     reps: Vec<u8>,
     pairs: Mutex<Pairs>,
     /// Set when a state was needed past the size limit (see [`LexemeDfa::overflowed`]).
-    pub(super) overflow: AtomicBool,
+    overflow: AtomicBool,
     /// Per state index: the fewest bytes to an accepting state, and the first.
     pub(super) shortest: Mutex<FxHashMap<u32, Option<(u32, u8)>>>,
-    /// Pairs (states and remembered liveness together) past which the product overflows.
-    max_pairs: usize,
+    /// Bytes past which the product overflows: its table rows and what its searches
+    /// remember ([`LazyProduct::size`]).
+    size_limit: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -60,7 +61,7 @@ impl Clone for LazyProduct {
             pairs: Mutex::new(super::lock(&self.pairs).clone()),
             overflow: AtomicBool::new(self.overflow.load(Relaxed)),
             shortest: Mutex::new(super::lock(&self.shortest).clone()),
-            max_pairs: self.max_pairs,
+            size_limit: self.size_limit,
         }
     }
 }
@@ -104,12 +105,20 @@ impl LazyProduct {
         }
     }
 
+    /// Bytes held: a table row per state, and about 16 per pair remembered (those of a
+    /// search under way, `searching`, included).
+    fn size(&self, pairs: &Pairs, searching: usize) -> usize {
+        pairs.of.len() * 4 * self.reps.len() + (pairs.live.len() + searching) * 16
+    }
+
     /// The bytes to try first from `p`: the first byte of a shortest match from each side
     /// (the side that must match; `a` alone under `&~`), then one byte of every class.
     fn order(&self, p: Pair) -> impl Iterator<Item = u8> + use<'_> {
-        let hint_a = self.a.shortest(p.0).map(|(_, b)| b);
+        // A side that accepts already has no byte to suggest.
+        let hint = |d: &LexemeDfa, s: u32| d.shortest(s).filter(|&(n, _)| n > 0).map(|(_, b)| b);
+        let hint_a = hint(&self.a, p.0);
         let hint_b = match self.how {
-            Combine::Both => self.b.shortest(p.1).map(|(_, b)| b),
+            Combine::Both => hint(&self.b, p.1),
             Combine::FirstNotSecond => None,
         };
         hint_a
@@ -154,7 +163,7 @@ impl LazyProduct {
             if known == Some(false) || !seen.insert(q) {
                 continue;
             }
-            if seen.len() + pairs.live.len() > self.max_pairs {
+            if self.size(pairs, seen.len()) > self.size_limit {
                 return Err(Overflow);
             }
             path.push((q, self.order(q)));
@@ -177,7 +186,7 @@ impl LazyProduct {
                 break;
             }
         }
-        if pairs.of.len() + pairs.live.len() > self.max_pairs {
+        if self.size(pairs, 1) > self.size_limit {
             return Err(Overflow);
         }
         let i = pairs.of.len() as u32;
@@ -215,6 +224,12 @@ impl LazyProduct {
         })
     }
 
+    /// Whether this product or an operand needed a state past its size limit: an operand's
+    /// state past its limit reads as dead, so the product's answers are no longer exact.
+    pub(super) fn overflowed(&self) -> bool {
+        self.overflow.load(Relaxed) || self.a.overflowed() || self.b.overflowed()
+    }
+
     /// Number of states so far, [`DEAD`] included.
     pub(super) fn len(&self) -> usize {
         super::lock(&self.pairs).of.len()
@@ -248,8 +263,6 @@ pub(super) fn product(
 ) -> LexemeDfa {
     let (classes, reps) = pair_classes(&a, &b);
     let stride = reps.len();
-    // A state costs its row of the table and its entries in the maps (about 40 bytes).
-    let max_pairs = size_limit / (4 * stride + 40);
     let start_pair = (a.start, b.start);
     let lp = LazyProduct {
         a,
@@ -263,7 +276,7 @@ pub(super) fn product(
         }),
         overflow: AtomicBool::new(false),
         shortest: Mutex::new(FxHashMap::default()),
-        max_pairs,
+        size_limit,
     };
     let start = lp.target(&mut super::lock(&lp.pairs), start_pair);
     LexemeDfa::built_on_demand(classes, stride, start, super::Fill::Product(Box::new(lp)))
@@ -299,6 +312,7 @@ mod tests {
             );
         };
         same(lazy.start(), whole.start(), b"");
+        assert_eq!(lazy.first_bytes(), whole.first_bytes());
         let mut layer = vec![(Vec::new(), lazy.start(), whole.start())];
         let mut checked = 0;
         for _ in 0..len {
@@ -374,5 +388,70 @@ mod tests {
             s = lazy.next(s, b'a');
         }
         assert!(lazy.overflowed());
+    }
+    #[test]
+    fn a_dfa_with_itself() {
+        let a = dfa("[a-c]+x?|y");
+        for (how, empty) in [(Combine::Both, false), (Combine::FirstNotSecond, true)] {
+            let lazy = product(a.clone(), a.clone(), how, 1 << 24);
+            let whole = LexemeDfa::product_whole(&a, &a, how, 1 << 24).unwrap();
+            assert_eq!(lazy.start() == DEAD, empty);
+            agree(&lazy, &whole, b"abxy", 6);
+        }
+    }
+
+    #[test]
+    fn threads_stepping_one_product_agree_with_the_product_built_whole() {
+        let (a, b) = (dfa("[a-z.]+@[a-z]+(\\.[a-z]+)*"), dfa("[a-z.@]{0,12}"));
+        let lazy = product(a.clone(), b.clone(), Combine::Both, 1 << 24);
+        let whole = LexemeDfa::product_whole(&a, &b, Combine::Both, 1 << 24).unwrap();
+        let alphabet = b"ab.@z";
+        std::thread::scope(|scope| {
+            for seed in 1..=4u64 {
+                let (lazy, whole) = (&lazy, &whole);
+                scope.spawn(move || {
+                    let mut x = seed;
+                    for _ in 0..2000 {
+                        let (mut s, mut t) = (lazy.start(), whole.start());
+                        for _ in 0..14 {
+                            x = x
+                                .wrapping_mul(6364136223846793005)
+                                .wrapping_add(1442695040888963407);
+                            let byte = alphabet[(x >> 33) as usize % alphabet.len()];
+                            (s, t) = (lazy.next(s, byte), whole.next(t, byte));
+                            assert_eq!(s == DEAD, t == DEAD);
+                            assert_eq!(lazy.is_accepting(s), whole.is_accepting(t));
+                            assert_eq!(lazy.can_continue(s), whole.can_continue(t));
+                            if s == DEAD {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn an_operand_past_its_size_limit_makes_the_product_say_it_overflowed() {
+        // The subset construction of [a-z]*a[a-z]{9} needs about 1,024 states: past 8 KB.
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse("[a-z]*a[a-z]{9}")
+            .unwrap();
+        let b = Arc::new(LexemeDfa::build(&hir, 8192).unwrap());
+        let lazy = product(dfa("[a-z]{0,40}"), b, Combine::Both, 1 << 24);
+        let mut s = lazy.start();
+        for &byte in b"abbbbbbbbbcdefghijklmnopqrstuvwxyzabcdefghi" {
+            s = lazy.next(s, byte);
+        }
+        // Accepted (a, then more than nine letters, and 40 letters at most)... unless an
+        // operand overflowed, which the product must then report.
+        assert!(lazy.is_accepting(s) || lazy.overflowed());
+        let mut t = lazy.start();
+        for &byte in b"abbbbbbbbb" {
+            t = lazy.next(t, byte);
+        }
+        assert!(lazy.is_accepting(t) || lazy.overflowed());
     }
 }
