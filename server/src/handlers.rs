@@ -85,23 +85,32 @@ async fn gate(State(st): State<Arc<AppState>>, req: Request, next: middleware::N
                 "the request body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
             ))
         };
-        // A declared length over the limit is refused before a byte of the body is read.
+        let wait = st.config.body_timeout;
+        // A declared length over the limit is refused without keeping a byte of the body;
+        // one past what is worth draining, before a byte of it is read.
         let declared = req
             .headers()
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
+        if let Some(n) = declared.filter(|&n| n > limit as u64) {
+            if n <= DRAIN_BYTES as u64 {
+                drain(req.into_body(), wait).await;
+            }
             return refuse(too_large());
         }
         // The body is read under its own time limit: a client that stops sending holds
         // a connection for at most that long.
         let (parts, body) = req.into_parts();
-        let wait = st.config.body_timeout;
-        let bytes = match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+        let bytes = match tokio::time::timeout(wait, read_body(body, limit)).await {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) if is_length_limit(&e) => return refuse(too_large()),
-            Ok(Err(e)) => return refuse(ApiError::invalid(format!("reading the body: {e}"))),
+            Ok(Err(BodyError::TooLarge(rest))) => {
+                drain(rest, wait).await;
+                return refuse(too_large());
+            }
+            Ok(Err(BodyError::Read(e))) => {
+                return refuse(ApiError::invalid(format!("reading the body: {e}")));
+            }
             Err(_) => {
                 return refuse(ApiError {
                     status: StatusCode::REQUEST_TIMEOUT,
@@ -119,16 +128,47 @@ async fn gate(State(st): State<Arc<AppState>>, req: Request, next: middleware::N
     next.run(req).await
 }
 
-/// Whether reading a body failed on the length limit.
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(x) = source {
-        if x.is::<http_body_util::LengthLimitError>() {
-            return true;
+/// Bytes of a refused body read and dropped before the refusal is sent, so that a client
+/// still sending reads the answer rather than a closed connection; past this many the
+/// connection is closed on it.
+const DRAIN_BYTES: usize = 256 << 10;
+
+/// Why a body was not read.
+enum BodyError {
+    /// Longer than the limit: the rest of the body, unread.
+    TooLarge(axum::body::Body),
+    Read(axum::Error),
+}
+
+/// The body, at most `limit` bytes of it.
+async fn read_body(mut body: axum::body::Body, limit: usize) -> Result<Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Read)?;
+        if let Some(data) = frame.data_ref() {
+            if buf.len() + data.len() > limit {
+                return Err(BodyError::TooLarge(body));
+            }
+            buf.extend_from_slice(data);
         }
-        source = x.source();
     }
-    false
+    Ok(Bytes::from(buf))
+}
+
+/// Reads and drops up to [`DRAIN_BYTES`] of `body`, for at most `wait`.
+async fn drain(mut body: axum::body::Body, wait: std::time::Duration) {
+    use http_body_util::BodyExt;
+    let mut read = 0;
+    let _ = tokio::time::timeout(wait, async {
+        while read <= DRAIN_BYTES {
+            match body.frame().await {
+                Some(Ok(frame)) => read += frame.data_ref().map_or(0, |d| d.len()),
+                _ => break,
+            }
+        }
+    })
+    .await;
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {

@@ -499,6 +499,7 @@ fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
     let Some(s) = Server::start(ServeConfig {
         body_timeout: Duration::from_millis(500),
         header_timeout: Duration::from_millis(500),
+        max_body_bytes: 64 << 10,
         ..ServeConfig::default()
     }) else {
         return;
@@ -507,6 +508,20 @@ fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n";
     // A declared length over the limit: refused before the body is sent.
     let line = raw_answer(&s, &format!("{post}content-length: 10000000000\r\n\r\n"));
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains(" 413 ")),
+        "{line:?}"
+    );
+    // Over the limit without a declared length (chunked): 413 once the limit is passed,
+    // read by a client that sends the whole body (the server drains it before answering).
+    let chunk = "x".repeat(4096);
+    let body: String = (0..20)
+        .map(|_| format!("{:x}\r\n{chunk}\r\n", chunk.len()))
+        .collect();
+    let line = raw_answer(
+        &s,
+        &format!("{post}transfer-encoding: chunked\r\n\r\n{body}0\r\n\r\n"),
+    );
     assert!(
         line.as_deref().is_some_and(|l| l.contains(" 413 ")),
         "{line:?}"
