@@ -1010,9 +1010,15 @@ mod tests {
     use super::*;
     use regex_syntax::ParserBuilder;
 
-    fn dfa(re: &str) -> LexemeDfa {
+    /// The DFA of regex `re` (also the product tests').
+    pub(super) fn dfa(re: &str) -> LexemeDfa {
+        dfa_within(re, 1 << 24)
+    }
+
+    /// The DFA of regex `re`, its size bounded by `limit` bytes.
+    pub(super) fn dfa_within(re: &str, limit: usize) -> LexemeDfa {
         let hir = ParserBuilder::new().build().parse(re).unwrap();
-        LexemeDfa::build(&hir, 1 << 24).unwrap()
+        LexemeDfa::build(&hir, limit).unwrap()
     }
 
     #[test]

@@ -66,7 +66,7 @@ impl Clone for LazyProduct {
     }
 }
 
-/// Past this many pairs seen, a search for a matching pair gives up (the product overflows).
+/// The product needed more than its size limit (a search, or a new state).
 struct Overflow;
 
 impl LazyProduct {
@@ -286,12 +286,10 @@ pub(super) fn product(
 mod tests {
     use super::*;
 
+    use crate::lexeme::tests::dfa_within;
+
     fn dfa(re: &str) -> Arc<LexemeDfa> {
-        let hir = regex_syntax::ParserBuilder::new()
-            .build()
-            .parse(re)
-            .unwrap();
-        Arc::new(LexemeDfa::build(&hir, 1 << 24).unwrap())
+        Arc::new(crate::lexeme::tests::dfa(re))
     }
 
     /// Steps both DFAs over every string of `alphabet` up to `len` bytes: the same states
@@ -358,6 +356,8 @@ mod tests {
                 b"\"ab\xc3\xa9",
                 8,
             ),
+            // Both sides' shortest bytes die; the search pops the start before it finds `u`.
+            ("(ab)*(w|u)", "(ab)*(v|u)", Combine::Both, b"abuvw", 8),
         ];
         for &(x, y, how, alphabet, len) in cases {
             let (a, b) = (dfa(x), dfa(y));
@@ -389,6 +389,7 @@ mod tests {
         }
         assert!(lazy.overflowed());
     }
+
     #[test]
     fn a_dfa_with_itself() {
         let a = dfa("[a-c]+x?|y");
@@ -435,11 +436,7 @@ mod tests {
     #[test]
     fn an_operand_past_its_size_limit_makes_the_product_say_it_overflowed() {
         // The subset construction of [a-z]*a[a-z]{9} needs about 1,024 states: past 8 KB.
-        let hir = regex_syntax::ParserBuilder::new()
-            .build()
-            .parse("[a-z]*a[a-z]{9}")
-            .unwrap();
-        let b = Arc::new(LexemeDfa::build(&hir, 8192).unwrap());
+        let b = Arc::new(dfa_within("[a-z]*a[a-z]{9}", 8192));
         let lazy = product(dfa("[a-z]{0,40}"), b, Combine::Both, 1 << 24);
         let mut s = lazy.start();
         for &byte in b"abbbbbbbbbcdefghijklmnopqrstuvwxyzabcdefghi" {
