@@ -212,7 +212,7 @@ fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
             d.reason
         )?;
     }
-    write_out(format_args!("{}", compiled.gbnf))?;
+    write_out(format_args!("{}", compiled.gbnf()))?;
     Ok(())
 }
 

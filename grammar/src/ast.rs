@@ -5,9 +5,10 @@
 //! looks at the AST.
 
 use crate::error::Span;
+use std::fmt::{self, Write};
 
 /// One `name ::= body` definition.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RuleAst {
     pub name: String,
     pub name_span: Span,
@@ -16,14 +17,14 @@ pub struct RuleAst {
 
 /// An expression with its span and nesting depth (bounded by `Limits::max_nesting_depth`, so
 /// recursive walks over the AST cannot overflow the stack).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Expr {
     pub kind: ExprKind,
     pub span: Span,
     pub depth: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExprKind {
     /// A sequence of items; empty for an empty alternative.
     Seq(Vec<Expr>),
@@ -55,7 +56,7 @@ pub enum ExprKind {
 }
 
 /// A character class: inclusive code-point ranges, possibly negated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClassAst {
     pub negated: bool,
     pub ranges: Vec<(char, char)>,
@@ -91,4 +92,205 @@ impl Expr {
         };
         Expr { kind, span, depth }
     }
+}
+
+impl Expr {
+    /// An expression with no place in a source text (built by a program, not parsed).
+    pub fn built(kind: ExprKind) -> Expr {
+        Expr::new(kind, Span::default())
+    }
+
+    /// The expression with the shapes that parse alike folded together and no positions:
+    /// no groups, sequences spliced into sequences, a one-item sequence as its item, an
+    /// empty one as `""`. Two expressions that print alike are equal once normalized.
+    pub fn normalized(&self) -> Expr {
+        let kind = match &self.kind {
+            ExprKind::Group(inner) => return inner.normalized(),
+            ExprKind::Seq(xs) => {
+                let mut items = Vec::with_capacity(xs.len());
+                for x in xs {
+                    match x.normalized() {
+                        Expr {
+                            kind: ExprKind::Seq(ys),
+                            ..
+                        } => items.extend(ys),
+                        y => items.push(y),
+                    }
+                }
+                match items.len() {
+                    0 => ExprKind::Literal(Vec::new()),
+                    1 => return items.pop().expect("one item"),
+                    _ => ExprKind::Seq(items),
+                }
+            }
+            ExprKind::Alt(xs) => ExprKind::Alt(xs.iter().map(Expr::normalized).collect()),
+            ExprKind::And(xs) => ExprKind::And(xs.iter().map(Expr::normalized).collect()),
+            ExprKind::Repeat { inner, min, max } => ExprKind::Repeat {
+                inner: Box::new(inner.normalized()),
+                min: *min,
+                max: *max,
+            },
+            ExprKind::Not(inner) => ExprKind::Not(Box::new(inner.normalized())),
+            other => other.clone(),
+        };
+        Expr::built(kind)
+    }
+
+    /// How loosely the expression binds, as GBNF text: 0 `a & b`, 1 `a | b`, 2 `a b`,
+    /// 3 `x*` and `~x`, 4 an atom.
+    fn binding(&self) -> u8 {
+        match &self.kind {
+            ExprKind::And(_) => 0,
+            ExprKind::Alt(_) => 1,
+            ExprKind::Seq(xs) if !xs.is_empty() => 2,
+            ExprKind::Repeat { .. } | ExprKind::Not(_) => 3,
+            _ => 4,
+        }
+    }
+
+    /// Writes the expression as GBNF, parenthesized if it binds more loosely than `at`.
+    fn write_at(&self, out: &mut dyn Write, at: u8) -> fmt::Result {
+        if self.binding() < at {
+            out.write_str("( ")?;
+            self.write_at(out, 0)?;
+            return out.write_str(" )");
+        }
+        let joined = |out: &mut dyn Write, xs: &[Expr], sep: &str, at: u8| -> fmt::Result {
+            for (i, x) in xs.iter().enumerate() {
+                if i > 0 {
+                    out.write_str(sep)?;
+                }
+                x.write_at(out, at)?;
+            }
+            Ok(())
+        };
+        match &self.kind {
+            ExprKind::And(xs) => joined(out, xs, " & ", 1),
+            ExprKind::Alt(xs) => joined(out, xs, " | ", 2),
+            ExprKind::Seq(xs) if xs.is_empty() => out.write_str("\"\""),
+            ExprKind::Seq(xs) => {
+                for (i, x) in xs.iter().enumerate() {
+                    if i > 0 {
+                        out.write_char(' ')?;
+                    }
+                    // A sequence inside a sequence is spliced (the parse is the same).
+                    let at = if matches!(&x.kind, ExprKind::Seq(ys) if !ys.is_empty()) {
+                        2
+                    } else {
+                        3
+                    };
+                    x.write_at(out, at)?;
+                }
+                Ok(())
+            }
+            ExprKind::Literal(cs) => {
+                out.write_char('"')?;
+                for &c in cs {
+                    match c {
+                        '"' => out.write_str("\\\"")?,
+                        '\\' => out.write_str("\\\\")?,
+                        '\n' => out.write_str("\\n")?,
+                        '\r' => out.write_str("\\r")?,
+                        '\t' => out.write_str("\\t")?,
+                        c if (c as u32) < 0x20 || c == '\x7f' => {
+                            write!(out, "\\x{:02X}", c as u32)?
+                        }
+                        c => out.write_char(c)?,
+                    }
+                }
+                out.write_char('"')
+            }
+            ExprKind::Class(c) => {
+                out.write_str(if c.negated { "[^" } else { "[" })?;
+                for &(a, b) in &c.ranges {
+                    class_char(out, a)?;
+                    if b != a {
+                        if b as u32 > a as u32 + 1 {
+                            out.write_char('-')?;
+                        }
+                        class_char(out, b)?;
+                    }
+                }
+                out.write_char(']')
+            }
+            ExprKind::Any => out.write_char('.'),
+            ExprKind::RuleRef(name) => out.write_str(name),
+            ExprKind::Token(t) => {
+                if t.negated {
+                    out.write_char('!')?;
+                }
+                match &t.target {
+                    TokenTarget::Id(id) => write!(out, "<[{id}]>"),
+                    TokenTarget::Text(text) => out.write_str(text),
+                }
+            }
+            ExprKind::Repeat { inner, min, max } => {
+                inner.write_at(out, 4)?;
+                match (min, max) {
+                    (0, None) => out.write_char('*'),
+                    (1, None) => out.write_char('+'),
+                    (0, Some(1)) => out.write_char('?'),
+                    (m, None) => write!(out, "{{{m},}}"),
+                    (m, Some(n)) if m == n => write!(out, "{{{m}}}"),
+                    (m, Some(n)) => write!(out, "{{{m},{n}}}"),
+                }
+            }
+            ExprKind::Group(inner) => {
+                out.write_str("( ")?;
+                inner.write_at(out, 0)?;
+                out.write_str(" )")
+            }
+            ExprKind::Not(inner) => {
+                out.write_char('~')?;
+                inner.write_at(out, 4)
+            }
+        }
+    }
+}
+
+/// One character inside a class, escaped where the class syntax would read it otherwise.
+fn class_char(out: &mut dyn Write, c: char) -> fmt::Result {
+    let v = c as u32;
+    if c == ' '
+        || c.is_ascii_alphanumeric()
+        || (c.is_ascii_punctuation() && !"[]\\^-\"".contains(c))
+    {
+        out.write_char(c)
+    } else if c == '\t' {
+        out.write_str("\\t")
+    } else if c == '\n' {
+        out.write_str("\\n")
+    } else if c == '\r' {
+        out.write_str("\\r")
+    } else if v <= 0xff {
+        write!(out, "\\x{v:02X}")
+    } else if v <= 0xffff {
+        write!(out, "\\u{v:04X}")
+    } else {
+        write!(out, "\\U{v:08X}")
+    }
+}
+
+/// GBNF text that parses back to an expression that matches the same strings (groups and
+/// nested sequences may come back shaped differently).
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_at(f, 0)
+    }
+}
+
+/// `name ::= body`, on one line.
+impl fmt::Display for RuleAst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ::= {}", self.name, self.body)
+    }
+}
+
+/// Rules as GBNF text, one per line.
+pub fn print_rules(rules: &[RuleAst]) -> String {
+    let mut out = String::new();
+    for r in rules {
+        let _ = writeln!(out, "{r}");
+    }
+    out
 }

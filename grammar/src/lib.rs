@@ -59,6 +59,7 @@ pub mod regex;
 
 use std::sync::Arc;
 
+pub use ast::RuleAst;
 pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
 pub use dfa_cache::{DEFAULT_DFA_CACHE_STATES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run};
@@ -121,8 +122,33 @@ impl CompileOptions {
 /// Compiles GBNF text.
 pub fn compile_gbnf(text: &str, opts: &CompileOptions) -> Result<Arc<Grammar>, GrammarError> {
     let rules = gbnf::parse(text, &opts.origin, opts.limits.max_nesting_depth)?;
-    let g = lower::lower(&rules, text, opts)?;
+    let g = lower::lower(&rules, Some(text), opts)?;
     Ok(Arc::new(g))
+}
+
+/// Compiles rules built by a program (a front end such as JSON Schema's) without writing
+/// and parsing them as text. The result is the grammar of [`ast::print_rules`]'s text. An
+/// error is positioned in that text: the rules are printed and compiled from the text
+/// again to place it (errors are rare; the fast path keeps no text).
+pub fn compile_rules(
+    rules: &[RuleAst],
+    opts: &CompileOptions,
+) -> Result<Arc<Grammar>, GrammarError> {
+    let max_depth = opts.limits.max_nesting_depth;
+    let first_error = if rules.iter().any(|r| r.body.depth > max_depth) {
+        None
+    } else {
+        match lower::lower(rules, None, opts) {
+            Ok(g) => return Ok(Arc::new(g)),
+            Err(e) => Some(e),
+        }
+    };
+    let text = ast::print_rules(rules);
+    match compile_gbnf(&text, opts) {
+        Err(placed) => Err(placed),
+        // Not expected: the text compiles where the rules did not. The error as found.
+        Ok(g) => first_error.map_or(Ok(g), Err),
+    }
 }
 
 /// Compiles GBNF given as bytes; invalid UTF-8 is a positioned error.

@@ -76,9 +76,13 @@ fn chunking(
 /// bodies become lexemes of their own, shared (with their mask caches) by every caller.
 /// Machine-written grammars (JSON Schema) use it: their rules form DAGs that inlining would
 /// copy once per path, and their values are best cached once per shape.
+///
+/// `text` is the source the rules were parsed from, for error positions and lexemes'
+/// names; rules built by a program have none (their names are printed from the rules, and
+/// errors carry no position).
 pub fn lower(
     rules: &[RuleAst],
-    text: &str,
+    text: Option<&str>,
     opts: &CompileOptions,
 ) -> Result<Grammar, GrammarError> {
     let (start, origin, limits, inline_units) = (
@@ -87,18 +91,19 @@ pub fn lower(
         &opts.limits,
         opts.inline_units,
     );
-    let err = |kind: ErrorKind, span: Span| GrammarError::at(kind, span, origin, text);
+    let err = |kind: ErrorKind, span: Span| match text {
+        Some(text) => GrammarError::at(kind, span, origin, text),
+        None => GrammarError::unplaced(kind, origin),
+    };
     let (index, refs, opaque) = names_and_references(rules, text, &err)?;
     let Some(&start_ix) = index.get(start) else {
         return Err(missing_start(rules, start, &err, || {
-            GrammarError::at(
+            err(
                 ErrorKind::MissingStartRule {
                     name: start.to_string(),
                     defined: "none".into(),
                 },
                 Span::new(0, 0),
-                origin,
-                text,
             )
         }));
     };
@@ -168,13 +173,15 @@ pub fn lower(
 #[allow(clippy::type_complexity)]
 fn names_and_references<'r>(
     rules: &'r [RuleAst],
-    text: &str,
+    text: Option<&str>,
     err: &dyn Fn(ErrorKind, Span) -> GrammarError,
 ) -> Result<(FxHashMap<&'r str, usize>, Vec<Vec<usize>>, Vec<bool>), GrammarError> {
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
     for (i, r) in rules.iter().enumerate() {
         if let Some(&first) = index.get(r.name.as_str()) {
-            let first_line = crate::error::Location::of(text, rules[first].name_span.start).line;
+            let first_line = text.map_or(0, |text| {
+                crate::error::Location::of(text, rules[first].name_span.start).line
+            });
             return Err(err(
                 ErrorKind::DuplicateRule {
                     name: r.name.clone(),
@@ -540,7 +547,7 @@ type LowerResult<T> = Result<T, (ErrorKind, Span)>;
 type RepeatKey = (usize, u32, Option<u32>);
 
 struct Lowerer<'a> {
-    text: &'a str,
+    text: Option<&'a str>,
     rules: &'a [RuleAst],
     intrinsic: &'a [bool],
     intrinsic_units: &'a [usize],
@@ -562,6 +569,30 @@ struct Lowerer<'a> {
 }
 
 impl Lowerer<'_> {
+    /// How a run of items reads in messages and lexeme names: their source text, or for
+    /// rules with no source, the items printed as GBNF (at most 40 characters, see
+    /// [`display_source`]).
+    fn shown(&self, items: &[&Expr]) -> String {
+        let (Some(first), Some(last)) = (items.first(), items.last()) else {
+            return String::new();
+        };
+        if let Some(text) = self.text {
+            let span = first.span.to(last.span);
+            return display_source(&text[span.start..span.end]);
+        }
+        // Printing stops a little past what the name keeps.
+        let mut out = Bounded(String::new());
+        for (i, x) in items.iter().enumerate() {
+            let sep = if i > 0 { " " } else { "" };
+            if std::fmt::Write::write_str(&mut out, sep).is_err()
+                || std::fmt::Write::write_fmt(&mut out, format_args!("{x}")).is_err()
+            {
+                break;
+            }
+        }
+        display_source(&out.0)
+    }
+
     fn is_regular(&self, e: &Expr) -> bool {
         match &e.kind {
             ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any => true,
@@ -625,18 +656,16 @@ impl Lowerer<'_> {
         out: &mut Vec<Sym>,
     ) -> LowerResult<()> {
         let x = hir_of(inner, self.index, self.rule_hir);
-        let display = display_source(&self.text[inner.span.start..inner.span.end]);
+        let display = self.shown(&[inner]);
         let tail_hir: Vec<Hir> = after
             .iter()
             .map(|a| hir_of(a, self.index, self.rule_hir))
             .collect();
-        let tail_display = after
-            .first()
-            .map(|a| {
-                let span = a.span.to(after[after.len() - 1].span);
-                format!(" {}", display_source(&self.text[span.start..span.end]))
-            })
-            .unwrap_or_default();
+        let tail_display = if after.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", self.shown(after))
+        };
         // `x{lo,hi}`, then the items after when `last`.
         let lexeme =
             |lw: &mut Self, lo: u32, hi: Option<u32>, last: bool| -> LowerResult<Option<Sym>> {
@@ -787,7 +816,7 @@ impl Lowerer<'_> {
                     ..
                 },
             ] => name.clone(),
-            _ => display_source(&self.text[span.start..span.end]),
+            _ => self.shown(run),
         };
         let id = self.b.lexeme(hir, &display).map_err(|k| (k, span))?;
         out.push(Sym::Lexeme(id));
@@ -991,7 +1020,7 @@ impl Lowerer<'_> {
             ExprKind::Token(t) => Ok(Sym::Token(self.b.token_ref(t))),
             ExprKind::And(_) | ExprKind::Not(_) => {
                 let c = self.combined(e)?;
-                let display = display_source(&self.text[e.span.start..e.span.end]);
+                let display = self.shown(&[e]);
                 let id = self
                     .b
                     .lexeme_with(&c.key, &display, c.nullable, || Ok(c.dfa))
@@ -1052,6 +1081,25 @@ fn sequence_items<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
             sequence_items(inner, out)
         }
         _ => out.push(e),
+    }
+}
+
+/// A string that refuses writes past 64 bytes (printing stops there).
+struct Bounded(String);
+
+impl std::fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = 64usize.saturating_sub(self.0.len());
+        if s.len() <= room {
+            self.0.push_str(s);
+            return Ok(());
+        }
+        let mut cut = room;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.0.push_str(&s[..cut]);
+        Err(std::fmt::Error)
     }
 }
 

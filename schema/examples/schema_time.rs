@@ -14,7 +14,7 @@ fn main() {
     }
     let c = compile_json_schema(&text, &JsonSchemaOptions::default()).unwrap();
     if std::env::args().nth(2).is_some() {
-        println!("{}", c.gbnf);
+        println!("{}", c.gbnf());
     }
     for (i, l) in c.grammar.lexemes().iter().enumerate() {
         println!("lexeme {i}: {} states: {}", l.dfa().len(), l.display);

@@ -16,6 +16,7 @@
 //!   times larger).
 
 use crate::pattern::{Encoder, Spelling};
+use corral_grammar::ast::Expr;
 use regex_syntax::hir::Hir;
 use std::sync::OnceLock;
 
@@ -120,19 +121,19 @@ pub(crate) fn format_hir(name: &str) -> Option<Hir> {
 
 /// The GBNF of format `name`'s JSON text in `spelling` (without quotes): a constant of the
 /// process, encoded on first use.
-pub(crate) fn format_gbnf(name: &str, spelling: Spelling) -> Option<&'static str> {
+pub(crate) fn format_gbnf(name: &str, spelling: Spelling) -> Option<&'static Expr> {
     let i = known(name)?;
     let (hir, text) = &format_tables()[i];
     text[spelling as usize]
         .get_or_init(|| crate::gbnf::from_hir(&Encoder::default().encode(hir, spelling)))
-        .as_deref()
+        .as_ref()
 }
 
 fn known(name: &str) -> Option<usize> {
     KNOWN.iter().position(|k| *k == name)
 }
 
-type FormatTable = (Hir, [OnceLock<Option<String>>; 2]);
+type FormatTable = (Hir, [OnceLock<Option<Expr>>; 2]);
 
 /// Each of [`KNOWN`]'s regexes, parsed once per process.
 fn format_tables() -> &'static [FormatTable] {

@@ -1,12 +1,14 @@
 //! # corral-schema
 //!
 //! JSON Schema for corral: a schema (draft 2020-12; draft-07 `definitions`, array-form
-//! `items` and draft-04 boolean `exclusiveMinimum` accepted) -> GBNF text -> the same
+//! `items` and draft-04 boolean `exclusiveMinimum` accepted) -> GBNF rules -> the same
 //! compiled [`Grammar`] the GBNF front end produces; and, after generation, validation of
 //! the value against the whole schema with the feedback a retry needs ([`validate`]).
 //!
-//! The GBNF is the single source of truth: `corral schema` prints exactly what is
-//! compiled. How a schema becomes GBNF:
+//! The GBNF is the single source of truth: the rules are built as GBNF expressions and
+//! compiled without being written out and parsed again, and `corral schema` prints them
+//! ([`CompiledSchema::gbnf`]); that text compiles to the same grammar. How a schema
+//! becomes GBNF:
 //!
 //! 1. `$ref` (local: JSON pointers, `$anchor`s, the root's own `$id`) becomes a rule, so
 //!    recursion is plain rule recursion; `allOf` is merged into one schema; `anyOf` becomes
@@ -58,7 +60,7 @@ mod numbers;
 mod pattern;
 pub mod validate;
 
-use corral_grammar::{DfaCache, Grammar, Limits, Span};
+use corral_grammar::{DfaCache, Grammar, Limits, RuleAst, Span};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -199,12 +201,20 @@ pub struct Deferred {
     pub reason: String,
 }
 
-/// A compiled schema: the grammar, its GBNF text, and what was left to validation.
+/// A compiled schema: the grammar, its GBNF rules, and what was left to validation.
 #[derive(Clone, Debug)]
 pub struct CompiledSchema {
     pub grammar: Arc<Grammar>,
-    pub gbnf: String,
+    pub rules: Arc<[RuleAst]>,
     pub deferred: Vec<Deferred>,
+}
+
+impl CompiledSchema {
+    /// The grammar as GBNF text (what `corral schema` prints), one rule per line; it
+    /// compiles to the same grammar.
+    pub fn gbnf(&self) -> String {
+        corral_grammar::ast::print_rules(&self.rules)
+    }
 }
 
 /// Compiles a JSON Schema given as text (errors are positioned in it).
@@ -256,12 +266,12 @@ fn compile_inner(
     schema: &Value,
     opts: &JsonSchemaOptions,
 ) -> Result<CompiledSchema, (SchemaErrorKind, String)> {
-    let (gbnf, deferred) = compile::to_gbnf(schema, opts)?;
-    let grammar = corral_grammar::compile_gbnf(&gbnf, &compile::grammar_options(opts))
+    let (rules, deferred) = compile::to_rules(schema, opts)?;
+    let grammar = corral_grammar::compile_rules(&rules, &compile::grammar_options(opts))
         .map_err(|e| (SchemaErrorKind::Grammar(Box::new(e)), String::new()))?;
     Ok(CompiledSchema {
         grammar,
-        gbnf,
+        rules: rules.into(),
         deferred,
     })
 }

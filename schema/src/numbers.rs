@@ -15,7 +15,8 @@
 //! except for a bound at zero with no other bound (`minimum: 0`, `exclusiveMinimum: 0`),
 //! where the sign and the digits decide.
 
-use super::gbnf::{EPSILON, alt, class, lit, opt, seq};
+use super::gbnf::{alt, class, digit, eps, g, lit, opt, repeat, seq};
+use corral_grammar::ast::Expr;
 use std::cmp::Ordering;
 
 /// A non-negative decimal: integer digits without leading zeros (`"0"` for zero) and
@@ -257,47 +258,47 @@ pub(crate) struct Bound {
     pub strict: bool,
 }
 
-fn digit_class(a: u8, b: u8) -> String {
+fn digit_class(a: u8, b: u8) -> Expr {
     class(&[(a as char, b as char)]).expect("non-empty")
 }
 
-fn any_digits(n: usize) -> String {
-    match n {
-        0 => EPSILON.to_string(),
-        1 => "[0-9]".to_string(),
-        n => format!("[0-9]{{{n}}}"),
-    }
+fn any_digits(n: usize) -> Expr {
+    let n = u32::try_from(n).expect("digit counts of decimal strings fit in u32");
+    repeat(digit(), n, Some(n))
 }
 
-fn digits_lit(d: &[u8]) -> String {
+fn digits_lit(d: &[u8]) -> Expr {
     lit(std::str::from_utf8(d).expect("ASCII digits"))
 }
 
 /// Digit strings of `a.len()` digits (leading zeros allowed) between `a` and `b`.
-fn between(a: &[u8], b: &[u8]) -> String {
+fn between(a: &[u8], b: &[u8]) -> Expr {
     let n = a.len();
     if n == 0 {
-        return EPSILON.to_string();
+        return eps();
     }
     if a.iter().all(|&d| d == b'0') && b.iter().all(|&d| d == b'9') {
         return any_digits(n);
     }
     if a[0] == b[0] {
-        return seq(&[digits_lit(&a[..1]), between(&a[1..], &b[1..])]);
+        return seq(vec![digits_lit(&a[..1]), between(&a[1..], &b[1..])]);
     }
     let nines = vec![b'9'; n - 1];
     let zeros = vec![b'0'; n - 1];
-    let mut alts = vec![seq(&[digits_lit(&a[..1]), between(&a[1..], &nines)])];
+    let mut alts = vec![seq(vec![digits_lit(&a[..1]), between(&a[1..], &nines)])];
     if a[0] + 1 < b[0] {
-        alts.push(seq(&[digit_class(a[0] + 1, b[0] - 1), any_digits(n - 1)]));
+        alts.push(seq(vec![
+            digit_class(a[0] + 1, b[0] - 1),
+            any_digits(n - 1),
+        ]));
     }
-    alts.push(seq(&[digits_lit(&b[..1]), between(&zeros, &b[1..])]));
+    alts.push(seq(vec![digits_lit(&b[..1]), between(&zeros, &b[1..])]));
     alt(alts).expect("non-empty")
 }
 
 /// Integers without leading zeros in `[lo, hi]` (`hi == None`: unbounded), as digit
 /// strings; `None` if the range is empty.
-fn uint_range(lo: &[u8], hi: Option<&[u8]>) -> Option<String> {
+fn uint_range(lo: &[u8], hi: Option<&[u8]>) -> Option<Expr> {
     let lo_dec = Dec::from_digits(lo, &[]);
     if let Some(h) = hi
         && lo_dec > Dec::from_digits(h, &[])
@@ -323,16 +324,16 @@ fn uint_range(lo: &[u8], hi: Option<&[u8]>) -> Option<String> {
                 Some(h) => {
                     let m = h.len();
                     if m > n + 1 {
-                        let rest = if m - 2 == n {
-                            format!("[0-9]{{{n}}}")
-                        } else {
-                            format!("[0-9]{{{},{}}}", n, m - 2)
-                        };
-                        alts.push(seq(&["[1-9]".to_string(), rest]));
+                        let count = |x: usize| u32::try_from(x).expect("digit counts fit in u32");
+                        let rest = repeat(digit(), count(n), Some(count(m - 2)));
+                        alts.push(seq(vec![digit_class(b'1', b'9'), rest]));
                     }
                     alts.push(between(&smallest(m), h));
                 }
-                None => alts.push(format!("[1-9] [0-9]{{{n},}}")),
+                None => {
+                    let n = u32::try_from(n).expect("digit counts fit in u32");
+                    alts.push(seq(vec![digit_class(b'1', b'9'), repeat(digit(), n, None)]));
+                }
             }
         }
     }
@@ -341,7 +342,7 @@ fn uint_range(lo: &[u8], hi: Option<&[u8]>) -> Option<String> {
 
 /// Integers in `[lo, hi]` (inclusive, either may be absent), as JSON writes them (`-0`
 /// included where zero is).
-pub(crate) fn integer_range(lo: Option<&SDec>, hi: Option<&SDec>) -> Option<String> {
+pub(crate) fn integer_range(lo: Option<&SDec>, hi: Option<&SDec>) -> Option<Expr> {
     if let (Some(l), Some(h)) = (lo, hi)
         && l > h
     {
@@ -357,11 +358,11 @@ pub(crate) fn integer_range(lo: Option<&SDec>, hi: Option<&SDec>) -> Option<Stri
             _ => vec![b'1'],
         };
         if let Some(r) = uint_range(&a, lo.map(|l| l.mag.int.as_slice())) {
-            alts.push(seq(&[lit("-"), r]));
+            alts.push(seq(vec![lit("-"), r]));
         }
     }
     if lo.is_none_or(|l| *l <= zero) && hi.is_none_or(|h| *h >= zero) {
-        alts.push(seq(&[opt(&lit("-")), lit("0")]));
+        alts.push(seq(vec![opt(lit("-")), lit("0")]));
     }
     if hi.is_none_or(|h| *h > zero) {
         let a = match lo {
@@ -401,27 +402,27 @@ pub(crate) fn integer_bounds(
 /// `0.0...`) is allowed, `more` matches one or more further digits.
 struct Frac {
     empty_ok: bool,
-    more: Option<String>,
+    more: Option<Expr>,
 }
 
 impl Frac {
     /// The continuation as one expression (possibly empty), `None` if nothing fits.
-    fn as_cont(&self) -> Option<String> {
+    fn as_cont(&self) -> Option<Expr> {
         match (&self.more, self.empty_ok) {
-            (Some(m), true) => Some(opt(m)),
+            (Some(m), true) => Some(opt(m.clone())),
             (Some(m), false) => Some(m.clone()),
-            (None, true) => Some(EPSILON.to_string()),
+            (None, true) => Some(eps()),
             (None, false) => None,
         }
     }
 
     /// `("." digits)` after an integer part: optional when `empty_ok`.
-    fn as_suffix(&self) -> Option<String> {
-        let dot = self.more.as_ref().map(|m| seq(&[lit("."), m.clone()]));
+    fn as_suffix(&self) -> Option<Expr> {
+        let dot = self.more.as_ref().map(|m| seq(vec![lit("."), m.clone()]));
         match (dot, self.empty_ok) {
-            (Some(d), true) => Some(opt(&d)),
+            (Some(d), true) => Some(opt(d)),
             (Some(d), false) => Some(d),
-            (None, true) => Some(EPSILON.to_string()),
+            (None, true) => Some(eps()),
             (None, false) => None,
         }
     }
@@ -446,16 +447,16 @@ fn frac(lo: Option<Tight<'_>>, hi: Option<Tight<'_>>) -> Frac {
         return match (need_nonzero, hi) {
             (false, None) => Frac {
                 empty_ok: true,
-                more: Some("[0-9]+".into()),
+                more: Some(g("[0-9]+")),
             },
             (true, None) => Frac {
                 empty_ok: false,
-                more: Some("[0-9]* [1-9] [0-9]*".into()),
+                more: Some(g("[0-9]* [1-9] [0-9]*")),
             },
             // Only zeros may follow (value equal to hi), unless that is excluded too.
             (false, Some(h)) if !h.strict => Frac {
                 empty_ok: true,
-                more: Some("\"0\"+".into()),
+                more: Some(g(r#""0"+"#)),
             },
             _ => Frac {
                 empty_ok: false,
@@ -512,7 +513,7 @@ fn frac(lo: Option<Tight<'_>>, hi: Option<Tight<'_>>) -> Frac {
     let mut alts = Vec::new();
     for (a, b, l, h) in groups {
         if let Some(cont) = frac(l, h).as_cont() {
-            alts.push(seq(&[digit_class(a, b), cont]));
+            alts.push(seq(vec![digit_class(a, b), cont]));
         }
     }
     Frac {
@@ -522,7 +523,7 @@ fn frac(lo: Option<Tight<'_>>, hi: Option<Tight<'_>>) -> Frac {
 }
 
 /// Non-negative decimals (no exponent) within the bounds; `lo` is required (use 0).
-fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
+fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<Expr> {
     let li = &lo.value.mag.int;
     let lo_frac = Tight {
         rest: &lo.value.mag.frac,
@@ -536,12 +537,12 @@ fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
                 strict: h.strict,
             };
             if let Some(s) = frac(Some(lo_frac), Some(hf)).as_suffix() {
-                alts.push(seq(&[digits_lit(li), s]));
+                alts.push(seq(vec![digits_lit(li), s]));
             }
         }
         _ => {
             if let Some(s) = frac(Some(lo_frac), None).as_suffix() {
-                alts.push(seq(&[digits_lit(li), s]));
+                alts.push(seq(vec![digits_lit(li), s]));
             }
             let mid_hi = hi.map(|h| decr_or_none(&h.value.mag.int));
             let mid = match &mid_hi {
@@ -550,7 +551,7 @@ fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
                 None => uint_range(&incr(li), None),
             };
             if let Some(m) = mid {
-                alts.push(seq(&[m, opt(&seq(&[lit("."), "[0-9]+".to_string()]))]));
+                alts.push(seq(vec![m, opt(seq(vec![lit("."), g("[0-9]+")]))]));
             }
             if let Some(h) = hi {
                 let hf = Tight {
@@ -558,7 +559,7 @@ fn nonneg_decimal(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
                     strict: h.strict,
                 };
                 if let Some(s) = frac(None, Some(hf)).as_suffix() {
-                    alts.push(seq(&[digits_lit(&h.value.mag.int), s]));
+                    alts.push(seq(vec![digits_lit(&h.value.mag.int), s]));
                 }
             }
         }
@@ -596,23 +597,23 @@ fn shift_down(d: &Dec, e: i64) -> Dec {
 
 /// The digits after `e`/`E` of exponents in `[lo, hi]` (`None`: unbounded): a sign as JSON
 /// allows (`+` optional), leading zeros allowed.
-fn exponent_range(lo: Option<i64>, hi: Option<i64>) -> Option<String> {
+fn exponent_range(lo: Option<i64>, hi: Option<i64>) -> Option<Expr> {
     let mut alts = Vec::new();
     if hi.is_none_or(|h| h >= 0) {
         let a = lo.map_or(0, |l| l.max(0)).to_string();
         let b = hi.map(|h| h.to_string());
         if let Some(r) = uint_range(a.as_bytes(), b.as_ref().map(|b| b.as_bytes())) {
-            alts.push(seq(&[r#""+"?"#, r#""0"*"#, &r]));
+            alts.push(seq(vec![g(r#""+"?"#), g(r#""0"*"#), r]));
         }
         if lo.is_none_or(|l| l <= 0) {
-            alts.push(r#""-" "0"+"#.to_string());
+            alts.push(g(r#""-" "0"+"#));
         }
     }
     if lo.is_none_or(|l| l < 0) {
         let a = hi.map_or(1, |h| (-h).max(1)).to_string();
         let b = lo.map(|l| (-l).to_string());
         if let Some(r) = uint_range(a.as_bytes(), b.as_ref().map(|b| b.as_bytes())) {
-            alts.push(seq(&[r#""-""#, r#""0"*"#, &r]));
+            alts.push(seq(vec![lit("-"), g(r#""0"*"#), r]));
         }
     }
     alt(alts)
@@ -621,7 +622,7 @@ fn exponent_range(lo: Option<i64>, hi: Option<i64>) -> Option<String> {
 /// Positive numbers in normalized scientific notation within the bounds (`lo` at least
 /// zero): at the bounds' exponents, mantissas from the bound to the next power of ten;
 /// between them, any mantissa.
-fn scientific(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
+fn scientific(lo: &Bound, hi: Option<&Bound>) -> Option<Expr> {
     if hi.is_some_and(|h| h.value.neg || h.value.mag.is_zero()) {
         return None;
     }
@@ -638,8 +639,8 @@ fn scientific(lo: &Bound, hi: Option<&Bound>) -> Option<String> {
     };
     let one = Dec::from_digits(b"1", &[]);
     let ten = Dec::from_digits(b"10", &[]);
-    let e = |m: Option<String>, lo: Option<i64>, hi: Option<i64>| {
-        Some(seq(&[m?, "[eE]".to_string(), exponent_range(lo, hi)?]))
+    let e = |m: Option<Expr>, lo: Option<i64>, hi: Option<i64>| {
+        Some(seq(vec![m?, g("[eE]"), exponent_range(lo, hi)?]))
     };
     let e_lo = (!lo.value.mag.is_zero()).then(|| exponent(&lo.value.mag));
     let e_hi = hi.map(|h| exponent(&h.value.mag));
@@ -682,10 +683,10 @@ pub(crate) const JSON_NUMBER: &str =
 pub(crate) const JSON_INTEGER: &str = r#""-"? ( "0" | [1-9] [0-9]* )"#;
 
 /// Numbers (decimal notation) within the bounds; `None` if no number fits.
-pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<String> {
+pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<Expr> {
     let zero = SDec::zero();
     match (lo, hi) {
-        (None, None) => return Some(JSON_NUMBER.to_string()),
+        (None, None) => return Some(g(JSON_NUMBER)),
         // Bounds at zero keep the exponent.
         (Some(b), None) if b.value == zero => {
             let mant = if b.strict {
@@ -694,9 +695,9 @@ pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<Str
             } else {
                 r#"( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )?"#
             };
-            let mut alts = vec![seq(&[mant, r#"( [eE] [-+]? [0-9]+ )?"#])];
+            let mut alts = vec![seq(vec![g(mant), g(r#"( [eE] [-+]? [0-9]+ )?"#)])];
             if !b.strict {
-                alts.push(r#""-" "0" ( "." "0"+ )? ( [eE] [-+]? [0-9]+ )?"#.to_string());
+                alts.push(g(r#""-" "0" ( "." "0"+ )? ( [eE] [-+]? [0-9]+ )?"#));
             }
             return alt(alts);
         }
@@ -727,17 +728,17 @@ pub(crate) fn number_range(lo: Option<&Bound>, hi: Option<&Bound>) -> Option<Str
             strict: l.strict,
         });
         if let Some(r) = nonneg_decimal(&mlo, mhi.as_ref()) {
-            alts.push(seq(&[lit("-"), r]));
+            alts.push(seq(vec![lit("-"), r]));
         }
         if let Some(r) = scientific(&mlo, mhi.as_ref()) {
-            alts.push(seq(&[lit("-"), r]));
+            alts.push(seq(vec![lit("-"), r]));
         }
     }
     let zero_ok = lo.is_none_or(|l| l.value < zero || (l.value == zero && !l.strict))
         && hi.is_none_or(|h| h.value > zero || (h.value == zero && !h.strict));
     if zero_ok {
-        alts.push(r#""-" "0" ( "." "0"+ )?"#.to_string());
-        alts.push(r#""-"? "0" ( "." "0"+ )? [eE] [-+]? [0-9]+"#.to_string());
+        alts.push(g(r#""-" "0" ( "." "0"+ )?"#));
+        alts.push(g(r#""-"? "0" ( "." "0"+ )? [eE] [-+]? [0-9]+"#));
     }
     // Non-negative values.
     if hi.is_none_or(|h| !h.value.neg) {
@@ -765,7 +766,7 @@ pub(crate) fn listed_multiples(
     lo: &SDec,
     hi: &SDec,
     max_listed: usize,
-) -> Result<Option<String>, ()> {
+) -> Result<Option<Expr>, ()> {
     let (Some(l), Some(h)) = (lo.to_i128(), hi.to_i128()) else {
         return Err(());
     };
@@ -784,7 +785,7 @@ pub(crate) fn listed_multiples(
     let mut v = first;
     while v <= h {
         alts.push(if v == 0 {
-            seq(&[opt(&lit("-")), lit("0")])
+            seq(vec![opt(lit("-")), lit("0")])
         } else {
             lit(&v.to_string())
         });
@@ -795,7 +796,7 @@ pub(crate) fn listed_multiples(
 
 /// Integers that are multiples of `k` when `k` divides a power of ten (2, 4, 5, 8, 10, 20,
 /// 25, ...): the last `n` digits decide (10^n the least such power). `None` for other `k`.
-pub(crate) fn multiples_by_last_digits(k: u64) -> Option<String> {
+pub(crate) fn multiples_by_last_digits(k: u64) -> Option<Expr> {
     if k == 0 {
         return None;
     }
@@ -809,18 +810,18 @@ pub(crate) fn multiples_by_last_digits(k: u64) -> Option<String> {
         p *= 10;
     }
     if n == 0 {
-        return Some(JSON_INTEGER.to_string());
+        return Some(g(JSON_INTEGER));
     }
-    let sign = opt(&lit("-"));
+    let sign = opt(lit("-"));
     let tails: Vec<String> = (0..p)
         .step_by(k as usize)
         .map(|r| format!("{r:0n$}"))
         .collect();
-    let mut alts = vec![seq(&[sign.clone(), lit("0")])];
+    let mut alts = vec![seq(vec![sign.clone(), lit("0")])];
     // Fewer than n digits: the number is its own tail.
     let mut v = k;
     while v < p / 10 {
-        alts.push(seq(&[sign.clone(), lit(&v.to_string())]));
+        alts.push(seq(vec![sign.clone(), lit(&v.to_string())]));
         v += k;
     }
     // Exactly n digits: a tail without a leading zero.
@@ -830,11 +831,11 @@ pub(crate) fn multiples_by_last_digits(k: u64) -> Option<String> {
         .map(|t| lit(t))
         .collect())
     {
-        alts.push(seq(&[sign.clone(), exact]));
+        alts.push(seq(vec![sign.clone(), exact]));
     }
     // More than n digits: any leading part, then a tail.
     let any_tail = alt(tails.iter().map(|t| lit(t)).collect()).expect("0 is a multiple");
-    alts.push(seq(&[sign, "[1-9] [0-9]*".to_string(), any_tail]));
+    alts.push(seq(vec![sign, g("[1-9] [0-9]*"), any_tail]));
     alt(alts)
 }
 
@@ -843,7 +844,7 @@ mod tests {
     use super::*;
     use corral_grammar::{CompileOptions, MatchOutcome, compile_gbnf, match_bytes};
 
-    fn accepts(expr: &str, s: &str) -> bool {
+    fn accepts(expr: &Expr, s: &str) -> bool {
         let g = compile_gbnf(&format!("root ::= {expr}"), &CompileOptions::default())
             .unwrap_or_else(|e| panic!("{e}\n{expr}"));
         match_bytes(&g, s.as_bytes()).unwrap() == MatchOutcome::Accepted

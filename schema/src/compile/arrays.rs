@@ -8,7 +8,7 @@ impl Compiler<'_> {
         m: &Map<String, Value>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let lo = count(m, ptr, "minItems")?.unwrap_or(0);
         let mut hi = count(m, ptr, "maxItems")?;
         let true_schema = Value::Bool(true);
@@ -59,7 +59,7 @@ impl Compiler<'_> {
         let ws = self.ws.clone();
         let sep = self.sep();
         // Items from position i on (at least one).
-        let mut tail: Option<String> = None; // items from position k on
+        let mut tail: Option<Expr> = None; // items from position k on
         if let Some(r) = &rest_expr
             && hi.is_none_or(|h| h > k)
         {
@@ -67,23 +67,23 @@ impl Compiler<'_> {
             let more_hi = hi.map(|h| h - k - 1);
             let to_u32 =
                 |x: u64| u32::try_from(x).map_err(|_| invalid(ptr, "array length bound too large"));
-            tail = Some(seq(&[
+            tail = Some(seq(vec![
                 r.clone(),
                 repeat(
-                    &seq(&[sep.clone(), r.clone()]),
+                    seq(vec![sep.clone(), r.clone()]),
                     to_u32(more_lo)?,
                     more_hi.map(to_u32).transpose()?,
                 ),
             ]));
         }
-        let mut from: Option<String> = tail;
+        let mut from: Option<Expr> = tail;
         for i in (0..elems.len()).rev() {
             let pos = i as u64 + 1; // items so far, including this one
-            let next = from.map(|f| seq(&[sep.clone(), f]));
+            let next = from.map(|f| seq(vec![sep.clone(), f]));
             let body = match next {
                 None => elems[i].clone(),
-                Some(n) if pos >= lo => seq(&[elems[i].clone(), opt(&n)]),
-                Some(n) => seq(&[elems[i].clone(), n]),
+                Some(n) if pos >= lo => seq(vec![elems[i].clone(), opt(n)]),
+                Some(n) => seq(vec![elems[i].clone(), n]),
             };
             from = Some(if elems.len() > 4 {
                 self.rule(&format!("{hint}-from-{i}"), body)
@@ -92,11 +92,11 @@ impl Compiler<'_> {
             });
         }
         let inner = match from {
-            None => EPSILON.to_string(),
-            Some(f) if lo == 0 => opt(&seq(&[f, ws.clone()])),
-            Some(f) => seq(&[f, ws.clone()]),
+            None => eps(),
+            Some(f) if lo == 0 => opt(seq(vec![f, ws.clone()])),
+            Some(f) => seq(vec![f, ws.clone()]),
         };
-        let body = seq(&[lit("["), ws, inner, lit("]")]);
+        let body = seq(vec![lit("["), ws, inner, lit("]")]);
         Ok(Some(self.rule(&format!("{hint}-array"), body)))
     }
 }

@@ -8,7 +8,7 @@ impl Compiler<'_> {
         m: &Map<String, Value>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let mut values = enum_values(m, ptr)?;
         let types = self.types(m, ptr)?;
         values.retain(|v| types.0 & Types::of(v) != 0);
@@ -31,8 +31,8 @@ impl Compiler<'_> {
         // an alternative per string would keep a lexer run per string alive.
         let (strings, others): (Vec<&Value>, Vec<&Value>) =
             values.iter().partition(|v| v.is_string());
-        let mut exprs: Vec<String> = others.iter().map(|v| self.literal(v)).collect();
-        let bodies: Vec<String> = strings
+        let mut exprs: Vec<Expr> = others.iter().map(|v| self.literal(v)).collect();
+        let bodies: Vec<Expr> = strings
             .iter()
             .map(|v| {
                 let quoted = v.to_string();
@@ -40,7 +40,7 @@ impl Compiler<'_> {
             })
             .collect();
         if let Some(body) = alt(bodies) {
-            exprs.insert(0, seq(&[lit("\""), body, lit("\"")]));
+            exprs.insert(0, seq(vec![lit("\""), body, lit("\"")]));
         }
         Ok(alt(exprs).map(|b| self.rule(hint, b)))
     }
@@ -63,33 +63,31 @@ impl Compiler<'_> {
                 self.deferred.push(d);
             }
         }
-        let mut text = format!("root ::= {root}\n");
-        for (n, b) in &c.rules {
-            text.push_str(&format!("{n} ::= {b}\n"));
-        }
-        corral_grammar::compile_gbnf(&text, &grammar_options(self.opts))
+        let mut rules = vec![built_rule("root".into(), root)];
+        rules.extend(c.rules.into_iter().map(|(n, b)| built_rule(n, b)));
+        corral_grammar::compile_rules(&rules, &grammar_options(self.opts))
             .map(Some)
             .map_err(|e| (SchemaErrorKind::Grammar(Box::new(e)), ptr.to_string()))
     }
 
     /// One JSON value exactly (whitespace allowed between tokens).
-    pub(super) fn literal(&self, v: &Value) -> String {
+    pub(super) fn literal(&self, v: &Value) -> Expr {
         match v {
             Value::Array(xs) if !xs.is_empty() => {
-                let items: Vec<String> = xs.iter().map(|x| self.literal(x)).collect();
-                seq(&[
+                let items: Vec<Expr> = xs.iter().map(|x| self.literal(x)).collect();
+                seq(vec![
                     lit("["),
                     self.ws.clone(),
-                    items.join(&format!(" {} ", self.sep())),
+                    self.separated(items),
                     self.ws.clone(),
                     lit("]"),
                 ])
             }
             Value::Object(m) if !m.is_empty() => {
-                let items: Vec<String> = m
+                let items: Vec<Expr> = m
                     .iter()
                     .map(|(k, x)| {
-                        seq(&[
+                        seq(vec![
                             lit(&Value::String(k.clone()).to_string()),
                             self.ws.clone(),
                             lit(":"),
@@ -98,25 +96,37 @@ impl Compiler<'_> {
                         ])
                     })
                     .collect();
-                seq(&[
+                seq(vec![
                     lit("{"),
                     self.ws.clone(),
-                    items.join(&format!(" {} ", self.sep())),
+                    self.separated(items),
                     self.ws.clone(),
                     lit("}"),
                 ])
             }
-            Value::Array(_) => seq(&[lit("["), self.ws.clone(), lit("]")]),
-            Value::Object(_) => seq(&[lit("{"), self.ws.clone(), lit("}")]),
+            Value::Array(_) => seq(vec![lit("["), self.ws.clone(), lit("]")]),
+            Value::Object(_) => seq(vec![lit("{"), self.ws.clone(), lit("}")]),
             Value::Number(n) => number_literal(&n.to_string()),
             v => lit(&v.to_string()),
         }
+    }
+
+    /// `items` with a comma (and whitespace) between each two.
+    fn separated(&self, items: Vec<Expr>) -> Expr {
+        let mut parts = Vec::with_capacity(items.len() * 2);
+        for (i, x) in items.into_iter().enumerate() {
+            if i > 0 {
+                parts.push(self.sep());
+            }
+            parts.push(x);
+        }
+        seq(parts)
     }
 }
 
 /// Every way to write the number `n` without an exponent (`2`, `2.0`, `2.00` are one value
 /// in JSON Schema); with an exponent, only as written.
-pub(super) fn number_literal(n: &str) -> String {
+pub(super) fn number_literal(n: &str) -> Expr {
     let Some(d) = SDec::parse(n) else {
         return lit(n);
     };
@@ -124,19 +134,19 @@ pub(super) fn number_literal(n: &str) -> String {
     let sign = if d.neg {
         lit("-")
     } else if d.mag.int == b"0" && d.mag.frac.is_empty() {
-        opt(&lit("-"))
+        opt(lit("-"))
     } else {
-        EPSILON.to_string()
+        eps()
     };
     let int = lit(&digits(&d.mag.int));
     let plain = if d.mag.frac.is_empty() {
-        seq(&[sign, int, opt(&seq(&[lit("."), "\"0\"+".to_string()]))])
+        seq(vec![sign, int, opt(seq(vec![lit("."), g(r#""0"+"#)]))])
     } else {
-        seq(&[
+        seq(vec![
             sign,
             int,
             lit(&format!(".{}", digits(&d.mag.frac))),
-            "\"0\"*".to_string(),
+            g(r#""0"*"#),
         ])
     };
     if n.contains(['e', 'E']) {

@@ -1,12 +1,13 @@
-//! Schema -> GBNF text. See the module docs of [`super`] for the plan; the functions here
+//! Schema -> GBNF rules. See the module docs of [`super`] for the plan; the functions here
 //! follow it: [`Compiler::value`] is the entry for any subschema and returns a GBNF
 //! expression (usually a rule name) or `None` when no value is valid.
 
-use super::gbnf::{EPSILON, alt, and, from_hir, lit, not, opt, repeat, seq};
+use super::gbnf::{alt, and, eps, from_hir, g, lit, name, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
 use super::pattern::{Encoder, Spelling, any_char, ecma_to_hir, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
+use corral_grammar::ast::{Expr, ExprKind, RuleAst};
 use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
 use regex_syntax::hir::{Hir, Repetition};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -169,32 +170,42 @@ pub(crate) fn grammar_options(opts: &JsonSchemaOptions) -> CompileOptions {
     }
 }
 
-/// Compiles `schema` into GBNF (start rule `root`) and the keywords left to validation.
-pub(crate) fn to_gbnf(
+/// Compiles `schema` into GBNF rules (start rule `root`) and the keywords left to
+/// validation.
+pub(crate) fn to_rules(
     schema: &Value,
     opts: &JsonSchemaOptions,
-) -> Result<(String, Vec<Deferred>), Fail> {
+) -> Result<(Vec<RuleAst>, Vec<Deferred>), Fail> {
     let mut c = Compiler::new(schema, opts)?;
     let root = c.value(schema, "", "root")?;
     let Some(root) = root else {
         return Err(invalid("", "no JSON value satisfies this schema"));
     };
-    let mut out = String::new();
-    if opts.outer_whitespace {
-        out.push_str(&format!("root ::= [ \\t\\n\\r]* {root} [ \\t\\n\\r]*\n"));
+    let root = if opts.outer_whitespace {
+        let outer = || g(r"[ \t\n\r]*");
+        seq(vec![outer(), root, outer()])
     } else {
-        out.push_str(&format!("root ::= {root}\n"));
-    }
+        root
+    };
+    let mut rules = Vec::with_capacity(c.rules.len() + 2);
+    rules.push(built_rule("root".into(), root));
     if let Whitespace::Flexible { max } = opts.whitespace {
-        out.push_str(&format!(
-            "ws ::= {}\n",
-            repeat("[ \\t\\n\\r]", 0, Some(max))
+        rules.push(built_rule(
+            "ws".into(),
+            repeat(g(r"[ \t\n\r]"), 0, Some(max)),
         ));
     }
-    for (name, body) in &c.rules {
-        out.push_str(&format!("{name} ::= {body}\n"));
+    rules.extend(c.rules.into_iter().map(|(n, body)| built_rule(n, body)));
+    Ok((rules, c.deferred))
+}
+
+/// A rule with no place in a source text.
+fn built_rule(name: String, body: Expr) -> RuleAst {
+    RuleAst {
+        name,
+        name_span: Default::default(),
+        body,
     }
-    Ok((out, c.deferred))
 }
 
 struct Compiler<'a> {
@@ -204,20 +215,21 @@ struct Compiler<'a> {
     old_ref: bool,
     /// `$id`s and anchors of the document -> JSON pointer.
     ids: FxHashMap<String, String>,
-    rules: Vec<(String, String)>,
+    rules: Vec<(String, Expr)>,
     names: FxHashSet<String>,
     /// Per base name: the next number to try after it.
     next_suffix: FxHashMap<String, u32>,
     /// JSON encodings of character classes, shared by the schema's strings.
     enc: Encoder,
-    by_body: FxHashMap<String, String>,
+    /// Bodies made rules by [`Compiler::rule`], by their hash: indices into `rules`.
+    by_body: FxHashMap<u64, Vec<usize>>,
     /// `$ref` target pointer -> its rule (`None` once known to be unsatisfiable).
     refs: FxHashMap<String, Option<String>>,
     deferred: Vec<Deferred>,
     depth: u32,
     /// Pattern -> DFA over the value (for checks at compile time).
     pattern_dfas: FxHashMap<String, Option<std::sync::Arc<LexemeDfa>>>,
-    ws: String,
+    ws: Expr,
 }
 
 impl<'a> Compiler<'a> {
@@ -250,8 +262,8 @@ impl<'a> Compiler<'a> {
             depth: 0,
             pattern_dfas: FxHashMap::default(),
             ws: match opts.whitespace {
-                Whitespace::Compact => EPSILON.to_string(),
-                Whitespace::Flexible { .. } => "ws".to_string(),
+                Whitespace::Compact => eps(),
+                Whitespace::Flexible { .. } => name("ws"),
             },
         })
     }
@@ -335,70 +347,79 @@ impl<'a> Compiler<'a> {
 
     /// A rule for `body` (one per distinct body), or `body` itself if it is a single name or
     /// literal already.
-    fn rule(&mut self, hint: &str, body: String) -> String {
+    fn rule(&mut self, hint: &str, body: Expr) -> Expr {
         if is_simple(&body) {
             return body;
         }
-        if let Some(n) = self.by_body.get(&body) {
-            return n.clone();
+        // Hashed once, compared only on a hash match, moved (not copied) into the rules.
+        let hash = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(&body)
+        };
+        let same = self
+            .by_body
+            .get(&hash)
+            .and_then(|ix| ix.iter().map(|&i| &self.rules[i]).find(|(_, b)| *b == body));
+        if let Some((n, _)) = same {
+            return name(n);
         }
-        let name = self.fresh_name(hint);
-        self.by_body.insert(body.clone(), name.clone());
-        self.rules.push((name.clone(), body));
-        name
+        let n = self.fresh_name(hint);
+        self.by_body.entry(hash).or_default().push(self.rules.len());
+        self.rules.push((n.clone(), body));
+        name(&n)
     }
 
     /// A fixed rule (`json-value`, ...), defined on first use.
-    fn fixed_rule(&mut self, name: &str, body: impl FnOnce(&mut Self) -> String) -> String {
-        if !self.names.contains(name) {
-            self.names.insert(name.to_string());
+    fn fixed_rule(&mut self, rule: &str, body: impl FnOnce(&mut Self) -> Expr) -> Expr {
+        if !self.names.contains(rule) {
+            self.names.insert(rule.to_string());
             let b = body(self);
-            self.rules.push((name.to_string(), b));
+            self.rules.push((rule.to_string(), b));
         }
-        name.to_string()
+        name(rule)
     }
 
-    fn sep(&self) -> String {
-        seq(&[self.ws.clone(), lit(","), self.ws.clone()])
+    fn sep(&self) -> Expr {
+        seq(vec![self.ws.clone(), lit(","), self.ws.clone()])
     }
 
     /// Any JSON value.
-    fn any_value(&mut self) -> String {
+    fn any_value(&mut self) -> Expr {
         if self.names.contains("json-value") {
-            return "json-value".into();
+            return name("json-value");
         }
         self.names.insert("json-value".into());
         let string = self.json_string();
-        let number = self.fixed_rule("json-number", |_| numbers::JSON_NUMBER.to_string());
+        let number = self.fixed_rule("json-number", |_| g(numbers::JSON_NUMBER));
         let ws = self.ws.clone();
         let sep = self.sep();
         let object = self.fixed_rule("json-object", |_| {
-            let member = seq(&[
+            let member = seq(vec![
                 string.clone(),
                 ws.clone(),
                 lit(":"),
                 ws.clone(),
-                "json-value".into(),
+                name("json-value"),
             ]);
-            seq(&[
+            seq(vec![
                 lit("{"),
                 ws.clone(),
-                opt(&seq(&[
+                opt(seq(vec![
                     member.clone(),
-                    repeat(&seq(&[sep.clone(), member]), 0, None),
+                    repeat(seq(vec![sep.clone(), member]), 0, None),
                     ws.clone(),
                 ])),
                 lit("}"),
             ])
         });
         let array = self.fixed_rule("json-array", |_| {
-            let v = "json-value".to_string();
-            seq(&[
+            let v = name("json-value");
+            seq(vec![
                 lit("["),
                 ws.clone(),
-                opt(&seq(&[
+                opt(seq(vec![
                     v.clone(),
-                    repeat(&seq(&[sep.clone(), v]), 0, None),
+                    repeat(seq(vec![sep.clone(), v]), 0, None),
                     ws.clone(),
                 ])),
                 lit("]"),
@@ -415,19 +436,19 @@ impl<'a> Compiler<'a> {
         ])
         .expect("non-empty");
         self.rules.push(("json-value".into(), body));
-        "json-value".into()
+        name("json-value")
     }
 
     /// Any JSON string.
-    fn json_string(&mut self) -> String {
+    fn json_string(&mut self) -> Expr {
         self.fixed_rule("json-string", |c| {
             let ch = from_hir(&c.enc.encode(&any_char(), Spelling::Any)).expect("non-empty");
-            seq(&[lit("\""), repeat(&ch, 0, None), lit("\"")])
+            seq(vec![lit("\""), repeat(ch, 0, None), lit("\"")])
         })
     }
 
     /// The GBNF of the values `s` accepts; `None` if none.
-    fn value(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<String>> {
+    fn value(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<Expr>> {
         self.depth += 1;
         if self.depth > self.opts.max_schema_depth {
             self.depth -= 1;
@@ -438,7 +459,7 @@ impl<'a> Compiler<'a> {
         r
     }
 
-    fn value_inner(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<String>> {
+    fn value_inner(&mut self, s: &Value, ptr: &str, hint: &str) -> Res<Option<Expr>> {
         let m = match s {
             Value::Bool(true) => return Ok(Some(self.any_value())),
             Value::Bool(false) => return Ok(None),
@@ -549,7 +570,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// The values of a flattened schema.
-    fn body(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<String>> {
+    fn body(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<Expr>> {
         self.check_keywords(m, ptr)?;
         if !m.keys().any(|k| ASSERTIONS.contains(&k.as_str())) {
             return Ok(Some(self.any_value()));
@@ -622,7 +643,7 @@ impl<'a> Compiler<'a> {
         key: &str,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let Some(Value::Array(branches)) = m.get(key) else {
             return Err(invalid(ptr, format!("{key} must be an array")));
         };
@@ -669,12 +690,8 @@ impl<'a> Compiler<'a> {
 }
 
 /// Whether a GBNF expression is one name or one literal (no rule needed).
-fn is_simple(e: &str) -> bool {
-    e.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
-        || (e.starts_with('"')
-            && e.ends_with('"')
-            && e.len() >= 2
-            && !e[1..e.len() - 1].contains("\" "))
+fn is_simple(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::RuleRef(_) | ExprKind::Literal(_))
 }
 
 mod arrays;

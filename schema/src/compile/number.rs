@@ -10,7 +10,7 @@ impl Compiler<'_> {
         ptr: &str,
         integer: bool,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let (lo, hi) = bounds(m, ptr)?;
         let k = match m.get("multipleOf") {
             None => None,
@@ -37,9 +37,15 @@ impl Compiler<'_> {
                     )?;
                     numbers::number_range(lo.as_ref(), hi.as_ref())
                 } else {
-                    Some(format!(
-                        r#""-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]{{1,{d}}} "0"* )?"#
-                    ))
+                    let d = u32::try_from(d).unwrap_or(u32::MAX);
+                    Some(seq(vec![
+                        g(numbers::JSON_INTEGER),
+                        opt(seq(vec![
+                            lit("."),
+                            repeat(super::super::gbnf::digit(), 1, Some(d)),
+                            g(r#""0"*"#),
+                        ])),
+                    ]))
                 }
             }
             Some(Step::Int(n)) => self.integer_multiples(n, &lo, &hi, ptr)?,
@@ -54,9 +60,9 @@ impl Compiler<'_> {
         };
         Ok(expr.map(|e| {
             let name = if integer { "integer" } else { "number" };
-            if e == numbers::JSON_NUMBER {
+            if e == g(numbers::JSON_NUMBER) {
                 self.fixed_rule("json-number", |_| e)
-            } else if e == numbers::JSON_INTEGER {
+            } else if e == g(numbers::JSON_INTEGER) {
                 self.fixed_rule("json-integer", |_| e)
             } else {
                 self.rule(&format!("{hint}-{name}"), e)
@@ -72,7 +78,7 @@ impl Compiler<'_> {
         lo: &Option<Bound>,
         hi: &Option<Bound>,
         ptr: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let (l, h) = numbers::integer_bounds(lo.as_ref(), hi.as_ref());
         Ok(match (&l, &h) {
             (Some(l), Some(h)) => {
@@ -96,7 +102,7 @@ impl Compiler<'_> {
                         ptr,
                         "an unbounded multipleOf that does not divide a power of ten",
                     )?;
-                    Some(numbers::JSON_INTEGER.to_string())
+                    Some(g(numbers::JSON_INTEGER))
                 }
             },
             _ => {
@@ -112,10 +118,10 @@ impl Compiler<'_> {
 }
 
 /// The integers between the bounds (all of them without bounds).
-fn int_range(lo: &Option<Bound>, hi: &Option<Bound>) -> Option<String> {
+fn int_range(lo: &Option<Bound>, hi: &Option<Bound>) -> Option<Expr> {
     let (l, h) = numbers::integer_bounds(lo.as_ref(), hi.as_ref());
     if l.is_none() && h.is_none() {
-        Some(numbers::JSON_INTEGER.to_string())
+        Some(g(numbers::JSON_INTEGER))
     } else {
         numbers::integer_range(l.as_ref(), h.as_ref())
     }

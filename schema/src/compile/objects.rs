@@ -10,7 +10,7 @@ impl Compiler<'_> {
         m: &Map<String, Value>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let props = entries(m, ptr, "properties")?;
         let pats = entries(m, ptr, "patternProperties")?;
         let required = required_names(m, ptr)?;
@@ -23,11 +23,11 @@ impl Compiler<'_> {
         let max_p = count(m, ptr, "maxProperties")?;
         let named = self.named_properties(&props, &required, &pats, ap.as_ref(), ptr)?;
         let ws = self.ws.clone();
-        let mut items: Vec<(String, bool)> = Vec::new();
+        let mut items: Vec<(Expr, bool)> = Vec::new();
         for (k, v, p, req) in &named {
             match self.value(v, p, k)? {
                 Some(val) => {
-                    let kv = seq(&[
+                    let kv = seq(vec![
                         lit(&Value::String(k.clone()).to_string()),
                         ws.clone(),
                         lit(":"),
@@ -44,16 +44,16 @@ impl Compiler<'_> {
         let extra = self.extra_members(&names, &pats, ap.as_ref(), ap_false, ptr, hint)?;
         let chain = match self.opts.property_order {
             PropertyOrder::Schema => {
-                self.ordered_members(&items, extra.as_deref(), min_p, max_p, ptr, hint)?
+                self.ordered_members(&items, extra.as_ref(), min_p, max_p, ptr, hint)?
             }
             PropertyOrder::Any => {
-                self.any_order_members(&items, extra.as_deref(), min_p, max_p, ptr, hint)?
+                self.any_order_members(&items, extra.as_ref(), min_p, max_p, ptr, hint)?
             }
         };
         let Some(chain) = chain else {
             return Ok(None);
         };
-        let body = seq(&[lit("{"), ws.clone(), chain, lit("}")]);
+        let body = seq(vec![lit("{"), ws.clone(), chain, lit("}")]);
         Ok(Some(self.rule(&format!("{hint}-object"), body)))
     }
 
@@ -139,7 +139,7 @@ impl Compiler<'_> {
         ap_false: bool,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let mut alts = Vec::new();
         // Additional properties: keys that are neither named nor match a pattern. A pattern
         // refused (below, with its own members; lenient: deferred) leaves its keys here,
@@ -179,7 +179,7 @@ impl Compiler<'_> {
         ap_schema: &Value,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let Some(val) = self.value(
             ap_schema,
             &child(ptr, "additionalProperties"),
@@ -191,14 +191,14 @@ impl Compiler<'_> {
         let key = if names.is_empty() && patterns.is_empty() {
             self.json_string()
         } else {
-            let mut parts = vec![self.plain_key()];
-            parts.extend(self.name_keys(names).map(|k| not(&k)));
+            let mut parts: Vec<Expr> = vec![self.plain_key()];
+            parts.extend(self.name_keys(names).map(not));
             if let Some(p) = from_hir(&self.enc.encode(&Hir::alternation(patterns), Spelling::Any))
             {
                 // Not matching any pattern, however its characters are escaped.
-                parts.push(not(&seq(&[lit("\""), p, lit("\"")])));
+                parts.push(not(seq(vec![lit("\""), p, lit("\"")])));
             }
-            self.rule(&format!("{hint}-other-key"), and(&parts))
+            self.rule(&format!("{hint}-other-key"), and(parts))
         };
         Ok(Some(self.member(key, val)))
     }
@@ -211,7 +211,7 @@ impl Compiler<'_> {
         i: usize,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let (p, s) = &pats[i];
         let hir = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
             Ok(h) => h,
@@ -251,19 +251,19 @@ impl Compiler<'_> {
         let Some(body) = from_hir(&self.enc.encode(&hir, Spelling::Plain)) else {
             return Ok(None);
         };
-        let mut key = seq(&[lit("\""), body, lit("\"")]);
+        let mut key = seq(vec![lit("\""), body, lit("\"")]);
         if shadows_a_name && let Some(k) = self.name_keys(names) {
-            key = and(&[key, not(&k)]);
+            key = and(vec![key, not(k)]);
         }
         let key = self.rule(&format!("{hint}-pattern-key"), key);
         Ok(Some(self.member(key, val)))
     }
 
     /// Any key, each string in its one plain spelling (how keys are matched).
-    fn plain_key(&mut self) -> String {
+    fn plain_key(&mut self) -> Expr {
         self.fixed_rule("json-plain-key", |c| {
             let ch = from_hir(&c.enc.encode(&any_char(), Spelling::Plain)).expect("non-empty");
-            seq(&[lit("\""), repeat(&ch, 0, None), lit("\"")])
+            seq(vec![lit("\""), repeat(ch, 0, None), lit("\"")])
         })
     }
 
@@ -271,7 +271,7 @@ impl Compiler<'_> {
     /// `~`, the keys that are none of them (the product of two small automata, where the
     /// complement of a set of strings written out as a regular expression grows with every
     /// name's every prefix).
-    fn name_keys(&mut self, names: &[String]) -> Option<String> {
+    fn name_keys(&mut self, names: &[String]) -> Option<Expr> {
         let names = Hir::alternation(
             names
                 .iter()
@@ -279,25 +279,25 @@ impl Compiler<'_> {
                 .collect(),
         );
         let body = from_hir(&self.enc.encode(&names, Spelling::Plain))?;
-        Some(seq(&[lit("\""), body, lit("\"")]))
+        Some(seq(vec![lit("\""), body, lit("\"")]))
     }
 
     /// `key ws ":" ws value`.
-    fn member(&self, key: String, val: String) -> String {
-        seq(&[key, self.ws.clone(), lit(":"), self.ws.clone(), val])
+    fn member(&self, key: Expr, val: Expr) -> Expr {
+        seq(vec![key, self.ws.clone(), lit(":"), self.ws.clone(), val])
     }
 
     /// Members in schema order: `S(i, c)` = the members from the i-th named property on,
     /// `c` members written so far (saturating where no bound needs the exact count).
     pub(super) fn ordered_members(
         &mut self,
-        items: &[(String, bool)],
-        extra: Option<&str>,
+        items: &[(Expr, bool)],
+        extra: Option<&Expr>,
         min_p: u64,
         max_p: Option<u64>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let cap = max_p.unwrap_or(min_p.max(1));
         let n = items.len();
         if (n as u64 + 1).saturating_mul(cap + 1) > self.opts.max_object_states as u64 {
@@ -313,7 +313,7 @@ impl Compiler<'_> {
             ));
         }
         let sep = self.sep();
-        let mut memo: FxHashMap<(usize, u64), Option<String>> = FxHashMap::default();
+        let mut memo: FxHashMap<(usize, u64), Option<Expr>> = FxHashMap::default();
         // Built from the end, so every state's successors exist.
         for i in (0..=n).rev() {
             for c in (0..=cap).rev() {
@@ -332,9 +332,9 @@ impl Compiler<'_> {
                             let head = if c == 0 {
                                 kv.clone()
                             } else {
-                                seq(&[sep.clone(), kv.clone()])
+                                seq(vec![sep.clone(), kv.clone()])
                             };
-                            alts.push(seq(&[head, next.clone()]));
+                            alts.push(seq(vec![head, next.clone()]));
                         }
                     }
                     if !req && let Some(Some(next)) = memo.get(&(i + 1, c)) {
@@ -360,20 +360,14 @@ impl Compiler<'_> {
     /// them with `min_p - c <= r <= max_p - c` (`None` if that cannot be).
     fn extra_tail(
         &self,
-        extra: Option<&str>,
+        extra: Option<&Expr>,
         c: u64,
         min_p: u64,
         max_p: Option<u64>,
-    ) -> Option<String> {
+    ) -> Option<Expr> {
         let r_lo = min_p.saturating_sub(c);
         let r_hi = max_p.map(|m| m.saturating_sub(c));
-        let nothing = || {
-            Some(if c == 0 {
-                EPSILON.to_string()
-            } else {
-                self.ws.clone()
-            })
-        };
+        let nothing = || Some(if c == 0 { eps() } else { self.ws.clone() });
         let Some(x) = extra else {
             return if r_lo > 0 { None } else { nothing() };
         };
@@ -381,24 +375,24 @@ impl Compiler<'_> {
             return if r_lo > 0 { None } else { nothing() };
         }
         let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        let more = seq(&[self.sep(), x.to_string()]);
+        let more = seq(vec![self.sep(), x.clone()]);
         if c > 0 {
-            return Some(seq(&[
-                repeat(&more, to_u32(r_lo), r_hi.map(to_u32)),
+            return Some(seq(vec![
+                repeat(more, to_u32(r_lo), r_hi.map(to_u32)),
                 self.ws.clone(),
             ]));
         }
-        let first = seq(&[
-            x.to_string(),
+        let first = seq(vec![
+            x.clone(),
             repeat(
-                &more,
+                more,
                 to_u32(r_lo.saturating_sub(1)),
                 r_hi.map(|h| to_u32(h - 1)),
             ),
             self.ws.clone(),
         ]);
         Some(if r_lo == 0 {
-            alt(vec![first, EPSILON.to_string()]).expect("two")
+            alt(vec![first, eps()]).expect("two")
         } else {
             first
         })
@@ -408,13 +402,13 @@ impl Compiler<'_> {
     /// properties written so far.
     pub(super) fn any_order_members(
         &mut self,
-        items: &[(String, bool)],
-        extra: Option<&str>,
+        items: &[(Expr, bool)],
+        extra: Option<&Expr>,
         min_p: u64,
         max_p: Option<u64>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let n = items.len();
         if n > self.opts.max_any_order_properties {
             return Err((
@@ -441,13 +435,13 @@ impl Compiler<'_> {
             .fold(0, |m, (i, _)| m | 1 << i);
         let sep = self.sep();
         let ws = self.ws.clone();
-        let mut memo: Vec<Option<String>> = vec![None; 1 << n];
+        let mut memo: Vec<Option<Expr>> = vec![None; 1 << n];
         // States by decreasing set size, so successors are built first.
         let mut order: Vec<u32> = (0..1u32 << n).collect();
         order.sort_by_key(|s| std::cmp::Reverse(s.count_ones()));
         for &set in &order {
             let count = set.count_ones() as u64;
-            let name = self.fresh_name(&format!("{hint}-any-{set}"));
+            let rule = self.fresh_name(&format!("{hint}-any-{set}"));
             let mut alts = Vec::new();
             if set & required == required && count >= min_p {
                 alts.push(ws.clone());
@@ -458,32 +452,32 @@ impl Compiler<'_> {
                         continue;
                     }
                     if let Some(next) = &memo[(set | 1 << i) as usize] {
-                        alts.push(seq(&[sep.clone(), kv.clone(), next.clone()]));
+                        alts.push(seq(vec![sep.clone(), kv.clone(), next.clone()]));
                     }
                 }
                 if let Some(x) = extra {
-                    alts.push(seq(&[sep.clone(), x.to_string(), name.clone()]));
+                    alts.push(seq(vec![sep.clone(), x.clone(), name(&rule)]));
                 }
             }
             if let Some(b) = alt(alts) {
-                self.rules.push((name.clone(), b));
-                memo[set as usize] = Some(name);
+                self.rules.push((rule.clone(), b));
+                memo[set as usize] = Some(name(&rule));
             }
         }
         // The first member has no comma.
         let mut alts = Vec::new();
         if required == 0 && min_p == 0 {
-            alts.push(EPSILON.to_string());
+            alts.push(eps());
         }
         for (i, (kv, _)) in items.iter().enumerate() {
             if let Some(next) = &memo[1 << i] {
-                alts.push(seq(&[kv.clone(), next.clone()]));
+                alts.push(seq(vec![kv.clone(), next.clone()]));
             }
         }
         if let Some(x) = extra
             && let Some(next) = &memo[0]
         {
-            alts.push(seq(&[x.to_string(), next.clone()]));
+            alts.push(seq(vec![x.clone(), next.clone()]));
         }
         Ok(alt(alts))
     }

@@ -59,23 +59,23 @@ impl Compiler<'_> {
     }
 
     /// The rule of the subschema at `target` (compiled once; recursion refers back to it).
-    pub(super) fn ref_rule(&mut self, target: &str) -> Res<Option<String>> {
+    pub(super) fn ref_rule(&mut self, target: &str) -> Res<Option<Expr>> {
         if let Some(r) = self.refs.get(target) {
-            return Ok(r.clone());
+            return Ok(r.as_deref().map(name));
         }
         let hint = target.rsplit('/').next().unwrap_or("ref").to_string();
-        let name = self.fresh_name(if hint.is_empty() { "root-ref" } else { &hint });
-        self.refs.insert(target.to_string(), Some(name.clone()));
+        let rule = self.fresh_name(if hint.is_empty() { "root-ref" } else { &hint });
+        self.refs.insert(target.to_string(), Some(rule.clone()));
         let schema = self.root.pointer(target).expect("resolved").clone();
-        let body = self.value(&schema, target, &name)?;
+        let body = self.value(&schema, target, &rule)?;
         match body {
             Some(b) => {
-                self.rules.push((name.clone(), b));
-                Ok(Some(name))
+                self.rules.push((rule.clone(), b));
+                Ok(Some(name(&rule)))
             }
             None => {
                 // Recursive uses may already name it: a rule that derives nothing.
-                self.rules.push((name.clone(), name.clone()));
+                self.rules.push((rule.clone(), name(&rule)));
                 self.refs.insert(target.to_string(), None);
                 Ok(None)
             }

@@ -9,7 +9,7 @@ impl Compiler<'_> {
         m: &Map<String, Value>,
         ptr: &str,
         hint: &str,
-    ) -> Res<Option<String>> {
+    ) -> Res<Option<Expr>> {
         let min = count(m, ptr, "minLength")?.unwrap_or(0);
         let max = count(m, ptr, "maxLength")?;
         let (pattern, format) = self.pattern_and_format(m, ptr)?;
@@ -54,19 +54,18 @@ impl Compiler<'_> {
         let mut operands = Vec::with_capacity(parts.len());
         for (i, h) in parts.iter().enumerate() {
             let body = match format_at {
-                Some(f) if f == i => {
-                    formats::format_gbnf(format_name, Spelling::Any).map(String::from)
-                }
+                Some(f) if f == i => formats::format_gbnf(format_name, Spelling::Any).cloned(),
                 _ => from_hir(&self.enc.encode(h, Spelling::Any)),
             };
             let Some(body) = body else {
                 return Ok(None);
             };
-            operands.push(seq(&[lit("\""), body, lit("\"")]));
+            operands.push(seq(vec![lit("\""), body, lit("\"")]));
         }
-        let body = match operands.as_slice() {
-            [one] => one.clone(),
-            _ => and(&operands),
+        let body = if operands.len() == 1 {
+            operands.pop().expect("one")
+        } else {
+            and(operands)
         };
         Ok(Some(self.rule(&format!("{hint}-string"), body)))
     }

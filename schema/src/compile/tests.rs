@@ -13,7 +13,7 @@ fn check(schema: &str, pass: &[&str], fail: &[&str]) {
             match_bytes(&c.grammar, p.as_bytes()).unwrap(),
             MatchOutcome::Accepted,
             "{schema}\nshould accept {p}\n{}",
-            c.gbnf
+            c.gbnf()
         );
     }
     for f in fail {
@@ -21,7 +21,7 @@ fn check(schema: &str, pass: &[&str], fail: &[&str]) {
             match_bytes(&c.grammar, f.as_bytes()).unwrap(),
             MatchOutcome::Accepted,
             "{schema}\nshould refuse {f}\n{}",
-            c.gbnf
+            c.gbnf()
         );
     }
 }
@@ -155,7 +155,7 @@ fn any_order() {
             match_bytes(&c.grammar, s.as_bytes()).unwrap() == MatchOutcome::Accepted,
             ok,
             "{s}\n{}",
-            c.gbnf
+            c.gbnf()
         );
     }
 }
@@ -324,7 +324,7 @@ fn unsupported_keywords_are_positioned_errors() {
             match_bytes(&c.grammar, ok.as_bytes()).unwrap(),
             MatchOutcome::Accepted,
             "{ok}\n{}",
-            c.gbnf
+            c.gbnf()
         );
     }
     let e = compile_json_schema(
