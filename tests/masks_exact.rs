@@ -3,7 +3,8 @@
 //! (`corral::engine::replay::brute_force_mask`). Over every fetched tokenizer, on
 //! llama.cpp's json.gbnf, on JSON Schema grammars (the default bounded whitespace, with runs
 //! at and near its bound; counted repetitions; patterns; formats) and on a GBNF grammar with
-//! `{m,n}` repetitions walked to their bounds. Replays both the canonical tokenization and a
+//! `{m,n}` repetitions walked to their bounds, and on lexemes of letters and digits (e-mail
+//! addresses, host names, identifiers). Replays both the canonical tokenization and a
 //! random one, so states inside tokens' usual boundaries are checked too.
 
 mod common;
@@ -141,6 +142,14 @@ fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
         &g,
         &[data("counted.txt"), data("counted_min.txt")],
     );
+}
+
+/// Lexemes of letters and digits (names, e-mail addresses, host names, codes): states
+/// whose letters and digits all lead one way are computed from the words slice.
+#[test]
+fn word_masks_equal_brute_force() {
+    let g = compile_gbnf(&data("words.gbnf"), &CompileOptions::default()).unwrap();
+    check("words.gbnf", &g, &[data("words.txt")]);
 }
 
 /// A class repeated up to 300 times: away from the bound its states are one class of the

@@ -22,12 +22,12 @@
 
 use crate::cache::MaskCache;
 use crate::tokens::{
-    Chain, LexTokens, Outcome, Shift, SuffixWalk, WALKED_PREFIXES, chain, run_suffix, shift,
-    suffix_node,
+    Chain, LexTokens, Outcome, Shift, SuffixWalk, WALKED_PREFIXES, chain, few_suffix_starts,
+    run_suffix, shift, suffix_node,
 };
 use corral_grammar::ast::{TokenAst, TokenTarget};
 use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, TokenRefId};
-use corral_trie::{ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace};
+use corral_trie::{Alphabet, ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace};
 use std::sync::{Arc, OnceLock};
 
 /// A grammar bound to a token space, with the token sets of its lexeme states (from a
@@ -39,7 +39,8 @@ pub struct Constraint {
     /// Token references resolved to ids (`None`: names no token of this vocabulary).
     refs: Vec<Option<TokenId>>,
     /// More characters than any token's slice run or prefix has.
-    horizon: u32,
+    /// Per [`Alphabet`]: the most characters any token has, as a slice token or a prefix.
+    horizon: [u32; 2],
     /// Per lexeme: its states' token sets and slice shifts, filled on first use.
     tables: Vec<LexemeTables>,
 }
@@ -48,7 +49,8 @@ pub struct Constraint {
 #[derive(Debug, Default)]
 struct LexemeTables {
     tokens: Slots<OnceLock<Arc<StateTokens>>>,
-    shifts: Slots<OnceLock<Shift>>,
+    /// Per [`Alphabet`].
+    shifts: [Slots<OnceLock<Shift>>; 2],
 }
 
 /// Slots by index, in buckets of doubling size allocated on first use (bucket `k` holds
@@ -93,6 +95,7 @@ enum StateTokens {
     /// A state slice characters shift uniformly: its chain, and the suffix walks from the
     /// chain's first states (one for a loop).
     Sliced {
+        alphabet: Alphabet,
         chain: Chain,
         walks: Vec<Arc<SuffixWalk>>,
     },
@@ -117,9 +120,12 @@ impl Constraint {
                 TokenTarget::Text(name) => space.vocab().token_by_text(name),
             })
             .collect();
-        let slice = space.slice();
+        let horizon = Alphabet::ALL.map(|a| {
+            let slice = space.slice_of(a);
+            slice.max_chars().max(slice.max_prefix()) + 1
+        });
         Arc::new(Constraint {
-            horizon: slice.max_chars().max(slice.max_prefix()) + 1,
+            horizon,
             tables: grammar
                 .lexemes()
                 .iter()
@@ -161,13 +167,29 @@ impl Constraint {
         }
     }
 
-    /// How slice characters shift `state` of lexeme `l` (remembered).
-    fn shift(&self, l: LexemeId, state: u32) -> Shift {
+    /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered).
+    fn shift(&self, l: LexemeId, state: u32, alphabet: Alphabet) -> Shift {
         let dfa = &self.grammar.lexeme(l).dfa();
-        *self.tables[l.0 as usize]
-            .shifts
+        *self.tables[l.0 as usize].shifts[alphabet.index()]
             .get(corral_grammar::LexemeDfa::index(state))
-            .get_or_init(|| shift(dfa, state))
+            .get_or_init(|| shift(dfa, state, alphabet))
+    }
+
+    /// The chain of `state` of lexeme `l` on the first alphabet that slices it. The words
+    /// slice is taken only where letters and digits go on (a state they all end is walked
+    /// whole, which dies at their first byte) and few other bytes do.
+    fn sliced(&self, l: LexemeId, state: u32) -> Option<(Alphabet, Chain)> {
+        let dfa = self.grammar.lexeme(l).dfa();
+        Alphabet::ALL.into_iter().find_map(|a| {
+            let words = a == Alphabet::Words;
+            if words && !few_suffix_starts(dfa, state) {
+                return None;
+            }
+            let mut shift_of = |s| self.shift(l, s, a);
+            chain(dfa, state, self.horizon[a.index()], &mut shift_of)
+                .filter(|ch| !words || ch.left != Some(0))
+                .map(|ch| (a, ch))
+        })
     }
 
     /// The token sets of `state` of lexeme `l` (remembered).
@@ -176,28 +198,29 @@ impl Constraint {
         let slot = self.tables[l.0 as usize]
             .tokens
             .get(corral_grammar::LexemeDfa::index(state));
-        slot.get_or_init(|| {
-            let mut shift_of = |s| self.shift(l, s);
-            match chain(lex.dfa(), state, self.horizon, &mut shift_of) {
-                Some(ch) => {
-                    let slice = self.space().slice();
-                    let reach = ch.left.unwrap_or(u32::MAX).min(slice.max_prefix());
-                    let walked = if ch.self_loop {
-                        1
-                    } else {
-                        reach.min(WALKED_PREFIXES - 1) + 1
-                    };
-                    let walks = (0..walked)
-                        .map(|n| self.cache.walk(&lex.key, lex.dfa(), ch.state(n)))
-                        .collect();
-                    Arc::new(StateTokens::Sliced { chain: ch, walks })
-                }
-                None => Arc::new(StateTokens::Generic(self.cache.generic(
-                    &lex.key,
-                    lex.dfa(),
-                    state,
-                ))),
+        slot.get_or_init(|| match self.sliced(l, state) {
+            Some((alphabet, ch)) => {
+                let slice = self.space().slice_of(alphabet);
+                let reach = ch.left.unwrap_or(u32::MAX).min(slice.max_prefix());
+                let walked = if ch.self_loop {
+                    1
+                } else {
+                    reach.min(WALKED_PREFIXES - 1) + 1
+                };
+                let walks = (0..walked)
+                    .map(|n| self.cache.walk(&lex.key, lex.dfa(), ch.state(n), alphabet))
+                    .collect();
+                Arc::new(StateTokens::Sliced {
+                    alphabet,
+                    chain: ch,
+                    walks,
+                })
             }
+            None => Arc::new(StateTokens::Generic(self.cache.generic(
+                &lex.key,
+                lex.dfa(),
+                state,
+            ))),
         })
     }
 }
@@ -379,19 +402,21 @@ fn generic_run(
     }
 }
 
-/// The suffixes below `node` of the slice's suffix trie that the parser takes after `run`'s
-/// lexeme ends in `end_state` there (remembered).
+/// The suffixes below `node` of the suffix trie of `alphabet`'s slice that the parser takes
+/// after `run`'s lexeme ends in `end_state` there (remembered).
 fn parser_suffixes<'m>(
     c: &Constraint,
     walker: &mut Walker<'_>,
     memo: &'m mut Memos<'_>,
-    run: Run,
+    (run, alphabet): (Run, Alphabet),
     end_state: u32,
     node: NodeId,
 ) -> Option<&'m FixedBitSet> {
-    let key = (walker.rec.set_uid(run.set), run.lexeme.0, end_state, node.0);
+    // Suffix tries have fewer than 2^31 nodes: the top bit names the alphabet.
+    let at = node.0 | (alphabet.index() as u32) << 31;
+    let key = (walker.rec.set_uid(run.set), run.lexeme.0, end_state, at);
     if !memo.suffix_walks.contains_key(&key) {
-        let slice = c.space().slice();
+        let slice = c.space().slice_of(alphabet);
         let trie = slice.suffixes();
         let n = trie.nodes()[node.index()];
         let mut found = FixedBitSet::with_capacity(slice.suffix_count());
@@ -422,12 +447,11 @@ fn sliced_run(
     walker: &mut Walker<'_>,
     memo: &mut Memos<'_>,
     run: Run,
-    chain: &Chain,
-    walks: &[Arc<SuffixWalk>],
+    (alphabet, chain, walks): (Alphabet, &Chain, &[Arc<SuffixWalk>]),
     mask: &mut FixedBitSet,
 ) {
     let space = c.space().clone();
-    let slice = space.slice();
+    let slice = space.slice_of(alphabet);
     slice.mark_upto(chain.left.unwrap_or(u32::MAX), mask);
     let reach = chain.left.unwrap_or(u32::MAX).min(slice.max_prefix());
     // The suffixes allowed after a prefix of `n` characters, by walk `w`.
@@ -438,7 +462,8 @@ fn sliced_run(
                    memo: &mut Memos<'_>| {
         allowed.clone_from(&w.alive);
         for &(end_state, node) in &w.endings {
-            if let Some(found) = parser_suffixes(c, walker, memo, run, end_state, node) {
+            if let Some(found) = parser_suffixes(c, walker, memo, (run, alphabet), end_state, node)
+            {
                 allowed.union_with(found);
             }
         }
@@ -459,9 +484,22 @@ fn sliced_run(
         }
         if let Some(w) = walks.get(n as usize) {
             by_walk(w, &mut allowed, walker, memo);
-            for &(sid, t) in tokens {
-                if allowed.contains(sid.index()) {
-                    mask.insert(t.index());
+            if allowed.count_ones(..) < tokens.len() {
+                // Fewer suffixes allowed than tokens with this prefix (the words slice,
+                // whose suffixes include every token that starts with another byte): by
+                // suffix, each suffix's tokens sorted by prefix length.
+                for sid in allowed.ones() {
+                    let of = slice.tokens_of(SuffixId(sid as u32));
+                    let from = of.partition_point(|&(p, _)| p < n);
+                    for &(_, t) in of[from..].iter().take_while(|&&(p, _)| p == n) {
+                        mask.insert(t.index());
+                    }
+                }
+            } else {
+                for &(sid, t) in tokens {
+                    if allowed.contains(sid.index()) {
+                        mask.insert(t.index());
+                    }
                 }
             }
             continue;
@@ -477,7 +515,7 @@ fn sliced_run(
                     let Some(node) = suffix_node(slice, sid, at) else {
                         continue;
                     };
-                    if parser_suffixes(c, walker, memo, run, state, node)
+                    if parser_suffixes(c, walker, memo, (run, alphabet), state, node)
                         .is_some_and(|f| f.contains(sid.index()))
                     {
                         mask.insert(t.index());
@@ -575,8 +613,19 @@ impl RobustConstrainedAdapter {
                 StateTokens::Generic(sets) => {
                     generic_run(&c, &mut walker, &mut memo, run, sets, mask);
                 }
-                StateTokens::Sliced { chain, walks } => {
-                    sliced_run(&c, &mut walker, &mut memo, run, chain, walks, mask);
+                StateTokens::Sliced {
+                    alphabet,
+                    chain,
+                    walks,
+                } => {
+                    sliced_run(
+                        &c,
+                        &mut walker,
+                        &mut memo,
+                        run,
+                        (*alphabet, chain, walks),
+                        mask,
+                    );
                 }
             }
         }

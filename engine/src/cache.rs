@@ -14,7 +14,7 @@
 use crate::classes::StateClasses;
 use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
 use corral_grammar::LexemeDfa;
-use corral_trie::TokenSpace;
+use corral_trie::{Alphabet, TokenSpace};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -66,7 +66,8 @@ pub struct MaskCache {
     space: Arc<TokenSpace>,
     limits: MaskCacheLimits,
     generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
-    walks: RwLock<FxHashMap<Key, Arc<SuffixWalk>>>,
+    /// Per [`Alphabet`]: walks of its slice's suffix trie.
+    walks: [RwLock<FxHashMap<Key, Arc<SuffixWalk>>>; 2],
     /// Per DFA (key, numbering): the classes of its states.
     classes: Mutex<FxHashMap<(Arc<str>, u64), StateClasses>>,
     /// The longest token's bytes: how far ahead a state's class looks.
@@ -85,13 +86,13 @@ impl MaskCache {
     }
 
     pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
-        space.slice();
+        space.prepare_slices();
         let depth = space.longest_token();
         Arc::new(MaskCache {
             space,
             limits,
             generic: RwLock::default(),
-            walks: RwLock::default(),
+            walks: Default::default(),
             classes: Mutex::default(),
             depth,
             bytes: AtomicUsize::new(0),
@@ -106,8 +107,12 @@ impl MaskCache {
     }
 
     pub fn stats(&self) -> MaskCacheStats {
-        let entries =
-            self.generic.read().map_or(0, |m| m.len()) + self.walks.read().map_or(0, |m| m.len());
+        let entries = self.generic.read().map_or(0, |m| m.len())
+            + self
+                .walks
+                .iter()
+                .map(|w| w.read().map_or(0, |m| m.len()))
+                .sum::<usize>();
         MaskCacheStats {
             entries,
             bytes: self.bytes.load(Relaxed),
@@ -124,10 +129,9 @@ impl MaskCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        self.walks
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        for w in &self.walks {
+            w.write().unwrap_or_else(|e| e.into_inner()).clear();
+        }
         self.classes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -153,11 +157,17 @@ impl MaskCache {
         })
     }
 
-    /// What the DFA named `key` does with the slice's suffixes from `state`.
-    pub(crate) fn walk(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<SuffixWalk> {
+    /// What the DFA named `key` does with the suffixes of `alphabet`'s slice from `state`.
+    pub(crate) fn walk(
+        &self,
+        key: &Arc<str>,
+        dfa: &LexemeDfa,
+        state: u32,
+        alphabet: Alphabet,
+    ) -> Arc<SuffixWalk> {
         let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
-        self.get_or(&self.walks, k, || {
-            let w = walk_suffixes(dfa, state, self.space.slice());
+        self.get_or(&self.walks[alphabet.index()], k, || {
+            let w = walk_suffixes(dfa, state, self.space.slice_of(alphabet));
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
             (Arc::new(w), bytes)
         })

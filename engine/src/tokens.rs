@@ -27,7 +27,9 @@
 //! published forms of the same idea.)
 
 use corral_grammar::{DEAD, LexemeDfa};
-use corral_trie::{CharSlice, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace, TokenTrie};
+use corral_trie::{
+    Alphabet, CharSlice, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace, TokenTrie,
+};
 
 /// Suffix walks are kept for tokens with a prefix shorter than this; the few with longer
 /// ones are run one by one.
@@ -56,8 +58,8 @@ const MULTIBYTE: &[&[(u8, u8)]] = &[
     &[(0xf4, 0xf4), (0x80, 0x8f), (0x80, 0xbf), (0x80, 0xbf)],
 ];
 
-/// Where every slice character leads from `s`.
-pub(crate) fn shift(dfa: &LexemeDfa, s: u32) -> Shift {
+/// Where every character of `alphabet` leads from `s`.
+pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
     let mut target: Option<u32> = None;
     let mut agree = |t: u32| match target {
         None => {
@@ -66,6 +68,19 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32) -> Shift {
         }
         Some(x) => x == t,
     };
+    if alphabet == Alphabet::Words {
+        let words = (b'0'..=b'9').chain(b'A'..=b'Z').chain(b'a'..=b'z');
+        for b in words {
+            if !agree(dfa.next(s, b)) {
+                return Shift::Mixed;
+            }
+        }
+        return match target {
+            Some(DEAD) => Shift::Kills,
+            Some(t) => Shift::To(t),
+            None => Shift::Mixed,
+        };
+    }
     for b in 0x20u8..=0x7e {
         if b != b'"' && b != b'\\' && !agree(dfa.next(s, b)) {
             return Shift::Mixed;
@@ -107,6 +122,20 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32) -> Shift {
         Some(t) => Shift::To(t),
         None => Shift::Mixed,
     }
+}
+
+/// A state is taken as sliced by [`Alphabet::Words`] only where at most this many bytes that
+/// are not letters or digits keep it alive: every suffix of that slice starts with such a
+/// byte, so the suffix walks stay small (a state that takes most bytes is walked whole).
+pub(crate) const MAX_LIVE_SUFFIX_STARTS: usize = 64;
+
+/// Whether the suffix walks of the words slice from `s` are small (see
+/// [`MAX_LIVE_SUFFIX_STARTS`]).
+pub(crate) fn few_suffix_starts(dfa: &LexemeDfa, s: u32) -> bool {
+    (0..=255u8)
+        .filter(|b| !b.is_ascii_alphanumeric() && dfa.next(s, *b) != DEAD)
+        .count()
+        <= MAX_LIVE_SUFFIX_STARTS
 }
 
 /// The chain of states slice characters lead through from a sliced state.
@@ -342,21 +371,46 @@ mod tests {
     fn string_bodies_shift_uniformly_and_bounds_kill() {
         let d = dfa(r#""(?:[^"\\\x00-\x1f]|\\["\\nt])*""#);
         let body = d.next(d.start(), b'"');
-        assert_eq!(shift(&d, body), Shift::To(body), "a loop");
+        assert_eq!(
+            shift(&d, body, Alphabet::Strings),
+            Shift::To(body),
+            "a loop"
+        );
         let counted = dfa(r#""[^"\\]{0,2}""#);
         let s0 = counted.next(counted.start(), b'"');
-        let Shift::To(s1) = shift(&counted, s0) else {
+        let Shift::To(s1) = shift(&counted, s0, Alphabet::Strings) else {
             panic!("uniform")
         };
-        let Shift::To(s2) = shift(&counted, s1) else {
+        let Shift::To(s2) = shift(&counted, s1, Alphabet::Strings) else {
             panic!("uniform")
         };
-        assert_eq!(shift(&counted, s2), Shift::Kills);
-        let mut memo = |s| shift(&counted, s);
+        assert_eq!(shift(&counted, s2, Alphabet::Strings), Shift::Kills);
+        let mut memo = |s| shift(&counted, s, Alphabet::Strings);
         let c = chain(&counted, s0, 100, &mut memo).unwrap();
         assert_eq!((c.states.len(), c.left, c.self_loop), (3, Some(2), false));
         // Letters only: not every slice character.
         let letters = dfa("[a-z]+");
-        assert_eq!(shift(&letters, letters.start()), Shift::Mixed);
+        assert_eq!(
+            shift(&letters, letters.start(), Alphabet::Strings),
+            Shift::Mixed
+        );
+        // Letters and digits, then `@`: uniform on the words alphabet, a loop.
+        let name = dfa("[A-Za-z0-9]+@[a-z]");
+        let s1 = name.next(name.start(), b'x');
+        assert_eq!(shift(&name, s1, Alphabet::Words), Shift::To(s1));
+        assert!(few_suffix_starts(&name, s1), "only '@' goes on");
+        assert_eq!(shift(&name, name.start(), Alphabet::Words), Shift::To(s1));
+        // Lower case only: mixed on words.
+        assert_eq!(
+            shift(&letters, letters.start(), Alphabet::Words),
+            Shift::Mixed
+        );
+        // A state that takes nearly every byte is not worth slicing by words.
+        let wide = dfa("[^,]*,");
+        assert_eq!(
+            shift(&wide, wide.start(), Alphabet::Words),
+            Shift::To(wide.start())
+        );
+        assert!(!few_suffix_starts(&wide, wide.start()));
     }
 }

@@ -1,6 +1,6 @@
-//! Vocabulary and trie build time and memory for tokenizer.json files:
+//! Vocabulary, trie and slice build time and memory for tokenizer.json files:
 //! `cargo run --release -p corral-trie --example trie_stats -- assets/tokenizers/*/tokenizer.json`
-use corral_trie::{TokenTrie, Vocabulary};
+use corral_trie::{Alphabet, CharSlice, TokenTrie, Vocabulary};
 use std::time::Instant;
 
 fn main() {
@@ -26,5 +26,16 @@ fn main() {
             trie.nodes().len(),
             trie.memory_usage() as f64 / (1 << 20) as f64
         );
+        for a in Alphabet::ALL {
+            let t = Instant::now();
+            let slice = CharSlice::with_alphabet(&vocab, vocab.len(), a);
+            println!(
+                "  slice by {a:?}: build {:.1} ms, {} suffixes ({} trie nodes), {:.2} MiB",
+                t.elapsed().as_secs_f64() * 1e3,
+                slice.suffix_count(),
+                slice.suffixes().nodes().len(),
+                slice.memory_usage() as f64 / (1 << 20) as f64
+            );
+        }
     }
 }

@@ -41,7 +41,7 @@ pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
-pub use slice::{CharSlice, SuffixId, is_slice_char};
+pub use slice::{Alphabet, CharSlice, SuffixId, is_slice_char};
 pub use space::TokenSpace;
 pub use token::TokenId;
 pub use trie::{ByteRecognizer, Node, NodeId, TokenTrie};

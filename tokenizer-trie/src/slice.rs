@@ -13,6 +13,12 @@
 //!   character, a byte that does not start a character); the distinct suffixes in one small
 //!   trie, each with its tokens by prefix length.
 //!
+//! A second slice, by ASCII letters and digits ([`Alphabet::Words`]), serves the lexemes
+//! of names, e-mail addresses, host names and identifiers, where letters and digits are
+//! what keeps a lexeme going and every other byte ends or kills it: its suffixes all start
+//! with a byte that is not a letter or digit, and a walk from such a state dies at the
+//! first byte of most of them.
+//!
 //! A lexeme state where every slice character leads to the same next state (the body of a
 //! string, counted or not) then allows the slice tokens of at most as many characters as
 //! the lexeme has left, and of the others exactly those whose suffix its DFA takes from the
@@ -28,10 +34,38 @@ use fixedbitset::FixedBitSet;
 /// ones in a list.
 pub const SLICE_BITSETS: usize = 16;
 
-/// Whether `c` is a slice character.
+/// Whether `c` is a slice character (of [`Alphabet::Strings`]).
 #[inline]
 pub fn is_slice_char(c: char) -> bool {
     c >= ' ' && c != '"' && c != '\\' && c != '\u{7f}'
+}
+
+/// The characters a slice is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Alphabet {
+    /// What every JSON string body allows unescaped ([`is_slice_char`]).
+    Strings,
+    /// ASCII letters and digits.
+    Words,
+}
+
+impl Alphabet {
+    pub const ALL: [Alphabet; 2] = [Alphabet::Strings, Alphabet::Words];
+
+    /// Whether `c` is one of the alphabet's characters.
+    #[inline]
+    pub fn admits(self, c: char) -> bool {
+        match self {
+            Alphabet::Strings => is_slice_char(c),
+            Alphabet::Words => c.is_ascii_alphanumeric(),
+        }
+    }
+
+    /// 0 for `Strings`, 1 for `Words` (for tables by alphabet).
+    #[inline]
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// A suffix's id in [`CharSlice::suffixes`].
@@ -68,11 +102,12 @@ pub struct CharSlice {
     max_prefix: u32,
     /// The most characters a slice token starts.
     max_chars: u32,
+    alphabet: Alphabet,
 }
 
 /// How a token's bytes split: slice characters started, and where the suffix begins
 /// (`None`: the whole token is slice characters, perhaps ending inside one).
-fn split(bytes: &[u8]) -> (u32, Option<usize>) {
+fn split(bytes: &[u8], alphabet: Alphabet) -> (u32, Option<usize>) {
     let mut chars = 0u32;
     let mut i = 0;
     while i < bytes.len() {
@@ -86,13 +121,18 @@ fn split(bytes: &[u8]) -> (u32, Option<usize>) {
         let end = (i + len).min(bytes.len());
         match std::str::from_utf8(&bytes[i..end]) {
             Ok(s) => {
-                if !s.chars().all(is_slice_char) {
+                if !s.chars().all(|c| alphabet.admits(c)) {
                     return (chars, Some(i));
                 }
             }
             // A partial character at the end: a slice token if some completion of it is a
-            // slice character (every multi-byte character is one).
-            Err(e) if end == bytes.len() && e.error_len().is_none() && len > 1 => {
+            // slice character (every multi-byte character is one of `Strings`).
+            Err(e)
+                if alphabet == Alphabet::Strings
+                    && end == bytes.len()
+                    && e.error_len().is_none()
+                    && len > 1 =>
+            {
                 return (chars + 1, None);
             }
             Err(_) => return (chars, Some(i)),
@@ -104,14 +144,19 @@ fn split(bytes: &[u8]) -> (u32, Option<usize>) {
 }
 
 impl CharSlice {
-    /// Slices the text tokens of `vocab`; masks are `width` bits wide.
+    /// Slices the text tokens of `vocab` by string characters; masks are `width` bits wide.
     pub fn new(vocab: &Vocabulary, width: usize) -> CharSlice {
+        CharSlice::with_alphabet(vocab, width, Alphabet::Strings)
+    }
+
+    /// Slices the text tokens of `vocab` by the characters of `alphabet`.
+    pub fn with_alphabet(vocab: &Vocabulary, width: usize, alphabet: Alphabet) -> CharSlice {
         let mut upto_lists: Vec<Vec<TokenId>> = vec![Vec::new(); SLICE_BITSETS + 1];
         let mut long = Vec::new();
         let mut rest: Vec<(&[u8], u32, TokenId)> = Vec::new();
         let mut max_chars = 0;
         for (id, bytes) in vocab.text_tokens() {
-            match split(bytes) {
+            match split(bytes, alphabet) {
                 (chars, None) => {
                     max_chars = max_chars.max(chars);
                     if chars as usize <= SLICE_BITSETS {
@@ -166,7 +211,13 @@ impl CharSlice {
             suffix_bytes,
             max_prefix,
             max_chars,
+            alphabet,
         }
+    }
+
+    /// The characters this slice is made of.
+    pub fn alphabet(&self) -> Alphabet {
+        self.alphabet
     }
 
     /// Slice tokens that start at most `chars` characters, marked in `mask`.
@@ -244,6 +295,7 @@ mod tests {
 
     #[test]
     fn tokens_split_into_slice_chars_and_a_suffix() {
+        let split = |b: &[u8]| super::split(b, Alphabet::Strings);
         assert_eq!(split(b"hello"), (5, None));
         assert_eq!(split("日本".as_bytes()), (2, None));
         assert_eq!(
@@ -256,6 +308,17 @@ mod tests {
         assert_eq!(split(b"x\n"), (1, Some(1)));
         assert_eq!(split(b"\xa9abc"), (0, Some(0)), "a continuation byte first");
         assert_eq!(split(b"a\x7f"), (1, Some(1)));
+    }
+
+    #[test]
+    fn words_split_at_the_first_byte_not_a_letter_or_digit() {
+        let split = |b: &[u8]| super::split(b, Alphabet::Words);
+        assert_eq!(split(b"Hello42"), (7, None));
+        assert_eq!(split(b"example."), (7, Some(7)));
+        assert_eq!(split(b" the"), (0, Some(0)));
+        assert_eq!(split(b"ab_c"), (2, Some(2)));
+        assert_eq!(split("é".as_bytes()), (0, Some(0)));
+        assert_eq!(split(b"a\xe6\x97"), (1, Some(1)), "no partial characters");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! tokenizer and shared (`Arc`) by every constraint that uses it.
 
 use crate::TrieError;
-use crate::slice::CharSlice;
+use crate::slice::{Alphabet, CharSlice};
 use crate::token::TokenId;
 use crate::trie::TokenTrie;
 use crate::vocab::Vocabulary;
@@ -18,8 +18,8 @@ pub struct TokenSpace {
     eos: Vec<TokenId>,
     /// Text tokens made only of ASCII whitespace, by id (computed on first use).
     whitespace: OnceLock<Vec<TokenId>>,
-    /// The vocabulary sliced by string characters (computed on first use).
-    slice: OnceLock<CharSlice>,
+    /// The vocabulary sliced by each [`Alphabet`] (computed on first use).
+    slices: [OnceLock<CharSlice>; 2],
     /// The most bytes of a text token (computed on first use).
     longest: OnceLock<usize>,
 }
@@ -42,7 +42,7 @@ impl TokenSpace {
             width,
             eos,
             whitespace: OnceLock::new(),
-            slice: OnceLock::new(),
+            slices: [OnceLock::new(), OnceLock::new()],
             longest: OnceLock::new(),
         }
     }
@@ -87,8 +87,21 @@ impl TokenSpace {
     /// a few milliseconds for a large vocabulary; call it when the tokenizer is loaded to
     /// keep that off the first mask.
     pub fn slice(&self) -> &CharSlice {
-        self.slice
-            .get_or_init(|| CharSlice::new(&self.vocab, self.width))
+        self.slice_of(Alphabet::Strings)
+    }
+
+    /// The vocabulary sliced by `alphabet` (computed on first use, like [`Self::slice`]).
+    pub fn slice_of(&self, alphabet: Alphabet) -> &CharSlice {
+        self.slices[alphabet.index()]
+            .get_or_init(|| CharSlice::with_alphabet(&self.vocab, self.width, alphabet))
+    }
+
+    /// Every slice, computed now (when the tokenizer is loaded, to keep that off the first
+    /// masks).
+    pub fn prepare_slices(&self) {
+        for a in Alphabet::ALL {
+            self.slice_of(a);
+        }
     }
 
     /// The most bytes a text token has.
@@ -123,7 +136,7 @@ impl TokenSpace {
     /// Sets the logit width (never below the vocabulary size).
     pub fn with_width(mut self, width: usize) -> TokenSpace {
         self.width = width.max(self.vocab.len());
-        self.slice = OnceLock::new();
+        self.slices = [OnceLock::new(), OnceLock::new()];
         self
     }
 }

@@ -103,7 +103,7 @@ impl Engines {
         let hf = tokenizers::Tokenizer::from_file(path).map_err(|e| anyhow!("{e}"))?;
         let vocab = Vocabulary::from_tokenizer(&hf)?;
         let space = Arc::new(TokenSpace::new(vocab, None, eos));
-        space.slice();
+        space.prepare_slices();
         let corral_setup = t0.elapsed().as_secs_f64();
         Ok(Engines {
             name: name.to_string(),

@@ -1,7 +1,7 @@
 //! corral vs llguidance 1.9: masks cold and warm, compile times, on MaskBench too.
 //!
 //! ```text
-//! cargo run --release -p corral-llguidance-compare -- [--reps N] [--tokenizers a,b,c] [--maskbench N|all] [--slowest N] [--no-docs] [--compile SCHEMA]
+//! cargo run --release -p corral-llguidance-compare -- [--reps N] [--tokenizers a,b,c] [--maskbench N|all] [--slowest N] [--no-docs] [--compile SCHEMA] [--profile-cold CASE]
 //! ```
 //!
 //! For each tokenizer (default: the fetched Llama-3.1, Qwen3 and Gemma-3 (262k) ones) and
@@ -137,6 +137,40 @@ fn run_case(e: &Engines, c: &Case, reps: usize) -> Result<()> {
     Ok(())
 }
 
+/// corral alone, cold, on case `which` (for profiling): `reps` fresh compiles and first
+/// passes, then the positions whose first masks cost the most (mean over the reps).
+fn profile_cold(e: &Engines, c: &Case, reps: usize) -> Result<()> {
+    let tokens = e.tokens(&c.doc)?;
+    let mut at = vec![0.0; tokens.len()];
+    for _ in 0..reps {
+        let constraint = e.cold_constraint(&c.source)?;
+        let times = corral_pass(&mut RobustConstrainedAdapter::new(constraint), &tokens);
+        for (a, t) in at.iter_mut().zip(times) {
+            *a += t / reps as f64;
+        }
+    }
+    let total: f64 = at.iter().sum();
+    println!(
+        "{} on {}: {} tokens, cold pass {:.0} us in all ({:.1} us mean); costliest positions:",
+        c.name,
+        e.name,
+        tokens.len(),
+        total,
+        total / tokens.len() as f64
+    );
+    let mut order: Vec<usize> = (0..tokens.len()).collect();
+    order.sort_by(|&a, &b| at[b].total_cmp(&at[a]));
+    for &i in order.iter().take(12) {
+        let before: Vec<u8> = tokens[..i]
+            .iter()
+            .flat_map(|t| e.space.vocab().token_bytes(*t).unwrap_or_default().to_vec())
+            .collect();
+        let tail = String::from_utf8_lossy(&before[before.len().saturating_sub(40)..]);
+        println!("  {:>3} {:>7.0} us  after ...{tail:?}", i, at[i]);
+    }
+    Ok(())
+}
+
 fn maskbench(e: &Engines, limit: usize, slowest: usize) -> Result<()> {
     let dir = corral_llguidance_compare::conformance().join("jsonschemabench");
     let mut files = Vec::new();
@@ -253,6 +287,7 @@ fn main() -> Result<()> {
     let mut bench: Option<usize> = None;
     let mut docs = true;
     let mut slowest = 0usize;
+    let mut profile: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -272,6 +307,7 @@ fn main() -> Result<()> {
                 })
             }
             "--no-docs" => docs = false,
+            "--profile-cold" => profile = args.next().and_then(|r| r.parse().ok()),
             "--slowest" => slowest = args.next().and_then(|r| r.parse().ok()).unwrap_or(20),
             "--compile" => {
                 let path = args
@@ -297,6 +333,13 @@ fn main() -> Result<()> {
             e.setup.0,
             e.setup.1
         );
+        if let Some(i) = profile {
+            let c = cases.get(i).ok_or_else(|| {
+                anyhow!("--profile-cold takes a case number below {}", cases.len())
+            })?;
+            profile_cold(&e, c, reps)?;
+            continue;
+        }
         if docs {
             for c in &cases {
                 run_case(&e, c, reps)?;
