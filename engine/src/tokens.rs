@@ -14,7 +14,13 @@
 //!   tokenizer; of the other tokens (a prefix of `n` slice characters, then a suffix), those
 //!   with `n <= r` whose suffix the DFA takes from the `n`-th state of that chain: a walk of
 //!   the small trie of suffixes ([`SuffixWalk`]) for short prefixes, a direct run for the
-//!   few tokens with long ones. No walk of the vocabulary at all.
+//!   few tokens with long ones. No walk of the vocabulary at all. The same holds for a
+//!   second alphabet, ASCII letters and digits ([`Alphabet::Words`]): the letters and
+//!   digits of an e-mail address, a host name or an identifier, where every letter and
+//!   digit leads one way. Its suffixes include every token that starts with another byte,
+//!   so it is taken only where few such bytes go on ([`MAX_LIVE_SUFFIX_STARTS`]) and
+//!   letters and digits do (a state they all end is generic: its walk dies at their first
+//!   byte).
 //! - **Generic** (anything else): one walk of the whole token trie with the DFA alone
 //!   ([`LexTokens`]), pruned where the DFA dies.
 //!
