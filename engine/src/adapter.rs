@@ -38,8 +38,7 @@ pub struct Constraint {
     cache: Arc<MaskCache>,
     /// Token references resolved to ids (`None`: names no token of this vocabulary).
     refs: Vec<Option<TokenId>>,
-    /// More characters than any token's slice run or prefix has.
-    /// Per [`Alphabet`]: the most characters any token has, as a slice token or a prefix.
+    /// Per [`Alphabet`]: more characters than any token's slice run or prefix has.
     horizon: [u32; 2],
     /// Per lexeme: its states' token sets and slice shifts, filled on first use.
     tables: Vec<LexemeTables>,

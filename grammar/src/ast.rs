@@ -4,7 +4,7 @@
 //! into the dense, index-based [`crate::Grammar`] by [`crate::lower`]; nothing at decode time
 //! looks at the AST.
 
-use crate::error::Span;
+use crate::error::{ErrorKind, Span};
 use std::fmt::{self, Write};
 
 /// One `name ::= body` definition.
@@ -293,4 +293,95 @@ pub fn print_rules(rules: &[RuleAst]) -> String {
         let _ = writeln!(out, "{r}");
     }
     out
+}
+
+/// What [`check_rules`] finds in rules built by a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesCheck {
+    /// The deepest nesting of expressions (each node one level, computed, whatever the
+    /// `depth` fields say).
+    pub depth: u32,
+    /// The first thing GBNF text could not say, or its parser would refuse: a name that is
+    /// not a GBNF name, `{m,n}` with `m > n`, a reversed class range, alternatives or `&`
+    /// with no operand, a token reference not written `<...>`.
+    pub problem: Option<ErrorKind>,
+}
+
+/// Checks rules built by a program before they are compiled without text (see
+/// `compile_rules`): iteratively, so no nesting can overflow the stack.
+pub fn check_rules(rules: &[RuleAst]) -> RulesCheck {
+    let mut depth = 0;
+    let mut problem = None;
+    let name_ok =
+        |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let mut stack: Vec<(&Expr, u32)> = Vec::new();
+    for r in rules {
+        if problem.is_none() && !name_ok(&r.name) {
+            problem = Some(not_gbnf(
+                format!("rule name {:?}", r.name),
+                "a name of letters, digits and '-'",
+            ));
+        }
+        stack.push((&r.body, 1));
+        while let Some((e, level)) = stack.pop() {
+            depth = depth.max(level);
+            let found =
+                match &e.kind {
+                    ExprKind::Seq(xs) => {
+                        stack.extend(xs.iter().map(|x| (x, level + 1)));
+                        None
+                    }
+                    ExprKind::Alt(xs) | ExprKind::And(xs) => {
+                        stack.extend(xs.iter().map(|x| (x, level + 1)));
+                        xs.is_empty()
+                            .then(|| not_gbnf("an empty list of operands".into(), "at least one"))
+                    }
+                    ExprKind::Repeat { inner, min, max } => {
+                        stack.push((inner, level + 1));
+                        match max {
+                            Some(n) if min > n => Some(ErrorKind::BadRepetition(format!(
+                                "minimum {min} is more than maximum {n}"
+                            ))),
+                            _ => None,
+                        }
+                    }
+                    ExprKind::Group(inner) | ExprKind::Not(inner) => {
+                        stack.push((inner, level + 1));
+                        None
+                    }
+                    ExprKind::Class(c) => c.ranges.iter().find(|(a, b)| a > b).map(|&(a, b)| {
+                        ErrorKind::ReversedRange {
+                            start: a as u32,
+                            end: b as u32,
+                        }
+                    }),
+                    ExprKind::RuleRef(n) => (!name_ok(n)).then(|| {
+                        not_gbnf(
+                            format!("rule name {n:?}"),
+                            "a name of letters, digits and '-'",
+                        )
+                    }),
+                    ExprKind::Token(TokenAst {
+                        target: TokenTarget::Text(t),
+                        ..
+                    }) => {
+                        let inner = t.strip_prefix('<').and_then(|t| t.strip_suffix('>'));
+                        let ok = inner.is_some_and(|i| !i.contains(['>', '\n', '\r']));
+                        (!ok).then(|| not_gbnf(format!("token reference {t:?}"), "<...>"))
+                    }
+                    ExprKind::Literal(_) | ExprKind::Any | ExprKind::Token(_) => None,
+                };
+            if problem.is_none() {
+                problem = found;
+            }
+        }
+    }
+    RulesCheck { depth, problem }
+}
+
+fn not_gbnf(found: String, expected: &str) -> ErrorKind {
+    ErrorKind::Unexpected {
+        found,
+        expected: expected.to_string(),
+    }
 }

@@ -127,27 +127,51 @@ pub fn compile_gbnf(text: &str, opts: &CompileOptions) -> Result<Arc<Grammar>, G
 }
 
 /// Compiles rules built by a program (a front end such as JSON Schema's) without writing
-/// and parsing them as text. The result is the grammar of [`ast::print_rules`]'s text. An
-/// error is positioned in that text: the rules are printed and compiled from the text
-/// again to place it (errors are rare; the fast path keeps no text).
+/// and parsing them as text. The result is the grammar of [`ast::print_rules`]'s text, and
+/// what that text's parser would refuse is refused ([`ast::check_rules`]). An error is
+/// positioned in that text where it can be: the rules are printed and compiled from the
+/// text again to place it (errors are rare; the fast path keeps no text).
 pub fn compile_rules(
     rules: &[RuleAst],
     opts: &CompileOptions,
 ) -> Result<Arc<Grammar>, GrammarError> {
     let max_depth = opts.limits.max_nesting_depth;
-    let first_error = if rules.iter().any(|r| r.body.depth > max_depth) {
-        None
-    } else {
-        match lower::lower(rules, None, opts) {
+    let check = ast::check_rules(rules);
+    // Printed, each node may gain a group of parentheses: at most twice the depth. Far past
+    // the limit the rules are not printed at all (printing recurses).
+    if check.depth > max_depth.saturating_mul(4) {
+        return Err(GrammarError::unplaced(
+            ErrorKind::Limit {
+                what: "expression nesting depth".into(),
+                value: check.depth as usize,
+                limit_name: "max_nesting_depth",
+                limit: max_depth as usize,
+            },
+            &opts.origin,
+        ));
+    }
+    let deep = check.depth.saturating_mul(2) > max_depth;
+    let first_error = match check.problem {
+        // Names or shapes the text cannot say: printed, they would read as something else.
+        Some(kind @ ErrorKind::Unexpected { .. }) => {
+            return Err(GrammarError::unplaced(kind, &opts.origin));
+        }
+        // Bounds the text's parser refuses in place.
+        Some(kind) => Some(GrammarError::unplaced(kind, &opts.origin)),
+        // Deep enough that the text's groups might pass the limit: the text decides.
+        None if deep => None,
+        None => match lower::lower(rules, None, opts) {
             Ok(g) => return Ok(Arc::new(g)),
             Err(e) => Some(e),
-        }
+        },
     };
     let text = ast::print_rules(rules);
-    match compile_gbnf(&text, opts) {
-        Err(placed) => Err(placed),
-        // Not expected: the text compiles where the rules did not. The error as found.
-        Ok(g) => first_error.map_or(Ok(g), Err),
+    match (compile_gbnf(&text, opts), first_error) {
+        (Err(placed), _) => Err(placed),
+        // What the text cannot say (it parsed as something else), or a lowering error the
+        // text did not reproduce: the error as found.
+        (Ok(_), Some(e)) => Err(e),
+        (Ok(g), None) => Ok(g),
     }
 }
 

@@ -115,3 +115,68 @@ fn an_error_in_built_rules_is_placed_in_their_printed_text() {
         "{err}"
     );
 }
+
+#[test]
+fn built_rules_the_text_could_not_say_are_refused() {
+    use corral_grammar::ast::{ClassAst, ExprKind, TokenAst, TokenTarget};
+    let rule = |name: &str, kind: ExprKind| RuleAst {
+        name: name.into(),
+        name_span: Default::default(),
+        body: Expr::built(kind),
+    };
+    let a = || Box::new(Expr::built(ExprKind::Literal(vec!['a'])));
+    let opts = CompileOptions::default();
+    let cases = [
+        rule(
+            "root",
+            ExprKind::Repeat {
+                inner: a(),
+                min: 3,
+                max: Some(2),
+            },
+        ),
+        rule(
+            "root",
+            ExprKind::Class(ClassAst {
+                negated: false,
+                ranges: vec![('z', 'a')],
+            }),
+        ),
+        rule("root", ExprKind::Alt(Vec::new())),
+        rule("root", ExprKind::And(Vec::new())),
+        rule("root", ExprKind::RuleRef("no spaces".into())),
+        rule("ro ot", ExprKind::Literal(vec!['a'])),
+        rule(
+            "root",
+            ExprKind::Token(TokenAst {
+                negated: false,
+                target: TokenTarget::Text("im_end".into()),
+            }),
+        ),
+    ];
+    for r in cases {
+        let shown = format!("{r}");
+        let e = compile_rules(std::slice::from_ref(&r), &opts).unwrap_err();
+        match (&r.body.kind, &e.kind) {
+            (ExprKind::Repeat { .. }, ErrorKind::BadRepetition(_))
+            | (ExprKind::Class(_), ErrorKind::ReversedRange { .. })
+            | (_, ErrorKind::Unexpected { .. }) => {}
+            _ => panic!("{shown}: {e}"),
+        }
+    }
+
+    // Nested far past the limit: refused without being printed.
+    let mut deep = Expr::built(ExprKind::Literal(vec!['a']));
+    for _ in 0..100_000 {
+        deep = Expr::built(ExprKind::Not(Box::new(deep)));
+    }
+    let r = RuleAst {
+        name: "root".into(),
+        name_span: Default::default(),
+        body: deep,
+    };
+    let e = compile_rules(std::slice::from_ref(&r), &opts).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+    // Dropping a deep expression recurses too: leak it (a test only).
+    std::mem::forget(r);
+}

@@ -21,6 +21,9 @@ impl Compiler<'_> {
         let ap_false = ap == Some(Value::Bool(false));
         let min_p = count(m, ptr, "minProperties")?.unwrap_or(0);
         let max_p = count(m, ptr, "maxProperties")?;
+        if max_p.is_some_and(|max| max < min_p) {
+            return Ok(None);
+        }
         let named = self.named_properties(&props, &required, &pats, ap.as_ref(), ptr)?;
         let ws = self.ws.clone();
         let mut items: Vec<(Expr, bool)> = Vec::new();
@@ -367,6 +370,9 @@ impl Compiler<'_> {
     ) -> Option<Expr> {
         let r_lo = min_p.saturating_sub(c);
         let r_hi = max_p.map(|m| m.saturating_sub(c));
+        if r_hi.is_some_and(|h| h < r_lo) {
+            return None;
+        }
         let nothing = || Some(if c == 0 { eps() } else { self.ws.clone() });
         let Some(x) = extra else {
             return if r_lo > 0 { None } else { nothing() };

@@ -12,6 +12,9 @@ impl Compiler<'_> {
     ) -> Res<Option<Expr>> {
         let min = count(m, ptr, "minLength")?.unwrap_or(0);
         let max = count(m, ptr, "maxLength")?;
+        if max.is_some_and(|max| max < min) {
+            return Ok(None);
+        }
         let (pattern, format) = self.pattern_and_format(m, ptr)?;
         // The format's place among the parts while it stays as the format defines it (its
         // GBNF is then a constant of the process).

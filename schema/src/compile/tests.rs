@@ -370,3 +370,33 @@ fn a_large_enum_of_strings_is_one_lexeme_and_matches_exactly() {
         );
     }
 }
+
+/// A minimum above its maximum allows no value of that type: the other types stay, and a
+/// schema left with none is refused as unsatisfiable (never a grammar with `{m,n}`, m > n).
+#[test]
+fn crossed_bounds_allow_no_value_of_their_type() {
+    for kind in [
+        r#""type":["object","null"],"minProperties":3,"maxProperties":2"#,
+        r#""type":["object","null"],"properties":{"a":{"type":"integer"}},"minProperties":2,"maxProperties":1"#,
+        r#""type":["string","null"],"minLength":5,"maxLength":3"#,
+        r#""type":["array","null"],"minItems":3,"maxItems":2"#,
+    ] {
+        let schema = format!("{{{kind}}}");
+        check(
+            &schema,
+            &["null"],
+            &[r#"{"a":1,"b":2,"c":3}"#, r#""abcd""#, "[1,2]", "{}"],
+        );
+    }
+    for alone in [
+        r#"{"type":"object","minProperties":3,"maxProperties":2}"#,
+        r#"{"type":"string","minLength":5,"maxLength":3}"#,
+    ] {
+        let e = compile_json_schema(alone, &JsonSchemaOptions::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no JSON value satisfies this schema"),
+            "{alone}: {e}"
+        );
+    }
+}
