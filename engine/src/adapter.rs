@@ -176,7 +176,8 @@ impl Constraint {
 
     /// The chain of `state` of lexeme `l` on the first alphabet that slices it. The words
     /// slice is taken only where letters and digits go on (a state they all end is walked
-    /// whole, which dies at their first byte) and few other bytes do.
+    /// whole, which dies at their first byte) and few other bytes do, there and at the
+    /// chain's states its suffix walks start from.
     fn sliced(&self, l: LexemeId, state: u32) -> Option<(Alphabet, Chain)> {
         let dfa = self.grammar.lexeme(l).dfa();
         Alphabet::ALL.into_iter().find_map(|a| {
@@ -186,7 +187,15 @@ impl Constraint {
             }
             let mut shift_of = |s| self.shift(l, s, a);
             chain(dfa, state, self.horizon[a.index()], &mut shift_of)
-                .filter(|ch| !words || ch.left != Some(0))
+                .filter(|ch| {
+                    // Every state the suffix walks start from keeps them small.
+                    !words
+                        || (ch.left != Some(0)
+                            && ch.states[1..]
+                                .iter()
+                                .take(WALKED_PREFIXES as usize)
+                                .all(|&s| few_suffix_starts(dfa, s)))
+                })
                 .map(|ch| (a, ch))
         })
     }
@@ -912,3 +921,58 @@ pub fn compute_masks(
 
 /// Batches at least this large are computed in parallel by [`compute_masks`].
 pub const PARALLEL_BATCH: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_grammar::{CompileOptions, compile_gbnf};
+    use corral_trie::Vocabulary;
+
+    fn constraint(grammar: &str) -> Arc<Constraint> {
+        let words: [&[u8]; 8] = [b"ab", b"a1", b"x,", b",", b"Q", b"zz!", b" ", b"a b"];
+        let vocab = Vocabulary::from_parts(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+            [],
+        );
+        let space = Arc::new(TokenSpace::new(vocab, None, Vec::new()));
+        Constraint::new(
+            compile_gbnf(grammar, &CompileOptions::default()).unwrap(),
+            space,
+        )
+    }
+
+    /// How the (one) lexeme's `state` gets its tokens: the slice of an alphabet, or a walk.
+    fn kind(c: &Constraint, state: u32) -> Option<Alphabet> {
+        match &**c.tokens(LexemeId(0), state) {
+            StateTokens::Sliced { alphabet, .. } => Some(*alphabet),
+            StateTokens::Generic(_) => None,
+        }
+    }
+
+    #[test]
+    fn the_words_slice_is_taken_where_its_suffix_walks_stay_small() {
+        // Letters and digits, then '@': only '@' goes on besides them.
+        let c = constraint(r#"root ::= [A-Za-z0-9]+ "@""#);
+        let start = c.grammar.lexeme(LexemeId(0)).dfa().start();
+        assert_eq!(kind(&c, start), Some(Alphabet::Words));
+        // Two of them, then almost any byte: the chain reaches a state most bytes keep
+        // alive, whose suffix walk would be most of the vocabulary.
+        let c = constraint(r#"root ::= [A-Za-z0-9]{2} [^,]* ",""#);
+        let start = c.grammar.lexeme(LexemeId(0)).dfa().start();
+        assert_eq!(kind(&c, start), None);
+        // Every letter and digit ends the lexeme: walked (the walk dies at their first byte).
+        let c = constraint(r#"root ::= "a" [,;]"#);
+        let dfa = c.grammar.lexeme(LexemeId(0)).dfa();
+        assert_eq!(kind(&c, dfa.next(dfa.start(), b'a')), None);
+        // A string body stays with the string slice.
+        let c = constraint(r#"root ::= "\"" [^"\\]* "\"""#);
+        let dfa = c.grammar.lexeme(LexemeId(0)).dfa();
+        assert_eq!(
+            kind(&c, dfa.next(dfa.start(), b'"')),
+            Some(Alphabet::Strings)
+        );
+    }
+}
