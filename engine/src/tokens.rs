@@ -74,26 +74,13 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
         }
         Some(x) => x == t,
     };
-    if alphabet == Alphabet::Words {
-        let words = (b'0'..=b'9').chain(b'A'..=b'Z').chain(b'a'..=b'z');
-        for b in words {
-            if !agree(dfa.next(s, b)) {
-                return Shift::Mixed;
-            }
-        }
-        return match target {
-            Some(DEAD) => Shift::Kills,
-            Some(t) => Shift::To(t),
-            None => Shift::Mixed,
-        };
-    }
-    for b in 0x20u8..=0x7e {
-        if b != b'"' && b != b'\\' && !agree(dfa.next(s, b)) {
+    for b in 0u8..=0x7f {
+        if alphabet.admits(b as char) && !agree(dfa.next(s, b)) {
             return Shift::Mixed;
         }
     }
-    // Multi-byte characters: every path through the ranges, one byte per distinct next
-    // state at each position.
+    // Multi-byte characters (every one is of `Strings`, none of `Words`): every path
+    // through the ranges, one byte per distinct next state at each position.
     fn paths(
         dfa: &LexemeDfa,
         state: u32,
@@ -118,9 +105,11 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
         }
         true
     }
-    for seq in MULTIBYTE {
-        if !paths(dfa, s, seq, &mut agree) {
-            return Shift::Mixed;
+    if alphabet == Alphabet::Strings {
+        for seq in MULTIBYTE {
+            if !paths(dfa, s, seq, &mut agree) {
+                return Shift::Mixed;
+            }
         }
     }
     match target {
@@ -139,7 +128,7 @@ pub(crate) const MAX_LIVE_SUFFIX_STARTS: usize = 64;
 /// [`MAX_LIVE_SUFFIX_STARTS`]).
 pub(crate) fn few_suffix_starts(dfa: &LexemeDfa, s: u32) -> bool {
     (0..=255u8)
-        .filter(|b| !b.is_ascii_alphanumeric() && dfa.next(s, *b) != DEAD)
+        .filter(|&b| !Alphabet::Words.admits(b as char) && dfa.next(s, b) != DEAD)
         .count()
         <= MAX_LIVE_SUFFIX_STARTS
 }

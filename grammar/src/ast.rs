@@ -8,7 +8,7 @@ use crate::error::{ErrorKind, Span};
 use std::fmt::{self, Write};
 
 /// One `name ::= body` definition.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleAst {
     pub name: String,
     pub name_span: Span,

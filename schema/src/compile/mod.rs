@@ -2,7 +2,7 @@
 //! follow it: [`Compiler::value`] is the entry for any subschema and returns a GBNF
 //! expression (usually a rule name) or `None` when no value is valid.
 
-use super::gbnf::{alt, and, eps, from_hir, g, lit, name, not, opt, repeat, seq};
+use super::gbnf::{alt, and, digit, eps, from_hir, g, lit, name, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
 use super::pattern::{Encoder, Spelling, any_char, ecma_to_hir, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};

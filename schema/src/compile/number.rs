@@ -42,7 +42,7 @@ impl Compiler<'_> {
                         g(numbers::JSON_INTEGER),
                         opt(seq(vec![
                             lit("."),
-                            repeat(super::super::gbnf::digit(), 1, Some(d)),
+                            repeat(digit(), 1, Some(d)),
                             g(r#""0"*"#),
                         ])),
                     ]))
