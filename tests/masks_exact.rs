@@ -100,7 +100,15 @@ fn json_gbnf_masks_equal_brute_force() {
     )
     .unwrap();
     let mixed = "{\"n\": [-0.5, 12, 3e-7, 1E+22, 1234567890123456], \"s\": \"tab\\t \\\"q\\\" \\u00e9 é 日本 😀\",\n  \"deep\": [[{\"k\": null}]], \"b\": [true,false]}".to_string();
-    check("json.gbnf", &g, &[person.trim_end().to_string(), mixed]);
+    // Every escape json.gbnf has, at the start of a string, after one, and before its end.
+    let escapes =
+        r#"{"\u00e9\"x": "\\\b\f\n\r\t\u0041\uABCDx\"", "k\u0022": ["a\\\"b", "\\", "\"\u20AC"]}"#
+            .to_string();
+    check(
+        "json.gbnf",
+        &g,
+        &[person.trim_end().to_string(), mixed, escapes],
+    );
 }
 
 #[test]

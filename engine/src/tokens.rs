@@ -22,7 +22,13 @@
 //!   letters and digits do (a state they all end is generic: its walk dies at their first
 //!   byte).
 //! - **Generic** (anything else): one walk of the whole token trie with the DFA alone
-//!   ([`LexTokens`]), pruned where the DFA dies.
+//!   ([`LexTokens`]), pruned where the DFA dies. Where the walk reaches the body of a
+//!   string after an ASCII byte (the state after `"`, after an escape such as `\n`, after
+//!   the last hex digit of `\u00e9`), it does not go on node by node: below that node,
+//!   every token whose rest is slice characters stays in the body (its *tail*, see
+//!   [`CharSlice::subtree_tails`], precomputed per tokenizer in trie order), and only
+//!   the others are run. A state after `\u00e` thus costs a pass over the tokens that
+//!   start with a hex digit, not a DFA step per trie node below them.
 //!
 //! In both, a token whose bytes the DFA takes to the end is allowed whatever the parser
 //! says (the lexeme goes on, or ends exactly at the token's end). A token the DFA kills
@@ -292,12 +298,56 @@ type Suffix = (Vec<u8>, TokenId);
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
 const MERGE_SUBTREE: u32 = 256;
 
-/// One walk of the whole trie with the DFA alone.
+/// The suffixes of tokens that need the parser after the lexeme ends in `state`.
+fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
+    let g = match groups.iter().position(|g| g.0 == state) {
+        Some(g) => g,
+        None => {
+            groups.push((state, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    &mut groups[g].1
+}
+
+/// Which states of one DFA loop on every string slice character without accepting (a
+/// string's body), remembered by state index for one walk.
+#[derive(Default)]
+struct Loops {
+    known: Vec<u8>,
+}
+
+impl Loops {
+    const UNKNOWN: u8 = 0;
+    const NO: u8 = 1;
+    const YES: u8 = 2;
+
+    fn test(&mut self, dfa: &LexemeDfa, s: u32) -> bool {
+        let i = LexemeDfa::index(s);
+        if i >= self.known.len() {
+            self.known.resize(i + 1, Self::UNKNOWN);
+        }
+        if self.known[i] == Self::UNKNOWN {
+            // One byte first: most states are not string bodies.
+            let body = dfa.next(s, b'a') == s
+                && !dfa.is_accepting(s)
+                && shift(dfa, s, Alphabet::Strings) == Shift::To(s);
+            self.known[i] = if body { Self::YES } else { Self::NO };
+        }
+        self.known[i] == Self::YES
+    }
+}
+
+/// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
+/// a string's body: there the slice's tails decide (see [`CharSlice::tail`]).
 pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> LexTokens {
     const NONE: u32 = u32::MAX;
     let trie = space.trie();
     let nodes = trie.nodes();
     let vocab = space.vocab();
+    let slice = space.slice_of(Alphabet::Strings);
+    let mut loops = Loops::default();
+    let jumps = slice.indexes_trie();
     let mut inside = FixedBitSet::with_capacity(space.width());
     let mut subtrees = Vec::new();
     // (end state, (remaining bytes, token)) per group.
@@ -316,18 +366,11 @@ pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> L
                 // The tokens below need the parser after the lexeme's end at `ended`.
                 let a = ended as usize;
                 let k = nodes[a].depth as usize;
-                let end_state = path[k].0;
-                let g = match groups.iter().position(|g| g.0 == end_state) {
-                    Some(g) => g,
-                    None => {
-                        groups.push((end_state, Vec::new()));
-                        groups.len() - 1
-                    }
-                };
+                let g = group(&mut groups, path[k].0);
                 for j in i..i + n.subtree as usize {
                     for t in trie.tokens_at(j) {
                         let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
-                        groups[g].1.push((bytes[k..].to_vec(), t));
+                        g.push((bytes[k..].to_vec(), t));
                     }
                 }
             }
@@ -341,9 +384,31 @@ pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> L
                 subtrees.push((next, NodeId(i as u32)));
             }
         }
+        trie.mark(i, &mut inside);
+        if here == NONE && n.byte < 0x80 && n.subtree > 1 && jumps && loops.test(dfa, next) {
+            // The body of a string, reached after an ASCII byte (a character boundary):
+            // the subtree's tokens whose rest is slice characters stay there; the few
+            // others are run one by one. No DFA step per node.
+            let end = i + n.subtree as usize;
+            for &(t, tail) in slice.subtree_tails(i + 1, end) {
+                if tail as usize <= d {
+                    inside.insert(t.index());
+                    continue;
+                }
+                let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                match run_suffix(dfa, next, &bytes[d..]) {
+                    Outcome::Alive => inside.insert(t.index()),
+                    Outcome::Dead => {}
+                    Outcome::Ending { state, at } => {
+                        group(&mut groups, state).push((bytes[d + at..].to_vec(), t))
+                    }
+                }
+            }
+            i = end;
+            continue;
+        }
         path.truncate(d);
         path.push((next, here));
-        trie.mark(i, &mut inside);
         i += 1;
     }
     subtrees.sort_unstable();

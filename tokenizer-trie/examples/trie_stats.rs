@@ -28,7 +28,11 @@ fn main() {
         );
         for a in Alphabet::ALL {
             let t = Instant::now();
-            let slice = CharSlice::with_alphabet(&vocab, vocab.len(), a);
+            let mut slice = CharSlice::with_alphabet(&vocab, vocab.len(), a);
+            if a == Alphabet::Strings {
+                // As `TokenSpace` does: the tails of the trie's tokens, in its order.
+                slice.index_trie(&trie);
+            }
             println!(
                 "  slice by {a:?}: build {:.1} ms, {} suffixes ({} trie nodes), {:.2} MiB",
                 t.elapsed().as_secs_f64() * 1e3,

@@ -102,6 +102,13 @@ pub struct CharSlice {
     max_prefix: u32,
     /// The most characters a slice token starts.
     max_chars: u32,
+    /// Per token id: its tail (see [`CharSlice::subtree_tails`]; `u16::MAX` for none).
+    by_id: Vec<u16>,
+    /// The tokens of the main trie in its order (a subtree's are a range), each with its
+    /// tail (see [`CharSlice::subtree_tails`]); empty until [`CharSlice::index_trie`].
+    tails: Vec<(TokenId, u16)>,
+    /// Per main-trie node (and one past the last): where its tokens start in `tails`.
+    tails_at: Vec<u32>,
     alphabet: Alphabet,
 }
 
@@ -143,6 +150,53 @@ fn split(bytes: &[u8], alphabet: Alphabet) -> (u32, Option<usize>) {
     (chars, None)
 }
 
+/// Where the last run of slice characters in `bytes` starts: the offset just past the last
+/// byte that is not part of one. Bytes are read as UTF-8 from the start, resynchronizing
+/// one byte on after an invalid sequence, so every ASCII byte stands alone and the offset
+/// after one is always a character boundary.
+fn tail(bytes: &[u8], alphabet: Alphabet) -> usize {
+    let mut tail = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let len = match bytes[i] {
+            b @ 0x00..=0x7f => {
+                i += 1;
+                if !alphabet.admits(b as char) {
+                    tail = i;
+                }
+                continue;
+            }
+            0xc2..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf4 => 4,
+            _ => 0,
+        };
+        let end = (i + len.max(1)).min(bytes.len());
+        match std::str::from_utf8(&bytes[i..end]) {
+            Ok(s) if len > 0 => {
+                i = end;
+                if !s.chars().all(|c| alphabet.admits(c)) {
+                    tail = i;
+                }
+            }
+            // A partial character at the end, as in `split`.
+            Err(e)
+                if alphabet == Alphabet::Strings
+                    && end == bytes.len()
+                    && e.error_len().is_none()
+                    && len > 1 =>
+            {
+                i = end;
+            }
+            _ => {
+                i += 1;
+                tail = i;
+            }
+        }
+    }
+    tail
+}
+
 impl CharSlice {
     /// Slices the text tokens of `vocab` by string characters; masks are `width` bits wide.
     pub fn new(vocab: &Vocabulary, width: usize) -> CharSlice {
@@ -155,7 +209,11 @@ impl CharSlice {
         let mut long = Vec::new();
         let mut rest: Vec<(&[u8], u32, TokenId)> = Vec::new();
         let mut max_chars = 0;
+        let mut by_id = vec![u16::MAX; width];
         for (id, bytes) in vocab.text_tokens() {
+            if let Some(t) = by_id.get_mut(id.index()) {
+                *t = u16::try_from(tail(bytes, alphabet)).unwrap_or(u16::MAX);
+            }
             match split(bytes, alphabet) {
                 (chars, None) => {
                     max_chars = max_chars.max(chars);
@@ -211,7 +269,46 @@ impl CharSlice {
             suffix_bytes,
             max_prefix,
             max_chars,
+            by_id,
+            tails: Vec::new(),
+            tails_at: Vec::new(),
             alphabet,
+        }
+    }
+
+    /// Indexes the tokens of `trie` (the trie of the same vocabulary) for
+    /// [`CharSlice::subtree_tails`].
+    pub fn index_trie(&mut self, trie: &TokenTrie) {
+        let nodes = trie.nodes();
+        self.tails_at = Vec::with_capacity(nodes.len() + 1);
+        self.tails.clear();
+        for (i, n) in nodes.iter().enumerate() {
+            self.tails_at.push(self.tails.len() as u32);
+            if n.token().is_some() {
+                for t in trie.tokens_at(i) {
+                    let at = self.by_id.get(t.index()).copied().unwrap_or(u16::MAX);
+                    self.tails.push((t, at));
+                }
+            }
+        }
+        self.tails_at.push(self.tails.len() as u32);
+    }
+
+    /// Whether [`CharSlice::index_trie`] was called.
+    pub fn indexes_trie(&self) -> bool {
+        !self.tails_at.is_empty()
+    }
+
+    /// The tokens at main-trie nodes `lo..hi` (in trie order; a subtree's nodes are such a
+    /// range), each with its *tail*: the byte offset after which every byte is part of a
+    /// slice character (0 for a slice token). After an ASCII byte at or past a token's
+    /// tail, the rest of the token is slice characters. Empty before
+    /// [`CharSlice::index_trie`].
+    #[inline]
+    pub fn subtree_tails(&self, lo: usize, hi: usize) -> &[(TokenId, u16)] {
+        match (self.tails_at.get(lo), self.tails_at.get(hi)) {
+            (Some(&a), Some(&b)) => &self.tails[a as usize..b as usize],
+            _ => &[],
         }
     }
 
@@ -278,6 +375,9 @@ impl CharSlice {
             .map(|b| b.as_slice().len() * 8)
             .sum::<usize>()
             + self.long.len() * 8
+            + self.by_id.len() * 2
+            + self.tails.len() * 8
+            + self.tails_at.len() * 4
             + self.suffixes.memory_usage()
             + self.ranges.len() * 8
             + self.by_suffix.len() * 8 * 2
@@ -308,6 +408,22 @@ mod tests {
         assert_eq!(split(b"x\n"), (1, Some(1)));
         assert_eq!(split(b"\xa9abc"), (0, Some(0)), "a continuation byte first");
         assert_eq!(split(b"a\x7f"), (1, Some(1)));
+    }
+
+    #[test]
+    fn tails_start_after_the_last_byte_not_of_a_slice_character() {
+        let tail = |b: &[u8]| super::tail(b, Alphabet::Strings);
+        assert_eq!(tail(b"hello"), 0);
+        assert_eq!(tail(b"ab\",cd"), 3);
+        assert_eq!(tail(b"x\n"), 2);
+        assert_eq!(tail("a\"日本".as_bytes()), 2);
+        assert_eq!(tail(b"\"\xe6\x97"), 1, "a partial character at the end");
+        assert_eq!(tail(b"a\xe6b"), 2, "an invalid sequence: one byte on");
+        assert_eq!(tail(b"\xa9abc"), 1);
+        let words = |b: &[u8]| super::tail(b, Alphabet::Words);
+        assert_eq!(words(b"example.com"), 8);
+        assert_eq!(words(b"ab_c"), 3);
+        assert_eq!(words("é1".as_bytes()), 2);
     }
 
     #[test]

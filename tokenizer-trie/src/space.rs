@@ -92,8 +92,13 @@ impl TokenSpace {
 
     /// The vocabulary sliced by `alphabet` (computed on first use, like [`Self::slice`]).
     pub fn slice_of(&self, alphabet: Alphabet) -> &CharSlice {
-        self.slices[alphabet.index()]
-            .get_or_init(|| CharSlice::with_alphabet(&self.vocab, self.width, alphabet))
+        self.slices[alphabet.index()].get_or_init(|| {
+            let mut slice = CharSlice::with_alphabet(&self.vocab, self.width, alphabet);
+            if alphabet == Alphabet::Strings {
+                slice.index_trie(&self.trie);
+            }
+            slice
+        })
     }
 
     /// Every slice, computed now (when the tokenizer is loaded, to keep that off the first
