@@ -166,12 +166,17 @@ impl Constraint {
         }
     }
 
-    /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered).
+    /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered), to a
+    /// representative state (see [`corral_grammar::LexemeDfa::representative`]): a chain
+    /// through a counted string's body far from its bounds is a loop.
     fn shift(&self, l: LexemeId, state: u32, alphabet: Alphabet) -> Shift {
         let dfa = &self.grammar.lexeme(l).dfa();
         *self.tables[l.0 as usize].shifts[alphabet.index()]
             .get(corral_grammar::LexemeDfa::index(state))
-            .get_or_init(|| shift(dfa, state, alphabet))
+            .get_or_init(|| match shift(dfa, state, alphabet) {
+                Shift::To(t) => Shift::To(dfa.representative(t, self.cache.depth())),
+                other => other,
+            })
     }
 
     /// The chain of `state` of lexeme `l` on the first alphabet that slices it. The words
@@ -200,9 +205,11 @@ impl Constraint {
         })
     }
 
-    /// The token sets of `state` of lexeme `l` (remembered).
+    /// The token sets of `state` of lexeme `l` (remembered), which are those of its
+    /// representative (see [`corral_grammar::LexemeDfa::representative`]).
     fn tokens(&self, l: LexemeId, state: u32) -> &Arc<StateTokens> {
         let lex = self.grammar.lexeme(l);
+        let state = lex.dfa().representative(state, self.cache.depth());
         let slot = self.tables[l.0 as usize]
             .tokens
             .get(corral_grammar::LexemeDfa::index(state));

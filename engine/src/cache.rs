@@ -106,6 +106,12 @@ impl MaskCache {
         &self.space
     }
 
+    /// The longest token's bytes: token sets depend on what a DFA does with that many bytes
+    /// at most (see [`LexemeDfa::representative`]).
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
+    }
+
     pub fn stats(&self) -> MaskCacheStats {
         let entries = self.generic.read().map_or(0, |m| m.len())
             + self
@@ -149,7 +155,7 @@ impl MaskCache {
             k.2 = CLASS | class;
         }
         self.get_or(&self.generic, k, || {
-            let t = walk_generic(dfa, state, &self.space);
+            let t = walk_generic(dfa, state, &self.space, self.depth);
             let bytes = t.inside.as_slice().len() * 8
                 + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
                 + t.subtrees.len() * 8;
@@ -167,7 +173,7 @@ impl MaskCache {
     ) -> Arc<SuffixWalk> {
         let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
         self.get_or(&self.walks[alphabet.index()], k, || {
-            let w = walk_suffixes(dfa, state, self.space.slice_of(alphabet));
+            let w = walk_suffixes(dfa, state, self.space.slice_of(alphabet), self.depth);
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
             (Arc::new(w), bytes)
         })

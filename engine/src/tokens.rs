@@ -28,7 +28,14 @@
 //!   every token whose rest is slice characters stays in the body (its *tail*, see
 //!   [`CharSlice::subtree_tails`], precomputed per tokenizer in trie order), and only
 //!   the others are run. A state after `\u00e` thus costs a pass over the tokens that
-//!   start with a hex digit, not a DFA step per trie node below them.
+//!   start with a hex digit, not a DFA step per trie node below them. The suffix walks of
+//!   the sliced states jump the same way, over the suffix trie's own tails (after `.` in
+//!   an e-mail address's local part, say).
+//!
+//! States are taken by their representative ([`LexemeDfa::representative`]): in a
+//! counted repetition, a count that reaches neither bound within the longest token behaves
+//! as the lowest such count, so the body of a string with `maxLength: 500` is one state for
+//! tokens, a loop, not 500 chained ones, and its sets are computed once, not per position.
 //!
 //! In both, a token whose bytes the DFA takes to the end is allowed whatever the parser
 //! says (the lexeme goes on, or ends exactly at the token's end). A token the DFA kills
@@ -80,13 +87,20 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
         }
         Some(x) => x == t,
     };
+    // One byte per byte class: the others of a class go the same way.
+    let mut asked = [false; 256];
     for b in 0u8..=0x7f {
-        if alphabet.admits(b as char) && !agree(dfa.next(s, b)) {
+        let c = dfa.class_of(b) as usize;
+        if alphabet.admits(b as char)
+            && !std::mem::replace(&mut asked[c], true)
+            && !agree(dfa.next(s, b))
+        {
             return Shift::Mixed;
         }
     }
     // Multi-byte characters (every one is of `Strings`, none of `Words`): every path
-    // through the ranges, one byte per distinct next state at each position.
+    // through the ranges, one byte per byte class and one per distinct next state at
+    // each position.
     fn paths(
         dfa: &LexemeDfa,
         state: u32,
@@ -99,8 +113,12 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
         if state == DEAD {
             return agree(DEAD);
         }
+        let mut asked = [false; 256];
         let mut seen: Vec<u32> = Vec::new();
         for b in lo..=hi {
+            if std::mem::replace(&mut asked[dfa.class_of(b) as usize], true) {
+                continue;
+            }
             let t = dfa.next(state, b);
             if !seen.contains(&t) {
                 seen.push(t);
@@ -215,13 +233,22 @@ pub(crate) struct SuffixWalk {
     pub endings: Vec<(u32, NodeId)>,
 }
 
-/// Walks the slice's suffix trie with `dfa` from `start`.
-pub(crate) fn walk_suffixes(dfa: &LexemeDfa, start: u32, slice: &CharSlice) -> SuffixWalk {
+/// Walks the slice's suffix trie with `dfa` from `start`. Below a node where the DFA
+/// reaches a state that loops on the slice's characters, after an ASCII byte, the suffixes
+/// whose rest is such characters stay alive without a walk (as in [`walk_generic`]), and
+/// the others are run one by one.
+pub(crate) fn walk_suffixes(
+    dfa: &LexemeDfa,
+    start: u32,
+    slice: &CharSlice,
+    depth: usize,
+) -> SuffixWalk {
     const NONE: u32 = u32::MAX;
     let trie = slice.suffixes();
     let nodes = trie.nodes();
     let mut alive = FixedBitSet::with_capacity(slice.suffix_count());
     let mut endings = Vec::new();
+    let mut loops = Loops::new(slice.alphabet(), depth);
     // Per depth on the current path: the DFA state, and whether the lexeme could end
     // above (at or below depth 1).
     let mut path: Vec<(u32, u32)> = vec![(start, NONE)];
@@ -240,9 +267,35 @@ pub(crate) fn walk_suffixes(dfa: &LexemeDfa, start: u32, slice: &CharSlice) -> S
             here = i as u32;
             endings.push((next, NodeId(i as u32)));
         }
+        trie.mark(i, &mut alive);
+        if here == NONE && n.byte < 0x80 && n.subtree > 1 && loops.test(dfa, next) {
+            let end = i + n.subtree as usize;
+            let (first, tails) = slice.suffix_tails(i + 1, end);
+            for (k, &tail) in tails.iter().enumerate() {
+                let sid = SuffixId(first.0 + k as u32);
+                if tail as usize <= d {
+                    alive.insert(sid.index());
+                    continue;
+                }
+                let bytes = slice.suffix(sid);
+                match run_suffix(dfa, next, &bytes[d..]) {
+                    Outcome::Alive => alive.insert(sid.index()),
+                    Outcome::Dead => {}
+                    Outcome::Ending { state, at } => {
+                        // The parser walks below the ending's node: once per node.
+                        if let Some(node) = trie.node_of(&bytes[..d + at])
+                            && !endings.contains(&(state, node))
+                        {
+                            endings.push((state, node));
+                        }
+                    }
+                }
+            }
+            i = end;
+            continue;
+        }
         path.truncate(d);
         path.push((next, here));
-        trie.mark(i, &mut alive);
         i += 1;
     }
     SuffixWalk { alive, endings }
@@ -310,10 +363,13 @@ fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
     &mut groups[g].1
 }
 
-/// Which states of one DFA loop on every string slice character without accepting (a
-/// string's body), remembered by state index for one walk.
-#[derive(Default)]
+/// Which states of one DFA loop on every character of an alphabet without accepting (a
+/// string's body, a run of letters and digits), remembered by state index for one walk.
+/// A state that such characters lead to a state that behaves alike within the longest
+/// token (a counted string's body far from its bounds) is taken as a loop too.
 struct Loops {
+    alphabet: Alphabet,
+    depth: usize,
     known: Vec<u8>,
 }
 
@@ -322,16 +378,26 @@ impl Loops {
     const NO: u8 = 1;
     const YES: u8 = 2;
 
+    fn new(alphabet: Alphabet, depth: usize) -> Loops {
+        Loops {
+            alphabet,
+            depth,
+            known: Vec::new(),
+        }
+    }
+
     fn test(&mut self, dfa: &LexemeDfa, s: u32) -> bool {
         let i = LexemeDfa::index(s);
         if i >= self.known.len() {
             self.known.resize(i + 1, Self::UNKNOWN);
         }
         if self.known[i] == Self::UNKNOWN {
-            // One byte first: most states are not string bodies.
-            let body = dfa.next(s, b'a') == s
+            // One byte first: most states loop on no alphabet.
+            let rep = |t| dfa.representative(t, self.depth);
+            let me = rep(s);
+            let body = rep(dfa.next(s, b'a')) == me
                 && !dfa.is_accepting(s)
-                && shift(dfa, s, Alphabet::Strings) == Shift::To(s);
+                && matches!(shift(dfa, s, self.alphabet), Shift::To(t) if rep(t) == me);
             self.known[i] = if body { Self::YES } else { Self::NO };
         }
         self.known[i] == Self::YES
@@ -340,13 +406,18 @@ impl Loops {
 
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::tail`]).
-pub(crate) fn walk_generic(dfa: &LexemeDfa, start: u32, space: &TokenSpace) -> LexTokens {
+pub(crate) fn walk_generic(
+    dfa: &LexemeDfa,
+    start: u32,
+    space: &TokenSpace,
+    depth: usize,
+) -> LexTokens {
     const NONE: u32 = u32::MAX;
     let trie = space.trie();
     let nodes = trie.nodes();
     let vocab = space.vocab();
     let slice = space.slice_of(Alphabet::Strings);
-    let mut loops = Loops::default();
+    let mut loops = Loops::new(Alphabet::Strings, depth);
     let jumps = slice.indexes_trie();
     let mut inside = FixedBitSet::with_capacity(space.width());
     let mut subtrees = Vec::new();

@@ -34,10 +34,12 @@ fn main() {
                 slice.index_trie(&trie);
             }
             println!(
-                "  slice by {a:?}: build {:.1} ms, {} suffixes ({} trie nodes), {:.2} MiB",
+                "  slice by {a:?}: build {:.1} ms, {} suffixes ({} trie nodes), longest run {} characters, longest prefix {}, {:.2} MiB",
                 t.elapsed().as_secs_f64() * 1e3,
                 slice.suffix_count(),
                 slice.suffixes().nodes().len(),
+                slice.max_chars(),
+                slice.max_prefix(),
                 slice.memory_usage() as f64 / (1 << 20) as f64
             );
         }

@@ -104,6 +104,10 @@ pub struct CharSlice {
     max_chars: u32,
     /// Per token id: its tail (see [`CharSlice::subtree_tails`]; `u16::MAX` for none).
     by_id: Vec<u16>,
+    /// Per suffix id: its tail.
+    suffix_tails: Vec<u16>,
+    /// Per suffix-trie node (and one past the last): the first suffix id at or after it.
+    suffixes_at: Vec<u32>,
     /// The tokens of the main trie in its order (a subtree's are a range), each with its
     /// tail (see [`CharSlice::subtree_tails`]); empty until [`CharSlice::index_trie`].
     tails: Vec<(TokenId, u16)>,
@@ -242,12 +246,14 @@ impl CharSlice {
         let mut by_suffix = Vec::with_capacity(rest.len());
         let mut by_prefix: Vec<Vec<(SuffixId, TokenId)>> = Vec::new();
         let mut suffix_bytes = Vec::new();
+        let mut suffix_tails = Vec::new();
         let mut max_prefix = 0;
         for (k, &(suffix, chars, id)) in rest.iter().enumerate() {
             if k == 0 || rest[k - 1].0 != suffix {
                 let sid = ranges.len() as u32;
                 entries.push((suffix.to_vec(), TokenId(sid)));
                 suffix_bytes.push(Box::from(suffix));
+                suffix_tails.push(u16::try_from(tail(suffix, alphabet)).unwrap_or(u16::MAX));
                 ranges.push((by_suffix.len() as u32, by_suffix.len() as u32));
             }
             let sid = SuffixId(ranges.len() as u32 - 1);
@@ -259,10 +265,23 @@ impl CharSlice {
             by_prefix[chars as usize].push((sid, id));
             max_prefix = max_prefix.max(chars);
         }
+        let suffixes = TokenTrie::from_entries(entries);
+        // Suffix ids are in byte order, which is the trie's: a subtree's are a range.
+        let mut suffixes_at = Vec::with_capacity(suffixes.nodes().len() + 1);
+        let mut next = 0u32;
+        for n in suffixes.nodes() {
+            suffixes_at.push(next);
+            if let Some(sid) = n.token() {
+                debug_assert_eq!(sid.0, next, "suffix ids in trie order");
+                next += 1;
+            }
+        }
+        suffixes_at.push(next);
         CharSlice {
             upto,
             long,
-            suffixes: TokenTrie::from_entries(entries),
+            suffixes,
+            suffixes_at,
             ranges,
             by_suffix,
             by_prefix,
@@ -270,6 +289,7 @@ impl CharSlice {
             max_prefix,
             max_chars,
             by_id,
+            suffix_tails,
             tails: Vec::new(),
             tails_at: Vec::new(),
             alphabet,
@@ -358,6 +378,15 @@ impl CharSlice {
         &self.suffix_bytes[sid.index()]
     }
 
+    /// The suffixes at suffix-trie nodes `lo..hi` (a subtree's nodes are such a range):
+    /// the first one's id, and each one's tail (as in [`CharSlice::subtree_tails`]; at
+    /// least 1, since a suffix starts with a byte that is not of a slice character).
+    #[inline]
+    pub fn suffix_tails(&self, lo: usize, hi: usize) -> (SuffixId, &[u16]) {
+        let (a, b) = (self.suffixes_at[lo] as usize, self.suffixes_at[hi] as usize);
+        (SuffixId(a as u32), &self.suffix_tails[a..b])
+    }
+
     /// The longest prefix, in characters, of a token with a suffix.
     pub fn max_prefix(&self) -> u32 {
         self.max_prefix
@@ -376,6 +405,8 @@ impl CharSlice {
             .sum::<usize>()
             + self.long.len() * 8
             + self.by_id.len() * 2
+            + self.suffix_tails.len() * 2
+            + self.suffixes_at.len() * 4
             + self.tails.len() * 8
             + self.tails_at.len() * 4
             + self.suffixes.memory_usage()

@@ -251,6 +251,37 @@ impl Composed {
         DEAD
     }
 
+    /// A global index that behaves as `g` does on every byte string of at most `depth`
+    /// bytes, at a lower count of the same counted segment; `None` if there is none.
+    ///
+    /// From count `c`, `depth` bytes reach counts `c..=c + depth` at most, and a count
+    /// matters only by whether it has reached the segment's lower bound (the segment may
+    /// end) and its upper bound (no iteration starts). Counts that reach neither bound
+    /// within `depth` iterations are alike, and so are counts at or past the lower bound
+    /// that do not reach the upper one: the lowest of each stands for the others.
+    pub(super) fn representative(&self, g: u32, depth: u32) -> Option<u32> {
+        if g == DEAD {
+            return None;
+        }
+        let (j, q) = self.locate(g);
+        let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
+            return None;
+        };
+        let (c, x) = Segment::split(body, q);
+        let reach = c as u64 + depth as u64;
+        if reach >= *max as u64 {
+            return None;
+        }
+        let lowest = if c >= *min {
+            *min
+        } else if reach < *min as u64 {
+            0
+        } else {
+            return None;
+        };
+        (lowest < c).then(|| self.offset[j] + lowest * body.len as u32 + x)
+    }
+
     /// The fewest bytes from global index `g` to an accepting state, and the first.
     pub(super) fn shortest(&self, g: u32) -> Option<(u32, u8)> {
         if g == DEAD {
@@ -481,6 +512,61 @@ mod tests {
 
     fn hir(re: &str) -> Hir {
         ParserBuilder::new().build().parse(re).unwrap()
+    }
+
+    #[test]
+    fn representatives_behave_alike_within_their_depth() {
+        for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x[a-c]{0,9}y?"] {
+            representatives_alike(re);
+        }
+    }
+
+    fn representatives_alike(re: &str) {
+        let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
+        let alphabet = b"abcxy";
+        // Every state within 24 bytes of the start.
+        let mut states = vec![d.start()];
+        let mut k = 0;
+        while k < states.len() {
+            for &b in alphabet {
+                let t = d.next(states[k], b);
+                if t != DEAD && !states.contains(&t) {
+                    states.push(t);
+                }
+            }
+            k += 1;
+        }
+        let mut moved = 0;
+        for &s in &states {
+            for depth in 0..=3 {
+                let r = d.representative(s, depth);
+                if r == s {
+                    continue;
+                }
+                moved += 1;
+                assert_eq!(d.is_accepting(r), d.is_accepting(s));
+                // Every string of at most `depth` bytes: the same life and acceptance.
+                let mut frontier = vec![(s, r)];
+                for _ in 0..depth {
+                    let mut next = Vec::new();
+                    for (x, y) in frontier {
+                        for &b in alphabet {
+                            let (x, y) = (d.next(x, b), d.next(y, b));
+                            assert_eq!(x == DEAD, y == DEAD, "{re}: {s} as {r} at {depth}");
+                            assert_eq!(d.is_accepting(x), d.is_accepting(y), "{re}");
+                            if x != DEAD {
+                                next.push((x, y));
+                            }
+                        }
+                    }
+                    frontier = next;
+                }
+            }
+        }
+        assert!(
+            moved > 5,
+            "{re}: counts far from their bounds have representatives"
+        );
     }
 
     /// Every string over `alphabet` up to `len` bytes: the composed DFA and the one built by

@@ -493,6 +493,27 @@ impl LexemeDfa {
         self.start
     }
 
+    /// A state that behaves as `state` does on every byte string of at most `depth` bytes:
+    /// the same place in a counted repetition at the lowest count that does (counts far
+    /// from both bounds are alike; see the composed DFA's segments), or `state` itself.
+    /// Token sets computed for it hold for `state` when `depth` is the longest token.
+    pub fn representative(&self, state: u32, depth: usize) -> u32 {
+        match &self.fill {
+            Fill::Composed(c) => {
+                let depth = u32::try_from(depth).unwrap_or(u32::MAX);
+                c.representative(state & INDEX, depth)
+                    .map_or(state, |g| c.tag(g))
+            }
+            _ => state,
+        }
+    }
+
+    /// The class of `byte`: bytes of one class lead every state to the same place.
+    #[inline]
+    pub fn class_of(&self, byte: u8) -> u8 {
+        self.classes[byte as usize]
+    }
+
     /// The state after reading `byte` in `state` (not [`DEAD`]).
     #[inline]
     pub fn next(&self, state: u32, byte: u8) -> u32 {
