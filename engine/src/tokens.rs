@@ -370,37 +370,29 @@ fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
 struct Loops {
     alphabet: Alphabet,
     depth: usize,
-    known: Vec<u8>,
+    /// By state: a walk meets few, and a table by index would be as big as a large DFA.
+    known: rustc_hash::FxHashMap<u32, bool>,
 }
 
 impl Loops {
-    const UNKNOWN: u8 = 0;
-    const NO: u8 = 1;
-    const YES: u8 = 2;
-
     fn new(alphabet: Alphabet, depth: usize) -> Loops {
         Loops {
             alphabet,
             depth,
-            known: Vec::new(),
+            known: Default::default(),
         }
     }
 
     fn test(&mut self, dfa: &LexemeDfa, s: u32) -> bool {
-        let i = LexemeDfa::index(s);
-        if i >= self.known.len() {
-            self.known.resize(i + 1, Self::UNKNOWN);
-        }
-        if self.known[i] == Self::UNKNOWN {
+        let (alphabet, depth) = (self.alphabet, self.depth);
+        *self.known.entry(s).or_insert_with(|| {
             // One byte first: most states loop on no alphabet.
-            let rep = |t| dfa.representative(t, self.depth);
+            let rep = |t| dfa.representative(t, depth);
             let me = rep(s);
-            let body = rep(dfa.next(s, b'a')) == me
+            rep(dfa.next(s, b'a')) == me
                 && !dfa.is_accepting(s)
-                && matches!(shift(dfa, s, self.alphabet), Shift::To(t) if rep(t) == me);
-            self.known[i] = if body { Self::YES } else { Self::NO };
-        }
-        self.known[i] == Self::YES
+                && matches!(shift(dfa, s, alphabet), Shift::To(t) if rep(t) == me)
+        })
     }
 }
 
