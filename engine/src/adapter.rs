@@ -166,16 +166,23 @@ impl Constraint {
         }
     }
 
-    /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered), to a
-    /// representative state (see [`corral_grammar::LexemeDfa::representative`]): a chain
-    /// through a counted string's body far from its bounds is a loop.
+    /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered). A count
+    /// that reaches neither bound within one character (four bytes) shifts as its
+    /// representative at that depth does, recounted: a chain through a counted string's
+    /// body computes the transitions of a few counts, not of every one.
     fn shift(&self, l: LexemeId, state: u32, alphabet: Alphabet) -> Shift {
         let dfa = &self.grammar.lexeme(l).dfa();
         *self.tables[l.0 as usize].shifts[alphabet.index()]
             .get(corral_grammar::LexemeDfa::index(state))
-            .get_or_init(|| match shift(dfa, state, alphabet) {
-                Shift::To(t) => Shift::To(dfa.representative(t, self.cache.depth())),
-                other => other,
+            .get_or_init(|| {
+                let r = dfa.representative(state, 4);
+                if r == state {
+                    return shift(dfa, state, alphabet);
+                }
+                match self.shift(l, r, alphabet) {
+                    Shift::To(t) => Shift::To(dfa.recount(t, r, state)),
+                    other => other,
+                }
             })
     }
 
@@ -190,7 +197,12 @@ impl Constraint {
             if words && !few_suffix_starts(dfa, state) {
                 return None;
             }
-            let mut shift_of = |s| self.shift(l, s, a);
+            // Targets by their representative: a chain through a counted string's body far
+            // from its bounds is a loop.
+            let mut shift_of = |s| match self.shift(l, s, a) {
+                Shift::To(t) => Shift::To(dfa.representative(t, self.cache.depth())),
+                other => other,
+            };
             chain(dfa, state, self.horizon[a.index()], &mut shift_of)
                 .filter(|ch| {
                     // Every state the suffix walks start from keeps them small.

@@ -282,6 +282,29 @@ impl Composed {
         (lowest < c).then(|| self.offset[j] + lowest * body.len as u32 + x)
     }
 
+    /// The global index bytes lead to from `to` where they lead from `from` to `t`, for
+    /// `from` the representative of `to` (see [`Composed::representative`], at a depth of
+    /// at least those bytes): the same place, its count moved by the difference (a state
+    /// past the counted segment is the same from both). Transitions that reach neither
+    /// bound depend on a count only through that difference.
+    pub(super) fn recount(&self, t: u32, from: u32, to: u32) -> u32 {
+        if t == DEAD || from == to {
+            return t;
+        }
+        let (j, q) = self.locate(from);
+        let Segment::Counted { body, .. } = &self.segments[j] else {
+            return t;
+        };
+        let (jt, qt) = self.locate(t);
+        if jt != j {
+            return t;
+        }
+        let (from_count, _) = Segment::split(body, q);
+        let (to_count, _) = Segment::split(body, self.locate(to).1);
+        let (count, y) = Segment::split(body, qt);
+        self.offset[j] + (count + to_count - from_count) * body.len as u32 + y
+    }
+
     /// The fewest bytes from global index `g` to an accepting state, and the first.
     pub(super) fn shortest(&self, g: u32) -> Option<(u32, u8)> {
         if g == DEAD {
@@ -567,6 +590,43 @@ mod tests {
             moved > 5,
             "{re}: counts far from their bounds have representatives"
         );
+    }
+
+    #[test]
+    fn recounted_targets_are_where_the_bytes_lead() {
+        for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x(?:ab|c){0,9}y?"] {
+            let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
+            let alphabet = b"abcxy";
+            let mut states = vec![d.start()];
+            let mut k = 0;
+            while k < states.len() {
+                for &b in alphabet {
+                    let t = d.next(states[k], b);
+                    if t != DEAD && !states.contains(&t) {
+                        states.push(t);
+                    }
+                }
+                k += 1;
+            }
+            let mut moved = 0;
+            for &s in &states {
+                let r = d.representative(s, 2);
+                if r == s {
+                    continue;
+                }
+                moved += 1;
+                // Every string of up to two bytes leads from `s` where it leads from `r`,
+                // recounted.
+                for &a in alphabet {
+                    let (ra, sa) = (d.next(r, a), d.next(s, a));
+                    assert_eq!(d.recount(ra, r, s), sa, "{re}: {s} as {r}, {}", a as char);
+                    for &b in alphabet {
+                        assert_eq!(d.recount(d.next(ra, b), r, s), d.next(sa, b), "{re}");
+                    }
+                }
+            }
+            assert!(moved > 3, "{re}");
+        }
     }
 
     /// Every string over `alphabet` up to `len` bytes: the composed DFA and the one built by

@@ -508,6 +508,18 @@ impl LexemeDfa {
         }
     }
 
+    /// Where bytes lead from `to`, given that they lead from `from` to `t`, for `from` the
+    /// [`LexemeDfa::representative`] of `to` at a depth of at least those bytes: `t` with
+    /// its count moved to `to`'s (a state past the counted repetition is the same from
+    /// both); `t` itself in any other DFA. So a state far from its counts' bounds steps as
+    /// its representative does, without its own transitions computed.
+    pub fn recount(&self, t: u32, from: u32, to: u32) -> u32 {
+        match &self.fill {
+            Fill::Composed(c) => c.tag(c.recount(t & INDEX, from & INDEX, to & INDEX)),
+            _ => t,
+        }
+    }
+
     /// The class of `byte`: bytes of one class lead every state to the same place.
     #[inline]
     pub fn class_of(&self, byte: u8) -> u8 {
