@@ -36,6 +36,9 @@
 //! counted repetition, a count that reaches neither bound within the longest token behaves
 //! as the lowest such count, so the body of a string with `maxLength: 500` is one state for
 //! tokens, a loop, not 500 chained ones, and its sets are computed once, not per position.
+//! Short of that, a count that reaches neither bound within one character shifts as its
+//! representative at that depth does, recounted ([`LexemeDfa::recount`]): the chain of a
+//! string with `maxLength: 80` computes the transitions of a few counts, not of each.
 //!
 //! In both, a token whose bytes the DFA takes to the end is allowed whatever the parser
 //! says (the lexeme goes on, or ends exactly at the token's end). A token the DFA kills
@@ -489,6 +492,39 @@ pub(crate) fn walk_generic(
 mod tests {
     use super::*;
     use crate::testing::dfa;
+
+    #[test]
+    fn counts_shift_as_their_representative_does_recounted() {
+        // A counted JSON string body (escapes, every character), and one of words.
+        for (re, alphabet) in [
+            (
+                r#""(?:[^"\\\x00-\x1f]|\\["\\nt]|\\u[0-9a-f]{4}){2,40}""#,
+                Alphabet::Strings,
+            ),
+            ("[A-Za-z0-9]{3,30}@", Alphabet::Words),
+        ] {
+            let d = dfa(re);
+            let mut s = d.start();
+            if alphabet == Alphabet::Strings {
+                s = d.next(s, b'"');
+            }
+            let mut recounted = 0;
+            while s != DEAD {
+                let r = d.representative(s, 4);
+                let direct = shift(&d, s, alphabet);
+                if r != s {
+                    recounted += 1;
+                    let by_rep = match shift(&d, r, alphabet) {
+                        Shift::To(t) => Shift::To(d.recount(t, r, s)),
+                        other => other,
+                    };
+                    assert_eq!(by_rep, direct, "{re}: {s} as {r}");
+                }
+                s = d.next(s, b'x');
+            }
+            assert!(recounted > 10, "{re}");
+        }
+    }
 
     #[test]
     fn string_bodies_shift_uniformly_and_bounds_kill() {

@@ -301,6 +301,7 @@ impl Composed {
         }
         let (from_count, _) = Segment::split(body, q);
         let (to_count, _) = Segment::split(body, self.locate(to).1);
+        debug_assert!(to_count >= from_count, "`from` is `to` at a lower count");
         let (count, y) = Segment::split(body, qt);
         self.offset[j] + (count + to_count - from_count) * body.len as u32 + y
     }
@@ -537,17 +538,8 @@ mod tests {
         ParserBuilder::new().build().parse(re).unwrap()
     }
 
-    #[test]
-    fn representatives_behave_alike_within_their_depth() {
-        for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x[a-c]{0,9}y?"] {
-            representatives_alike(re);
-        }
-    }
-
-    fn representatives_alike(re: &str) {
-        let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
-        let alphabet = b"abcxy";
-        // Every state within 24 bytes of the start.
+    /// Every live state that strings over `alphabet` reach from the start.
+    fn reachable(d: &LexemeDfa, alphabet: &[u8]) -> Vec<u32> {
         let mut states = vec![d.start()];
         let mut k = 0;
         while k < states.len() {
@@ -559,6 +551,20 @@ mod tests {
             }
             k += 1;
         }
+        states
+    }
+
+    #[test]
+    fn representatives_behave_alike_within_their_depth() {
+        for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x[a-c]{0,9}y?"] {
+            representatives_alike(re);
+        }
+    }
+
+    fn representatives_alike(re: &str) {
+        let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
+        let alphabet = b"abcxy";
+        let states = reachable(&d, alphabet);
         let mut moved = 0;
         for &s in &states {
             for depth in 0..=3 {
@@ -597,19 +603,8 @@ mod tests {
         for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x(?:ab|c){0,9}y?"] {
             let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
             let alphabet = b"abcxy";
-            let mut states = vec![d.start()];
-            let mut k = 0;
-            while k < states.len() {
-                for &b in alphabet {
-                    let t = d.next(states[k], b);
-                    if t != DEAD && !states.contains(&t) {
-                        states.push(t);
-                    }
-                }
-                k += 1;
-            }
             let mut moved = 0;
-            for &s in &states {
+            for s in reachable(&d, alphabet) {
                 let r = d.representative(s, 2);
                 if r == s {
                     continue;
