@@ -79,6 +79,11 @@ impl Lexeme {
     pub fn dfa(&self) -> &LexemeDfa {
         self.dfa.get()
     }
+
+    /// The DFA if it has been built (a cache counting bytes reads it without building).
+    pub fn built_dfa(&self) -> Option<&Arc<LexemeDfa>> {
+        self.dfa.cell.get()
+    }
 }
 
 /// What a deferred lexeme DFA is built from: its regex, state limit, DFA cache and the

@@ -14,9 +14,62 @@
 //!   started moves the items waiting for it, whose remaining symbols cost their shortest
 //!   derivations, and so on up to the start rule.
 //!
-//! Token references produce no bytes, so a completion never goes through one.
+//! A token reference yields one token and no bytes of its own: it costs one unit, like a
+//! byte, and appears in a completion as [`Piece::Token`] for the engine to resolve.
 
-use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym};
+use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
+
+/// A piece of a shortest completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Text.
+    Bytes(Vec<u8>),
+    /// A token the grammar names by reference (its id or text, or any token but one).
+    Token(TokenRefId),
+}
+
+/// A shortest completion: text and token references, in order. Adjacent text is one piece.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub pieces: Vec<Piece>,
+}
+
+impl Completion {
+    /// Whether nothing is left to add.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// The text, when the completion names no token.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Bytes(b) => out.extend_from_slice(b),
+                Piece::Token(_) => return None,
+            }
+        }
+        Some(out)
+    }
+
+    fn text(&mut self) -> &mut Vec<u8> {
+        if !matches!(self.pieces.last(), Some(Piece::Bytes(_))) {
+            self.pieces.push(Piece::Bytes(Vec::new()));
+        }
+        match self.pieces.last_mut() {
+            Some(Piece::Bytes(b)) => b,
+            _ => unreachable!("a text piece was just pushed"),
+        }
+    }
+
+    pub(crate) fn push_byte(&mut self, b: u8) {
+        self.text().push(b);
+    }
+
+    pub(crate) fn push_token(&mut self, t: TokenRefId) {
+        self.pieces.push(Piece::Token(t));
+    }
+}
 
 /// No completion.
 pub(crate) const INF: u64 = u64::MAX / 4;
@@ -78,7 +131,7 @@ impl Shortest {
                     self.lexeme_len(g, l, lx.dfa().start())
                 }
             }
-            Sym::Token(_) => INF,
+            Sym::Token(_) => 1,
         }
     }
 
@@ -94,24 +147,30 @@ impl Shortest {
     }
 
     /// Appends the bytes that finish lexeme `l` from `state`.
-    pub(crate) fn lexeme_bytes(&self, g: &Grammar, l: LexemeId, mut state: u32, out: &mut Vec<u8>) {
+    pub(crate) fn lexeme_bytes(
+        &self,
+        g: &Grammar,
+        l: LexemeId,
+        mut state: u32,
+        out: &mut Completion,
+    ) {
         let dfa = &g.lexemes[l.0 as usize].dfa();
         while let Some((d, b)) = dfa.shortest(state)
             && d > 0
         {
-            out.push(b);
+            out.push_byte(b);
             state = dfa.next(state, b);
         }
     }
 
     /// Appends the shortest yield of the symbols from `dot` to the end of its production.
-    pub(crate) fn suffix_bytes(&self, g: &Grammar, dot: DotId, out: &mut Vec<u8>) {
+    pub(crate) fn suffix_pieces(&self, g: &Grammar, dot: DotId, out: &mut Completion) {
         let mut d = dot.0 as usize;
         while let Next::Sym(sym) = g.dot_next[d] {
             match sym {
                 Sym::Rule(r) => {
                     if let Some(first) = self.rule[r.0 as usize].1 {
-                        self.suffix_bytes(g, first, out);
+                        self.suffix_pieces(g, first, out);
                     }
                 }
                 Sym::Lexeme(l) => {
@@ -120,7 +179,7 @@ impl Shortest {
                         self.lexeme_bytes(g, l, lx.dfa().start(), out);
                     }
                 }
-                Sym::Token(_) => {}
+                Sym::Token(t) => out.push_token(t),
             }
             d += 1;
         }
@@ -131,14 +190,20 @@ impl Shortest {
 mod tests {
     use crate::{CompileOptions, Recognizer, compile_gbnf};
 
-    fn completion(grammar: &str, input: &str) -> Option<String> {
+    use super::{Completion, Piece};
+    use crate::TokenRefId;
+
+    fn pieces(grammar: &str, input: &str) -> Option<Completion> {
         let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
         let mut r = Recognizer::new(g);
         for &b in input.as_bytes() {
             assert!(r.push_byte(b).unwrap(), "{input}");
         }
         r.shortest_completion()
-            .map(|b| String::from_utf8(b).unwrap())
+    }
+
+    fn completion(grammar: &str, input: &str) -> Option<String> {
+        pieces(grammar, input).map(|c| String::from_utf8(c.bytes().expect("text only")).unwrap())
     }
 
     #[test]
@@ -178,7 +243,7 @@ mod tests {
                 .shortest_completion()
                 .expect("JSON can always be completed");
             let mut whole = doc.as_bytes()[..=i].to_vec();
-            whole.extend(&c);
+            whole.extend(c.bytes().expect("text only"));
             assert_eq!(
                 crate::match_bytes(&g, &whole).unwrap(),
                 crate::MatchOutcome::Accepted,
@@ -196,11 +261,39 @@ mod tests {
 list ::= item "," list | item
 item ::= [a-z]+ "!""#;
         assert_eq!(completion(g, "ab!,cd").unwrap(), "!");
+    }
+
+    #[test]
+    fn completions_go_through_token_references() {
+        let text = |s: &str| Piece::Bytes(s.as_bytes().to_vec());
         let g = r#"root ::= "a" <[5]> "b""#;
         assert_eq!(
-            completion(g, "a"),
-            None,
-            "a token reference produces no bytes"
+            pieces(g, "a").unwrap().pieces,
+            [Piece::Token(TokenRefId(0)), text("b")]
+        );
+        assert_eq!(
+            pieces(g, "").unwrap().pieces,
+            [text("a"), Piece::Token(TokenRefId(0)), text("b")]
+        );
+        // A reference alone, and after a repetition that may end anywhere.
+        assert_eq!(
+            pieces("root ::= <[2]>", "").unwrap().pieces,
+            [Piece::Token(TokenRefId(0))]
+        );
+        assert_eq!(
+            pieces("root ::= [a-z]+ <[2]>", "ab").unwrap().pieces,
+            [Piece::Token(TokenRefId(0))]
+        );
+        // A token costs one unit: the branch through it is shorter than "xyz".
+        let g = r#"root ::= "a" (!<[2]> | "xyz") "b""#;
+        assert_eq!(
+            pieces(g, "a").unwrap().pieces,
+            [Piece::Token(TokenRefId(0)), text("b")]
+        );
+        // Text only: `bytes` gives it whole.
+        assert_eq!(
+            pieces(r#"root ::= "ab" "cd""#, "a").unwrap().bytes(),
+            Some(b"bcd".to_vec())
         );
     }
 }

@@ -4,11 +4,12 @@
 //! numbers, formats), so a process that compiles many grammars (a server that gets a new
 //! JSON Schema with each request) builds each DFA once when its compiles share a
 //! [`DfaCache`] through [`crate::CompileOptions::dfa_cache`]. The cache is a handle: clones
-//! share one store. It is bounded by the total number of DFA states it holds; past the
-//! bound, the entries inserted first are dropped until the new one fits (grammars already
-//! compiled keep their DFAs: entries are reference-counted). A DFA counts with the states
-//! it had when it was inserted: one built lazily grows as masks need its states, each DFA
-//! within the compile's `max_lexeme_bytes`. A compile without a cache
+//! share one store. It is bounded by the heap bytes its DFAs hold
+//! ([`LexemeDfa::memory_usage`]): a DFA built on demand grows after it is inserted, as
+//! masks need its states (each within the compile's `max_lexeme_bytes`), so the sizes are
+//! read again at each insertion and at [`DfaCache::trim`], and the entries inserted first
+//! are dropped until the rest fit. Grammars already compiled keep their DFAs (entries are
+//! reference-counted): the memory goes back once no grammar holds them. A compile without a cache
 //! builds every DFA it needs (each distinct regex once per grammar), which is what a
 //! benchmark of cold compiles wants.
 
@@ -18,9 +19,9 @@ use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-/// Default bound of a [`DfaCache`]: DFA states held (about 16 MiB of tables for typical
-/// lexemes).
-pub const DEFAULT_DFA_CACHE_STATES: usize = 1 << 18;
+/// Default bound of a [`DfaCache`]: heap bytes of the DFAs held (the lexemes of thousands of
+/// JSON Schemas; one pathological lexeme may take up to its `max_lexeme_bytes`).
+pub const DEFAULT_DFA_CACHE_BYTES: usize = 64 << 20;
 
 /// A shared, bounded cache of lexeme DFAs. See the module docs.
 #[derive(Clone, Debug)]
@@ -30,44 +31,84 @@ pub struct DfaCache {
 
 #[derive(Debug)]
 struct Inner {
-    /// Each DFA with the states it was counted with.
-    map: FxHashMap<Arc<str>, (Arc<LexemeDfa>, usize)>,
+    map: FxHashMap<Arc<str>, Arc<LexemeDfa>>,
     /// Keys in insertion order, for eviction.
     order: VecDeque<Arc<str>>,
-    states: usize,
-    max_states: usize,
+    max_bytes: usize,
     hits: u64,
     misses: u64,
+}
+
+impl Inner {
+    /// Bytes the DFAs hold now.
+    fn bytes(&self) -> usize {
+        self.map.values().map(|d| d.memory_usage()).sum()
+    }
+
+    /// Drops the entries inserted first until the rest, and `room` more, fit.
+    fn trim(&mut self, room: usize) {
+        let mut bytes = self.bytes();
+        while bytes.saturating_add(room) > self.max_bytes {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(d) = self.map.remove(&old) {
+                bytes = bytes.saturating_sub(d.memory_usage());
+            }
+        }
+    }
 }
 
 /// What a [`DfaCache`] holds and how it has served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DfaCacheStats {
     pub entries: usize,
-    pub states: usize,
+    /// Heap bytes of the DFAs held, now.
+    pub bytes: usize,
     pub hits: u64,
     pub misses: u64,
 }
 
 impl Default for DfaCache {
     fn default() -> DfaCache {
-        DfaCache::new(DEFAULT_DFA_CACHE_STATES)
+        DfaCache::new(DEFAULT_DFA_CACHE_BYTES)
     }
 }
 
 impl DfaCache {
-    /// An empty cache holding at most `max_states` DFA states in all.
-    pub fn new(max_states: usize) -> DfaCache {
+    /// An empty cache holding DFAs of at most `max_bytes` in all.
+    pub fn new(max_bytes: usize) -> DfaCache {
         DfaCache {
             inner: Arc::new(Mutex::new(Inner {
                 map: FxHashMap::default(),
                 order: VecDeque::new(),
-                states: 0,
-                max_states,
+                max_bytes,
                 hits: 0,
                 misses: 0,
             })),
         }
+    }
+
+    /// Most bytes held.
+    pub fn max_bytes(&self) -> usize {
+        self.lock().max_bytes
+    }
+
+    /// Bytes of the DFAs held whose address is not in `counted` (DFAs already counted
+    /// elsewhere).
+    pub fn bytes_besides(&self, counted: &rustc_hash::FxHashSet<usize>) -> usize {
+        self.lock()
+            .map
+            .values()
+            .filter(|d| !counted.contains(&(Arc::as_ptr(d) as usize)))
+            .map(|d| d.memory_usage())
+            .sum()
+    }
+
+    /// Drops the entries inserted first while the DFAs held (grown since they were
+    /// inserted) take more than the bound.
+    pub fn trim(&self) {
+        self.lock().trim(0);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -81,14 +122,13 @@ impl DfaCache {
         let mut c = self.lock();
         c.map.clear();
         c.order.clear();
-        c.states = 0;
     }
 
     pub fn stats(&self) -> DfaCacheStats {
         let c = self.lock();
         DfaCacheStats {
             entries: c.map.len(),
-            states: c.states,
+            bytes: c.bytes(),
             hits: c.hits,
             misses: c.misses,
         }
@@ -104,7 +144,7 @@ impl DfaCache {
     ) -> Result<Arc<LexemeDfa>, ErrorKind> {
         {
             let mut c = self.lock();
-            if let Some((d, _)) = c.map.get(key).cloned()
+            if let Some(d) = c.map.get(key).cloned()
                 && d.memory_usage() <= size_limit
             {
                 c.hits += 1;
@@ -115,25 +155,15 @@ impl DfaCache {
         // Built outside the lock: two threads may build the same DFA; one copy is kept.
         let dfa = Arc::new(build()?);
         let mut c = self.lock();
-        if dfa.len() > c.max_states {
+        let size = dfa.memory_usage();
+        if size > c.max_bytes {
             return Ok(dfa);
         }
-        while c.states.saturating_add(dfa.len()) > c.max_states {
-            let Some(old) = c.order.pop_front() else {
-                break;
-            };
-            if let Some((_, counted)) = c.map.remove(&old) {
-                c.states -= counted;
-            }
-        }
+        c.trim(size);
         let key: Arc<str> = Arc::from(key);
-        let counted = dfa.len();
-        if let Some((_, prev)) = c.map.insert(key.clone(), (dfa.clone(), counted)) {
-            c.states -= prev;
-        } else {
+        if c.map.insert(key.clone(), dfa.clone()).is_none() {
             c.order.push_back(key);
         }
-        c.states += counted;
         Ok(dfa)
     }
 }
@@ -191,7 +221,7 @@ mod tests {
     #[test]
     fn shares_hits_and_evicts_oldest_first() {
         let small = dfa("ab");
-        let n = small.len();
+        let n = small.memory_usage();
         let cache = DfaCache::new(2 * n);
         let a = cache.get_or_build("a", 1 << 20, || Ok(dfa("ab"))).unwrap();
         let a2 = cache
@@ -201,7 +231,7 @@ mod tests {
         cache.get_or_build("b", 1 << 20, || Ok(dfa("cd"))).unwrap();
         cache.get_or_build("c", 1 << 20, || Ok(dfa("ef"))).unwrap();
         let s = cache.stats();
-        assert_eq!((s.entries, s.states, s.hits, s.misses), (2, 2 * n, 1, 3));
+        assert_eq!((s.entries, s.bytes, s.hits, s.misses), (2, 2 * n, 1, 3));
         // "a" went first.
         let mut built = false;
         cache
@@ -216,25 +246,42 @@ mod tests {
     }
 
     #[test]
-    fn a_lazy_dfa_that_grew_after_insertion_is_evicted_with_the_count_it_came_with() {
+    fn a_lazy_dfa_that_grew_after_insertion_counts_its_bytes_now() {
         // Built lazily: the start state now, the others as transitions reach them.
         let hir = ParserBuilder::new().build().parse("[a-z]{0,40}x").unwrap();
-        let cache = DfaCache::new(1 << 10);
+        let small = dfa("ab").memory_usage();
+        let cache = DfaCache::new(1 << 14);
         let lazy = cache
             .get_or_build("lazy", 1 << 20, || LexemeDfa::build(&hir, 1 << 20))
             .unwrap();
-        let counted = cache.stats().states;
+        let counted = cache.stats().bytes;
         let mut s = lazy.start();
         for _ in 0..30 {
             s = lazy.next(s, b'a');
         }
-        assert!(lazy.len() > counted, "the DFA grew: {} states", lazy.len());
-        // Filling the cache evicts it; the count must not go below zero.
+        assert!(
+            cache.stats().bytes > counted,
+            "the DFA grew: {:?}",
+            cache.stats()
+        );
+        // Inserting more evicts it first; the bound holds at every insertion.
         for i in 0..200 {
             let key = format!("k{i}");
             cache.get_or_build(&key, 1 << 20, || Ok(dfa("ab"))).unwrap();
+            assert!(cache.stats().bytes <= 1 << 14, "{:?}", cache.stats());
         }
-        let s = cache.stats();
-        assert!(s.states <= 1 << 10, "{s:?}");
+        drop(lazy);
+        // Grown past the bound after insertion: trim drops it.
+        let grow = DfaCache::new(4 * small + 512);
+        let lazy = grow
+            .get_or_build("lazy", 1 << 20, || LexemeDfa::build(&hir, 1 << 20))
+            .unwrap();
+        let mut s = lazy.start();
+        for _ in 0..30 {
+            s = lazy.next(s, b'a');
+        }
+        assert!(grow.stats().bytes > grow.max_bytes());
+        grow.trim();
+        assert_eq!(grow.stats().entries, 0);
     }
 }

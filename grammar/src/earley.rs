@@ -50,7 +50,7 @@
 //! state after one push, the unit of rollback. All of corral's terms: docs/glossary.md.
 
 use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
-use crate::complete;
+use crate::complete::{self, Completion};
 use crate::error::RecognizeError;
 use crate::lexeme::DEAD;
 use rustc_hash::FxHashSet;
@@ -482,21 +482,23 @@ impl Recognizer {
         Ok(true)
     }
 
-    /// The shortest byte string that completes a sentence from here: empty if the input
-    /// is complete already, `None` if no byte string does (only token references could,
-    /// or the chart is nested deeper than this search follows). See [`crate::complete`].
-    pub fn shortest_completion(&self) -> Option<Vec<u8>> {
+    /// The shortest completion of a sentence from here: text, and token references where
+    /// the grammar names tokens. Empty if the input is complete already; `None` if nothing
+    /// completes it (or the chart is nested deeper than this search follows). See
+    /// [`crate::complete`].
+    pub fn shortest_completion(&self) -> Option<Completion> {
         if self.is_accepting() {
-            return Some(Vec::new());
+            return Some(Completion::default());
         }
         let sh = self.g.shortest();
-        let mut search = Completion {
+        let mut search = CompletionSearch {
             rec: self,
             sh,
             memo: rustc_hash::FxHashMap::default(),
             active: FxHashSet::default(),
         };
-        let mut best: Option<(u64, Run)> = None;
+        // Where to start: finish a live lexer run, or take a token the current set expects.
+        let mut best: Option<(u64, Start)> = None;
         for run in self.runs() {
             let lex = sh.lexeme_len(&self.g, run.lexeme, run.state);
             if lex >= complete::INF {
@@ -505,19 +507,36 @@ impl Recognizer {
             let (rest, _, _) = search.complete(run.set, Sym::Lexeme(run.lexeme), 0);
             let total = lex.saturating_add(rest);
             if total < complete::INF && best.is_none_or(|(b, _)| total < b) {
-                best = Some((total, run));
+                best = Some((total, Start::Run(run)));
             }
         }
-        let (_, run) = best?;
-        let mut out = Vec::new();
-        sh.lexeme_bytes(&self.g, run.lexeme, run.state, &mut out);
-        let (mut set, mut sym) = (run.set, Sym::Lexeme(run.lexeme));
+        if let Some(set) = self.c.current_set() {
+            for t in self.expected_tokens() {
+                let (rest, _, _) = search.complete(set, Sym::Token(t), 0);
+                let total = rest.saturating_add(1);
+                if total < complete::INF && best.is_none_or(|(b, _)| total < b) {
+                    best = Some((total, Start::Token(set, t)));
+                }
+            }
+        }
+        let (_, start) = best?;
+        let mut out = Completion::default();
+        let (mut set, mut sym) = match start {
+            Start::Run(run) => {
+                sh.lexeme_bytes(&self.g, run.lexeme, run.state, &mut out);
+                (run.set, Sym::Lexeme(run.lexeme))
+            }
+            Start::Token(set, t) => {
+                out.push_token(t);
+                (set, Sym::Token(t))
+            }
+        };
         loop {
             let (_, _, step) = search.complete(set, sym, 0);
             match step? {
                 Step::Accept => return Some(out),
                 Step::Item { after, origin } => {
-                    sh.suffix_bytes(&self.g, after, &mut out);
+                    sh.suffix_pieces(&self.g, after, &mut out);
                     if self.g.lhs(after) == self.g.start_rule && origin == 0 {
                         return Some(out);
                     }
@@ -572,9 +591,17 @@ enum Step {
     Leo { done: DotId, origin: u32 },
 }
 
+/// Where a shortest completion starts: finishing a lexer run, or a token reference the
+/// current set expects.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    Run(Run),
+    Token(u32, TokenRefId),
+}
+
 /// The search behind [`Recognizer::shortest_completion`]: the cheapest way to complete
 /// `(set, symbol)` up to the start rule, memoized.
-struct Completion<'a> {
+struct CompletionSearch<'a> {
     rec: &'a Recognizer,
     sh: &'a complete::Shortest,
     memo: rustc_hash::FxHashMap<(u32, Sym), (u64, Option<Step>)>,
@@ -582,8 +609,8 @@ struct Completion<'a> {
     active: FxHashSet<(u32, Sym)>,
 }
 
-impl Completion<'_> {
-    /// Bytes needed after `sym` completes in `set`, whether the result depends on a pair
+impl CompletionSearch<'_> {
+    /// Units (bytes and tokens) needed after `sym` completes in `set`, whether the result depends on a pair
     /// being computed (then it is not memoized), and the first step.
     fn complete(&mut self, set: u32, sym: Sym, depth: u32) -> (u64, bool, Option<Step>) {
         if let Some(&(cost, step)) = self.memo.get(&(set, sym)) {
@@ -808,6 +835,15 @@ impl Chart {
             self.compact_runs();
             if self.sets.len() >= self.collect_at {
                 self.collect_sets(g);
+                // What stays after a collection is the input's open structure: its depth.
+                if self.sets.len() > g.limits.max_open_sets {
+                    return Err(RecognizeError::limit(
+                        "Earley sets kept open (the input's nesting)",
+                        self.sets.len(),
+                        "max_open_sets",
+                        g.limits.max_open_sets,
+                    ));
+                }
             }
         }
         Ok(true)

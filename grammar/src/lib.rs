@@ -61,7 +61,8 @@ use std::sync::Arc;
 
 pub use ast::RuleAst;
 pub use compiled::{DotId, Grammar, GrammarBuilder, Lexeme, LexemeId, RuleId, Sym, TokenRefId};
-pub use dfa_cache::{DEFAULT_DFA_CACHE_STATES, DfaCache, DfaCacheStats};
+pub use complete::{Completion, Piece};
+pub use dfa_cache::{DEFAULT_DFA_CACHE_BYTES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span, write_positioned};
 pub use lexeme::{Combine, DEAD, LexemeDfa};

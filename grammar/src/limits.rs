@@ -36,6 +36,11 @@ pub struct Limits {
     /// compiler; a rule left un-inlined costs Earley items instead of DFA steps.
     /// Default 400.
     pub max_inline_depth: u32,
+    /// Most Earley sets a match without history (`corral match`, [`crate::StreamMatcher`])
+    /// keeps open: the depth of the input's open structure (a JSON document's unclosed
+    /// arrays and objects, each about 100 bytes of chart). Checked when unreachable sets
+    /// are collected, so memory stays within about twice this many sets. Default 100,000.
+    pub max_open_sets: usize,
     /// Most bytes one call of jump-forward (the adapter's `forced_bytes`) returns; the rest
     /// comes on the next call. Bounds the time of one call on grammars that force long
     /// literals. Default 4,096.
@@ -54,6 +59,7 @@ impl Default for Limits {
             max_work_per_push: 100_000,
             max_completion_depth: 4096,
             max_inline_depth: 400,
+            max_open_sets: 100_000,
             max_forced_bytes: 4096,
         }
     }

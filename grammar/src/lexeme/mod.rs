@@ -637,9 +637,17 @@ impl LexemeDfa {
         false
     }
 
-    /// Heap bytes of the tables (allocated: a composed DFA's untouched entries are counted).
+    /// Heap bytes held: the tables (allocated: a composed DFA's untouched entries are
+    /// counted), and for a DFA built on demand what its construction keeps (each state's
+    /// set of NFA states, or pair of operand states) and its shortest-match memo. It grows
+    /// as states are built, up to the size limit the DFA was built with.
     pub fn memory_usage(&self) -> usize {
-        self.trans.allocated() * 4
+        let fill = match &self.fill {
+            Fill::Subset(l) => lock(&l.subsets).memory_usage() + lock(&l.shortest).len() * 16,
+            Fill::Product(p) => p.memory_usage(),
+            Fill::Built | Fill::Composed(_) => 0,
+        };
+        self.trans.allocated() * 4 + fill
     }
 
     /// The fewest bytes from `state` to an accepting state, and the first of them (the most
@@ -650,7 +658,7 @@ impl LexemeDfa {
         }
         match &self.fill {
             Fill::Composed(c) => return c.shortest(state & INDEX),
-            Fill::Subset(lazy) => return self.shortest_remembered(&lazy.shortest, state),
+            Fill::Subset(lazy) => return self.shortest_by_distance(lazy, state),
             Fill::Product(p) => return self.shortest_remembered(&p.shortest, state),
             Fill::Built => {}
         }
@@ -672,6 +680,34 @@ impl LexemeDfa {
         let r = self.shortest_forward(state);
         lock(memo).insert(i, r);
         r
+    }
+
+    /// For a DFA built by subset construction: the fewest bytes from `state` to an
+    /// accepting state (the least NFA distance of its set) and the first of them, the most
+    /// readable byte whose target is one byte closer. Builds only the targets it tries.
+    fn shortest_by_distance(&self, lazy: &Lazy, state: u32) -> Option<(u32, u8)> {
+        let i = state & INDEX;
+        let d = lock(&lazy.subsets).distance(i)?;
+        if d == 0 {
+            return Some((0, 0));
+        }
+        if let Some(&r) = lock(&lazy.shortest).get(&i) {
+            return r;
+        }
+        let reps = self.readable_reps();
+        let mut order: Vec<usize> = (0..self.stride).collect();
+        order.sort_by_key(|&c| reps[c].0);
+        let mut found = None;
+        for c in order {
+            let t = self.entry(i as usize, c);
+            if t != DEAD && lock(&lazy.subsets).distance(t & INDEX) == Some(d - 1) {
+                found = Some((d, reps[c].1));
+                break;
+            }
+        }
+        // None only when the target on the path was past the size limit (overflowed).
+        lock(&lazy.shortest).insert(i, found);
+        found
     }
 
     /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.

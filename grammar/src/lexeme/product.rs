@@ -105,6 +105,11 @@ impl LazyProduct {
         }
     }
 
+    /// Bytes held now (see [`LazyProduct::size`]), the shortest-match memo included.
+    pub(super) fn memory_usage(&self) -> usize {
+        self.size(&super::lock(&self.pairs), 0) + super::lock(&self.shortest).len() * 16
+    }
+
     /// Bytes held: a table row per state, and about 16 per pair remembered (those of a
     /// search under way, `searching`, included).
     fn size(&self, pairs: &Pairs, searching: usize) -> usize {

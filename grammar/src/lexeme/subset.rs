@@ -9,6 +9,11 @@
 //! NFA states that cannot reach a match are left out of every set, so a non-empty set is a
 //! live state (some continuation matches) and the empty set is [`super::DEAD`]. Sets hold
 //! the byte-consuming and match states of an epsilon closure, sorted.
+//!
+//! The size limit bounds everything the construction holds: each state's table row and
+//! its set (kept twice, in the list and in the index). A DFA's shortest match from a state
+//! is read off the NFA (each NFA state's distance to a match, computed once), so finding
+//! it builds no states beyond those on the path.
 
 use super::size_error;
 use crate::error::ErrorKind;
@@ -28,8 +33,14 @@ pub(super) struct Subsets {
     /// DFA state index -> its NFA states; 0 is dead (the empty set).
     sets: Vec<Box<[u32]>>,
     index: FxHashMap<Box<[u32]>, u32>,
-    /// Most DFA states (from the size limit).
-    pub max_states: usize,
+    /// Per NFA state: the fewest bytes from it to a match (`u32::MAX`: none).
+    nfa_dist: Vec<u32>,
+    /// Per DFA state index: the fewest bytes from it to a match (the least of its set's).
+    dist: Vec<u32>,
+    /// Heap bytes held, estimated: rows, sets, index entries (see [`Subsets::memory_usage`]).
+    bytes: usize,
+    /// Most bytes (the size limit).
+    max_bytes: usize,
     // Scratch space, reused.
     stamp: Vec<u32>,
     round: u32,
@@ -75,14 +86,18 @@ impl Subsets {
             stride = stride.max(c as usize + 1);
         }
         let n = nfa.states().len();
-        let coreach = coreachable(&nfa);
+        let nfa_dist = distances_to_match(&nfa);
+        let coreach = nfa_dist.iter().map(|&d| d != u32::MAX).collect();
         let mut s = Subsets {
             classes,
             stride,
             coreach,
             sets: vec![Box::from([])],
             index: FxHashMap::default(),
-            max_states: (size_limit / (4 * stride.max(1))).max(2),
+            nfa_dist,
+            dist: vec![u32::MAX],
+            bytes: 0,
+            max_bytes: size_limit,
             stamp: vec![0; n],
             round: 0,
             stack: Vec::new(),
@@ -98,6 +113,18 @@ impl Subsets {
     /// Number of DFA states so far (the dead one included).
     pub fn len(&self) -> usize {
         self.sets.len()
+    }
+
+    /// Heap bytes of the construction, estimated: per state, its table row (4 bytes per
+    /// class), its set twice (the list and the index's key) and their headers.
+    pub fn memory_usage(&self) -> usize {
+        self.bytes
+    }
+
+    /// The fewest bytes from DFA state `i` to a match (`None`: no match is reachable).
+    pub fn distance(&self, i: u32) -> Option<u32> {
+        let d = self.dist[i as usize];
+        (d != u32::MAX).then_some(d)
     }
 
     /// The start state's index (0 if the lexeme matches nothing).
@@ -217,53 +244,76 @@ impl Subsets {
         if let Some(&t) = self.index.get(self.set.as_slice()) {
             return Ok(t);
         }
-        if self.sets.len() >= self.max_states {
+        let cost = self.stride * 4 + 2 * (self.set.len() * 4 + STATE_OVERHEAD);
+        if self.bytes + cost > self.max_bytes {
             return Err(Overflow);
         }
+        self.bytes += cost;
         let t = self.sets.len() as u32;
         let set: Box<[u32]> = Box::from(self.set.as_slice());
+        let dist = set.iter().map(|&s| self.nfa_dist[s as usize]).min();
+        self.dist.push(dist.unwrap_or(u32::MAX));
         self.sets.push(set.clone());
         self.index.insert(set, t);
         Ok(t)
     }
 }
 
-/// The NFA states from which `Match` is reachable.
-fn coreachable(nfa: &NFA) -> Vec<bool> {
+/// Bytes a state's set costs besides its elements, each of its two copies: the box's
+/// pointer and length, a hash-table slot with its index and control byte, and the
+/// allocator's rounding (measured order of magnitude, not exact).
+const STATE_OVERHEAD: usize = 32;
+
+/// Per NFA state, the fewest bytes from it to `Match` (`u32::MAX`: none reachable): a
+/// breadth-first search backwards from the match states, where epsilon transitions cost
+/// nothing and byte transitions one (a deque, epsilon predecessors to the front).
+fn distances_to_match(nfa: &NFA) -> Vec<u32> {
     let states = nfa.states();
     let n = states.len();
-    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut edge = |from: usize, to: StateID| preds[to.as_usize()].push(from as u32);
+    // Predecessors: (from, cost).
+    let mut preds: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
+    let mut edge =
+        |from: usize, to: StateID, cost: u32| preds[to.as_usize()].push((from as u32, cost));
     for (i, s) in states.iter().enumerate() {
         match s {
-            State::ByteRange { trans } => edge(i, trans.next),
-            State::Sparse(sp) => sp.transitions.iter().for_each(|t| edge(i, t.next)),
+            State::ByteRange { trans } => edge(i, trans.next, 1),
+            State::Sparse(sp) => sp.transitions.iter().for_each(|t| edge(i, t.next, 1)),
             State::Dense(d) => d
                 .transitions
                 .iter()
                 .filter(|&&t| t != StateID::ZERO)
-                .for_each(|&t| edge(i, t)),
-            State::Union { alternates } => alternates.iter().for_each(|&t| edge(i, t)),
+                .for_each(|&t| edge(i, t, 1)),
+            State::Union { alternates } => alternates.iter().for_each(|&t| edge(i, t, 0)),
             State::BinaryUnion { alt1, alt2 } => {
-                edge(i, *alt1);
-                edge(i, *alt2);
+                edge(i, *alt1, 0);
+                edge(i, *alt2, 0);
             }
-            State::Capture { next, .. } | State::Look { next, .. } => edge(i, *next),
-            State::Fail | State::Match { .. } => {}
+            State::Capture { next, .. } => edge(i, *next, 0),
+            // As in the closure: a look state matches nothing here.
+            State::Look { .. } | State::Fail | State::Match { .. } => {}
         }
     }
-    let mut live = vec![false; n];
-    let mut stack: Vec<usize> = (0..n)
-        .filter(|&i| matches!(states[i], State::Match { .. }))
-        .collect();
-    stack.iter().for_each(|&i| live[i] = true);
-    while let Some(t) = stack.pop() {
-        for &p in &preds[t] {
-            if !live[p as usize] {
-                live[p as usize] = true;
-                stack.push(p as usize);
+    let mut dist = vec![u32::MAX; n];
+    let mut queue = std::collections::VecDeque::new();
+    for (i, s) in states.iter().enumerate() {
+        if matches!(s, State::Match { .. }) {
+            dist[i] = 0;
+            queue.push_back(i);
+        }
+    }
+    while let Some(t) = queue.pop_front() {
+        let d = dist[t];
+        for &(p, cost) in &preds[t] {
+            let p = p as usize;
+            if d + cost < dist[p] {
+                dist[p] = d + cost;
+                if cost == 0 {
+                    queue.push_front(p);
+                } else {
+                    queue.push_back(p);
+                }
             }
         }
     }
-    live
+    dist
 }
