@@ -26,7 +26,7 @@ use crate::tokens::{
     run_suffix, shift, suffix_node,
 };
 use corral_grammar::ast::{TokenAst, TokenTarget};
-use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, TokenRefId};
+use corral_grammar::{Grammar, LexemeId, Piece, RecognizeError, Recognizer, Run, TokenRefId};
 use corral_trie::{Alphabet, ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId, TokenSpace};
 use std::sync::{Arc, OnceLock};
 
@@ -149,6 +149,31 @@ impl Constraint {
         &self.cache
     }
 
+    /// Heap bytes of what this constraint holds besides the shared token-set cache: its
+    /// grammar's built lexeme DFAs (each counted once per call of `seen`: `seen` collects
+    /// the DFAs already counted, so several constraints sharing one count it once) and its
+    /// per-state tables.
+    pub fn memory_usage(&self, seen: &mut rustc_hash::FxHashSet<usize>) -> usize {
+        let dfas: usize = self
+            .grammar
+            .lexemes()
+            .iter()
+            .filter_map(|l| l.built_dfa())
+            .filter(|d| seen.insert(Arc::as_ptr(d) as usize))
+            .map(|d| d.memory_usage())
+            .sum();
+        let slots: usize = self
+            .tables
+            .iter()
+            .map(|t| {
+                t.tokens.iter().count() * std::mem::size_of::<OnceLock<Arc<StateTokens>>>()
+                    + t.shifts.iter().map(|s| s.iter().count()).sum::<usize>()
+                        * std::mem::size_of::<OnceLock<Shift>>()
+            })
+            .sum();
+        dfas + slots
+    }
+
     /// `(lexeme, state)` token sets computed so far by this constraint.
     pub fn cached_states(&self) -> usize {
         self.tables
@@ -164,6 +189,24 @@ impl Constraint {
             Some(target) => (target == id) != ast.negated,
             None => ast.negated,
         }
+    }
+
+    /// A token that satisfies token reference `r`, for a completion: the one it names, or
+    /// for a negated reference the first token of the vocabulary with text that is neither
+    /// the one excluded nor an end token. `None` when the reference names no token here.
+    fn ref_token(&self, r: TokenRefId) -> Option<TokenId> {
+        let space = self.space();
+        let width = space.width();
+        if !self.grammar.token_refs()[r.0 as usize].negated {
+            return self.refs[r.0 as usize].filter(|t| t.index() < width);
+        }
+        (0..space.vocab().len().min(width) as u32)
+            .map(TokenId)
+            .find(|&t| {
+                self.ref_matches(r, t)
+                    && !space.eos().contains(&t)
+                    && space.vocab().token_bytes(t).is_some_and(|b| !b.is_empty())
+            })
     }
 
     /// How the characters of `alphabet` shift `state` of lexeme `l` (remembered). A count
@@ -724,7 +767,8 @@ impl RobustConstrainedAdapter {
             return Err(AdapterError::UnknownToken { token, width });
         }
         let position = self.rec.position();
-        if self.c.space().eos().contains(&token) {
+        // An end token ends the output, unless the grammar names it here by reference.
+        if self.c.space().eos().contains(&token) && !self.expects_reference(token) {
             if self.rec.is_accepting() {
                 self.finished = true;
                 self.steps.push(0);
@@ -747,6 +791,18 @@ impl RobustConstrainedAdapter {
             },
             Err(e) => self.fail(e.into()),
         }
+    }
+
+    /// Whether a token reference the grammar expects next is satisfied by `token` (which
+    /// [`Self::step_with_token`] then takes as that reference, even an end token).
+    pub fn expects_reference(&self, token: TokenId) -> bool {
+        self.error.is_none()
+            && !self.finished
+            && self
+                .rec
+                .expected_tokens()
+                .into_iter()
+                .any(|r| self.c.ref_matches(r, token))
     }
 
     /// Feeds raw bytes (text that reached the output other than as a sampled token, such as
@@ -774,6 +830,12 @@ impl RobustConstrainedAdapter {
     /// Whether the output so far is complete (EOS would be allowed).
     pub fn is_accepting(&self) -> bool {
         self.error.is_none() && (self.finished || self.rec.is_accepting())
+    }
+
+    /// Whether the output is complete and the grammar admits nothing more after it (only
+    /// an end token could come next).
+    pub fn is_complete(&self) -> bool {
+        self.is_accepting() && (self.finished || self.rec.expected().is_empty())
     }
 
     /// Whether an EOS/stop token ended the output.
@@ -860,20 +922,37 @@ impl RobustConstrainedAdapter {
         Ok(self.c.space().trie().greedy_tokens(&bytes).0)
     }
 
-    /// The shortest output that completes the grammar from here, as tokens (greedily the
-    /// longest token each; every tokenization of a valid output is allowed): empty when
-    /// complete already, `None` when no text completes it (only token references could).
-    /// Generation under a token budget steers to it before the budget runs out.
+    /// The shortest output that completes the grammar from here, as tokens: its text
+    /// greedily the longest token each (every tokenization of a valid output is allowed),
+    /// and a token for each token reference it goes through. Empty when complete already;
+    /// `None` when nothing completes it (a reference names no token of this vocabulary, or
+    /// the recognizer's completion search gives up). Generation under a token budget steers
+    /// to it before the budget runs out.
     pub fn completion_tokens(&mut self) -> Result<Option<Vec<TokenId>>, AdapterError> {
         self.check()?;
         if self.finished {
             return Ok(Some(Vec::new()));
         }
-        let Some(bytes) = self.rec.shortest_completion() else {
+        let Some(completion) = self.rec.shortest_completion() else {
             return Ok(None);
         };
-        let (tokens, covered) = self.c.space().trie().greedy_tokens(&bytes);
-        Ok((covered == bytes.len()).then_some(tokens))
+        let mut tokens = Vec::new();
+        for piece in &completion.pieces {
+            match piece {
+                Piece::Bytes(bytes) => {
+                    let (t, covered) = self.c.space().trie().greedy_tokens(bytes);
+                    if covered != bytes.len() {
+                        return Ok(None);
+                    }
+                    tokens.extend(t);
+                }
+                Piece::Token(r) => match self.c.ref_token(*r) {
+                    Some(t) => tokens.push(t),
+                    None => return Ok(None),
+                },
+            }
+        }
+        Ok(Some(tokens))
     }
 
     /// What the adapter is doing: position, partial lexemes, allowed terminals.

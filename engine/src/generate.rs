@@ -24,10 +24,12 @@
 //! `max_tokens` at all, generation refuses to start ([`GenerateError::BudgetTooSmall`]).
 
 use crate::adapter::{AdapterError, Constraint, RobustConstrainedAdapter};
+use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::{CausalLm, Logits, ModelError};
 use crate::replay::stats;
 use crate::sampling::{Sampler, SamplingError, SamplingOptions};
 use crate::scope::{Scope, TriggerWatch};
+pub use crate::utf8::Utf8Stream;
 use corral_trie::{FixedBitSet, TokenId, TokenSpace};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +53,11 @@ pub struct GenerateOptions {
     /// Where the grammar applies: the whole output (default), the answer after reasoning,
     /// or each tool call (see [`crate::scope`]).
     pub scope: Scope,
+    /// Record each token's log-probability, with this many of the most likely tokens'
+    /// ([`crate::logprobs`]); `None` (the default) records nothing. Every token then comes
+    /// from a distribution: jump-forward is off, and a completion at the end of the budget
+    /// is appended one token per step, each read off that step's masked distribution.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -63,6 +70,7 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             complete_within_budget: true,
             scope: Scope::Whole,
+            logprobs: None,
         }
     }
 }
@@ -117,6 +125,9 @@ pub struct Generation {
     pub tokens: Vec<TokenId>,
     pub finish_reason: FinishReason,
     pub stats: GenerationStats,
+    /// With [`GenerateOptions::logprobs`]: the tokens' log-probabilities not taken with
+    /// [`Decoder::take_logprobs`] (all of them, when none were).
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// Why generation failed.
@@ -136,65 +147,13 @@ pub enum GenerateError {
         "no output of the grammar fits in {max_tokens} tokens: the shortest one takes {needed}"
     )]
     BudgetTooSmall { needed: usize, max_tokens: usize },
-}
-
-/// Streams UTF-8 text from token bytes: holds back an incomplete character (at most 3
-/// bytes), never re-decodes what was already emitted.
-#[derive(Clone, Debug, Default)]
-pub struct Utf8Stream {
-    pending: Vec<u8>,
-}
-
-impl Utf8Stream {
-    /// The text completed by `bytes`.
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        let mut out = String::new();
-        self.push_into(bytes, &mut out);
-        out
-    }
-
-    /// [`Utf8Stream::push`] into a reused buffer (appended to).
-    pub fn push_into(&mut self, bytes: &[u8], out: &mut String) {
-        if self.pending.is_empty()
-            && let Ok(s) = std::str::from_utf8(bytes)
-        {
-            out.push_str(s);
-            return;
-        }
-        self.pending.extend_from_slice(bytes);
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.pending.clear();
-                    return;
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&self.pending[..good]).expect("valid prefix"));
-                    match e.error_len() {
-                        // Incomplete character at the end: wait for more bytes.
-                        None => {
-                            self.pending.drain(..good);
-                            return;
-                        }
-                        // Invalid bytes (an unconstrained model can emit them).
-                        Some(n) => {
-                            out.push(char::REPLACEMENT_CHARACTER);
-                            self.pending.drain(..good + n);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// What is left at the end (an incomplete character becomes U+FFFD).
-    pub fn finish(&mut self) -> String {
-        let s = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        s
-    }
+    /// Under a budget, the grammar has no complete output made of this vocabulary's tokens
+    /// (a token reference names no token of it, or no finite output exists), so an output
+    /// could not be made complete.
+    #[error(
+        "the grammar has no complete output in this model's tokens (a token reference names no token of the vocabulary, or no output ends)"
+    )]
+    NoCompletion,
 }
 
 /// Where the decoder is: free text (the grammar not applying yet, or between tool calls),
@@ -244,7 +203,24 @@ pub struct Decoder {
     /// Without a constraint: the trigger (the end of reasoning) was seen or forced, so the
     /// reasoning budget no longer applies.
     triggered: bool,
+    /// Log-probabilities recorded and not taken yet ([`GenerateOptions::logprobs`]).
+    logprobs: Vec<TokenLogprob>,
+    /// The rest of a budget's completion, appended one token per step (last first), when
+    /// log-probabilities are recorded.
+    completing: Vec<TokenId>,
     stats: GenerationStats,
+}
+
+/// What stepping the constraint with a sampled token did.
+enum Stepped {
+    /// The token is kept.
+    Kept,
+    /// It did not leave room to complete: the completion was appended instead, whole.
+    Completed,
+    /// It did not leave room to complete: `token`, the completion's first (stepped
+    /// already; `named`: taken as a token reference), takes its place, and the rest follows
+    /// one per step.
+    Replaced { token: TokenId, named: bool },
 }
 
 impl Decoder {
@@ -301,6 +277,8 @@ impl Decoder {
             watch: TriggerWatch::default(),
             free_tokens: 0,
             triggered: false,
+            logprobs: Vec::new(),
+            completing: Vec::new(),
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),
                 forward_passes: 1,
@@ -308,20 +286,25 @@ impl Decoder {
             },
             space,
             constraint,
-            opts: opts.clone(),
+            opts: GenerateOptions {
+                // Every token from a distribution when log-probabilities are asked for.
+                jump_forward: opts.jump_forward && opts.logprobs.is_none(),
+                ..opts.clone()
+            },
         };
         if d.opts.scope == Scope::Whole {
             d.phase = d.fresh_phase();
         }
         if d.budgeted
             && let Phase::Constrained(a) = &mut d.phase
-            && let Some(need) = a.completion_tokens()?
-            && need.len() > d.max_tokens
         {
-            return Err(GenerateError::BudgetTooSmall {
-                needed: need.len(),
-                max_tokens: d.max_tokens,
-            });
+            let need = a.completion_tokens()?.ok_or(GenerateError::NoCompletion)?;
+            if need.len() > d.max_tokens {
+                return Err(GenerateError::BudgetTooSmall {
+                    needed: need.len(),
+                    max_tokens: d.max_tokens,
+                });
+            }
         }
         Ok(d)
     }
@@ -359,6 +342,12 @@ impl Decoder {
     /// The text so far.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// The log-probabilities recorded since the last call (with
+    /// [`GenerateOptions::logprobs`]), one per token, in order.
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        std::mem::take(&mut self.logprobs)
     }
 
     /// Computes the mask for the next token now (if the grammar applies), so that
@@ -400,26 +389,69 @@ impl Decoder {
                 }
             }
         }
+        self.sampler.adjust(&mut v, &self.history, &self.tokens);
+        if let Some(t) = self.completing.pop() {
+            return self.append_completion(&v, t, on_delta);
+        }
         let tok = self.sample(&mut v)?;
-        if self.space.eos().contains(&tok) {
+        // An end token ends the output, unless the grammar names it here by reference.
+        let named = masked && self.names_token(tok);
+        if self.space.eos().contains(&tok) && !named {
             // An end before the trigger, under a grammar that applies after it (the model
             // stopped inside its reasoning): the answer is still owed, so the trigger is
             // appended instead and the grammar applies from there.
             if let Some(trigger) = self.trigger_still_owed() {
                 return Ok(self.force_trigger(trigger, on_delta));
             }
+            self.record_logprob(&v, tok);
             return Ok(Next::Done(FinishReason::Stop));
         }
-        if masked && self.step_constraint(tok, on_delta)? {
-            return Ok(Next::Done(FinishReason::BudgetCompleted));
-        }
-        self.emit(tok, on_delta);
+        let stepped = match masked {
+            true => self.step_constraint(tok, on_delta)?,
+            false => Stepped::Kept,
+        };
+        let (tok, named) = match stepped {
+            Stepped::Kept => (tok, named),
+            Stepped::Completed => return Ok(Next::Done(FinishReason::BudgetCompleted)),
+            Stepped::Replaced { token, named } => (token, named),
+        };
+        self.record_logprob(&v, tok);
+        self.emit_as(tok, named, on_delta);
         self.push(tok);
+        if matches!(stepped, Stepped::Replaced { .. }) {
+            self.stats.forced_tokens += 1;
+            if self.completing.is_empty() {
+                return Ok(Next::Done(FinishReason::BudgetCompleted));
+            }
+        }
         let mut feed = vec![tok];
         if self.opts.jump_forward {
             self.jump_forward(&mut feed, on_delta)?;
         }
         Ok(self.feed(feed))
+    }
+
+    /// The next token of a budget's completion, its log-probability read off this step's
+    /// distribution `v`.
+    fn append_completion(
+        &mut self,
+        v: &[f32],
+        tok: TokenId,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<Next, GenerateError> {
+        self.record_logprob(v, tok);
+        self.append(tok, on_delta)?;
+        if self.completing.is_empty() {
+            return Ok(Next::Done(FinishReason::BudgetCompleted));
+        }
+        Ok(self.feed(vec![tok]))
+    }
+
+    /// Records `tok`'s log-probability under `v`, if asked for.
+    fn record_logprob(&mut self, v: &[f32], tok: TokenId) {
+        if let Some(top) = self.opts.logprobs {
+            self.logprobs.push(token_logprob(v, tok, top));
+        }
     }
 
     /// The end: the text held back, the statistics.
@@ -435,6 +467,7 @@ impl Decoder {
         }
         let mut st = self.stats;
         st.generated_tokens = self.tokens.len();
+        let logprobs = std::mem::take(&mut self.logprobs);
         let (mean, _, p99) = stats(&self.mask_times);
         st.mask_us_mean = mean;
         st.mask_us_p99 = p99;
@@ -444,12 +477,20 @@ impl Decoder {
             tokens: self.tokens,
             finish_reason,
             stats: st,
+            logprobs,
         }
     }
 
-    /// Tokens to feed next, unless the budget or the context ends here.
+    /// Tokens to feed next, unless the budget or the context ends here (an output the
+    /// grammar completed right at the end ends complete, not cut).
     fn feed(&mut self, feed: Vec<TokenId>) -> Next {
         if self.tokens.len() >= self.max_tokens || self.pos + feed.len() >= self.max_pos {
+            if let Phase::Constrained(a) = &self.phase
+                && a.is_complete()
+                && self.opts.scope == Scope::Whole
+            {
+                return Next::Done(FinishReason::GrammarComplete);
+            }
             return Next::Done(FinishReason::Length);
         }
         self.pos += feed.len();
@@ -462,14 +503,31 @@ impl Decoder {
         self.history.push(t);
     }
 
-    /// Streams a token's text.
+    /// Streams a token's text (a special token has none).
     fn emit(&mut self, t: TokenId, on_delta: &mut dyn FnMut(&str)) {
-        if let Some(b) = self.space.vocab().token_bytes(t) {
-            let delta = self.stream.push(b);
-            if !delta.is_empty() {
-                on_delta(&delta);
-                self.text.push_str(&delta);
-            }
+        self.emit_as(t, false, on_delta);
+    }
+
+    /// Streams a token's text; a token the grammar named by reference is part of the
+    /// grammar's output, so a special one streams as its name.
+    fn emit_as(&mut self, t: TokenId, named: bool, on_delta: &mut dyn FnMut(&str)) {
+        let text = match self.space.vocab().token_bytes(t) {
+            Some(b) => b.to_vec(),
+            None if named => token_text(&self.space, t),
+            None => return,
+        };
+        let delta = self.stream.push(&text);
+        if !delta.is_empty() {
+            on_delta(&delta);
+            self.text.push_str(&delta);
+        }
+    }
+
+    /// Whether the grammar takes `tok` next as a token it names by reference.
+    fn names_token(&self, tok: TokenId) -> bool {
+        match &self.phase {
+            Phase::Constrained(a) => a.expects_reference(tok),
+            Phase::Free => false,
         }
     }
 
@@ -556,15 +614,13 @@ impl Decoder {
         Ok(Ok(true))
     }
 
-    /// Samples from `v` (masked logits). In free text, a token that completes the trigger
-    /// starts the grammar on what it brings after the trigger (whitespace first is free);
-    /// a token whose rest the grammar refuses is not taken.
+    /// Draws from `v` (masked and adjusted logits). In free text, a token that completes
+    /// the trigger starts the grammar on what it brings after the trigger (whitespace
+    /// first is free); a token whose rest the grammar refuses is not taken (its logit
+    /// becomes minus infinity in `v`, and the draw is made again).
     fn sample(&mut self, v: &mut [f32]) -> Result<TokenId, GenerateError> {
         loop {
-            let tok = self
-                .sampler
-                .sample(v, &self.history)
-                .ok_or(GenerateError::NothingToSample)?;
+            let tok = self.sampler.draw(v).ok_or(GenerateError::NothingToSample)?;
             let watching = matches!(self.phase, Phase::Free) && !self.triggered;
             let Some(trigger) = self.opts.scope.trigger().filter(|_| watching) else {
                 return Ok(tok);
@@ -597,40 +653,65 @@ impl Decoder {
     }
 
     /// Steps the adapter with `tok`; under a budget, if no completion fits after it, rolls
-    /// it back and appends the shortest completion instead (`Ok(true)`: the output ends).
+    /// it back and appends the shortest completion instead: whole ([`Stepped::Completed`]:
+    /// the output ends), or with log-probabilities recorded, its first token in `tok`'s
+    /// place and the rest one per step ([`Stepped::Replaced`]).
     fn step_constraint(
         &mut self,
         tok: TokenId,
         on_delta: &mut dyn FnMut(&str),
-    ) -> Result<bool, GenerateError> {
+    ) -> Result<Stepped, GenerateError> {
         let Phase::Constrained(a) = &mut self.phase else {
-            return Ok(false);
+            return Ok(Stepped::Kept);
         };
         if a.output().is_empty()
             && self.opts.scope != Scope::Whole
             && self.space.whitespace_tokens().binary_search(&tok).is_ok()
         {
-            return Ok(false);
+            return Ok(Stepped::Kept);
         }
         a.step_with_token(tok)?;
         if !self.budgeted {
-            return Ok(false);
+            return Ok(Stepped::Kept);
         }
         let left = self.max_tokens - self.tokens.len() - 1;
         if a.completion_tokens()?.is_some_and(|c| c.len() <= left) {
-            return Ok(false);
+            return Ok(Stepped::Kept);
         }
         a.rollback(1)?;
-        let completion = a.completion_tokens()?.unwrap_or_default();
-        for &t in &completion {
+        // The completion from before `tok` fit (checked at the step before, or when the
+        // decoder was made); `None` here means the recognizer's search gave up.
+        let mut completion = a.completion_tokens()?.ok_or(GenerateError::NoCompletion)?;
+        if self.opts.logprobs.is_some() && !completion.is_empty() {
+            completion.reverse();
+            let first = completion.pop().expect("not empty");
+            let named = self.names_token(first);
             if let Phase::Constrained(a) = &mut self.phase {
-                a.step_with_token(t)?;
+                a.step_with_token(first)?;
             }
-            self.emit(t, on_delta);
-            self.tokens.push(t);
-            self.stats.forced_tokens += 1;
+            self.completing = completion;
+            return Ok(Stepped::Replaced {
+                token: first,
+                named,
+            });
         }
-        Ok(true)
+        for &t in &completion {
+            self.append(t, on_delta)?;
+        }
+        Ok(Stepped::Completed)
+    }
+
+    /// Steps the constraint with `t`, a token the engine chose (a completion's), and
+    /// streams it.
+    fn append(&mut self, t: TokenId, on_delta: &mut dyn FnMut(&str)) -> Result<(), GenerateError> {
+        let named = self.names_token(t);
+        if let Phase::Constrained(a) = &mut self.phase {
+            a.step_with_token(t)?;
+        }
+        self.emit_as(t, named, on_delta);
+        self.push(t);
+        self.stats.forced_tokens += 1;
+        Ok(())
     }
 
     /// Jump-forward: the tokens of the continuation the grammar forces, appended to `feed`
@@ -738,24 +819,4 @@ pub fn generate(
     g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
     g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
     Ok(g)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utf8_stream_holds_back_split_characters() {
-        let mut s = Utf8Stream::default();
-        let bytes = "aé日😀".as_bytes();
-        let mut out = String::new();
-        for b in bytes {
-            out.push_str(&s.push(&[*b]));
-            assert!(s.pending.len() <= 3);
-        }
-        assert_eq!(out, "aé日😀");
-        assert_eq!(s.push(b"\xff"), "\u{FFFD}");
-        assert_eq!(s.push(b"\xe6\x97"), "");
-        assert_eq!(s.finish(), "\u{FFFD}");
-    }
 }

@@ -39,21 +39,26 @@ pub mod cache;
 mod classes;
 pub mod constraints;
 pub mod generate;
+pub mod logprobs;
 pub mod model;
 pub mod replay;
 pub mod sampling;
 pub mod scope;
 pub mod tokens;
+mod utf8;
 
 pub use adapter::{
     AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
-pub use constraints::{ConstraintCache, DEFAULT_CONSTRAINTS};
+pub use constraints::{
+    CacheLimits, CacheStats, ConstraintCache, DEFAULT_CACHE_BYTES, DEFAULT_CONSTRAINTS,
+};
 pub use generate::{
     Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate,
 };
+pub use logprobs::TokenLogprob;
 pub use model::{BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingError, SamplingOptions};
 pub use scope::Scope;

@@ -128,9 +128,10 @@ pub fn replay_observed<E>(
 }
 
 /// The mask by brute force: every token is stepped on a fork of `a` (and so rolled back),
-/// EOS and stop tokens are allowed exactly when the output is complete. Independent of the
-/// mask computation (no caches, no trie walk): what [`RobustConstrainedAdapter::compute_mask`]
-/// must equal. Runs in parallel over the vocabulary.
+/// EOS and stop tokens are allowed when the output is complete or the grammar names them by
+/// reference. Independent of the mask computation (no caches, no trie walk): what
+/// [`RobustConstrainedAdapter::compute_mask`] must equal. Runs in parallel over the
+/// vocabulary.
 pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSet {
     use rayon::prelude::*;
     let space = a.constraint().space().clone();
@@ -143,12 +144,7 @@ pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSe
             let mut allowed = Vec::new();
             for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(width) {
                 let t = TokenId(t as u32);
-                if space.eos().contains(&t) {
-                    if a.is_accepting() && !a.is_finished() {
-                        allowed.push(t);
-                    }
-                    continue;
-                }
+                // End tokens too: taken where the grammar accepts, or names them.
                 if fork.step_with_token(t).is_ok() {
                     allowed.push(t);
                     fork.rollback(1).expect("rollback after a step");

@@ -23,6 +23,15 @@ pub struct SamplingOptions {
     pub repetition_penalty: f32,
     /// How many recent tokens the penalty looks at.
     pub repetition_window: usize,
+    /// Subtracted from the logit of every token the output already holds (OpenAI's
+    /// `presence_penalty`); 0 is off.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time the output holds it (OpenAI's
+    /// `frequency_penalty`); 0 is off.
+    pub frequency_penalty: f32,
+    /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`); a
+    /// bias never lets a token the grammar masked through.
+    pub logit_bias: Vec<(TokenId, f32)>,
     pub seed: u64,
 }
 
@@ -35,6 +44,9 @@ impl Default for SamplingOptions {
             min_p: None,
             repetition_penalty: 1.0,
             repetition_window: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 42,
         }
     }
@@ -86,6 +98,21 @@ impl SamplingOptions {
                 self.repetition_penalty.to_string(),
                 "a finite number > 0 (1 is off)",
             );
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(name, v.to_string(), "a number in [-2, 2] (0 is off)");
+            }
+        }
+        if let Some((_, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return bad("logit_bias", b.to_string(), "biases in [-100, 100]");
         }
         Ok(())
     }
@@ -158,10 +185,33 @@ impl Sampler {
         &self.opts
     }
 
-    /// Picks a token. `logits` may be changed (penalties); minus infinity is never picked.
-    /// `None` if every logit is minus infinity.
+    /// Picks a token: [`Sampler::adjust`] with `history` as both the recent tokens and the
+    /// output, then [`Sampler::draw`]. `logits` are changed (penalties); minus infinity is
+    /// never picked. `None` if every logit is minus infinity.
     pub fn sample(&mut self, logits: &mut [f32], history: &[TokenId]) -> Option<TokenId> {
+        self.adjust(logits, history, history);
+        self.draw(logits)
+    }
+
+    /// The logits the draw starts from: the logit bias, the repetition penalty over the
+    /// last `repetition_window` tokens of `history` (prompt and output), the presence and
+    /// frequency penalties over `output`. Masked tokens (minus infinity) stay masked.
+    pub fn adjust(&self, logits: &mut [f32], history: &[TokenId], output: &[TokenId]) {
         let o = &self.opts;
+        for &(t, b) in &o.logit_bias {
+            if let Some(l) = logits.get_mut(t.index()) {
+                *l += b;
+            }
+        }
+        if o.presence_penalty != 0.0 || o.frequency_penalty != 0.0 {
+            let mut counts: Vec<TokenId> = output.to_vec();
+            counts.sort_unstable();
+            for run in counts.chunk_by(|a, b| a == b) {
+                if let Some(l) = logits.get_mut(run[0].index()) {
+                    *l -= o.presence_penalty + o.frequency_penalty * run.len() as f32;
+                }
+            }
+        }
         if o.repetition_penalty != 1.0 && o.repetition_penalty > 0.0 {
             let start = history.len().saturating_sub(o.repetition_window);
             let mut seen: Vec<TokenId> = history[start..].to_vec();
@@ -179,6 +229,13 @@ impl Sampler {
                 }
             }
         }
+    }
+
+    /// Draws a token from adjusted logits: greedy at temperature 0, else temperature,
+    /// top-k, softmax, min-p, top-p and a seeded draw. `None` if every logit is minus
+    /// infinity.
+    pub fn draw(&mut self, logits: &[f32]) -> Option<TokenId> {
+        let o = &self.opts;
         if o.temperature <= 0.0 {
             return argmax(logits);
         }
