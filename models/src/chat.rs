@@ -4,11 +4,20 @@
 use crate::LoadError;
 use minijinja::{Environment, context};
 
-/// A chat message.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A chat message, with the optional fields chat templates read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// The participant's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The call a tool message answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// An assistant's earlier reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
@@ -16,6 +25,7 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            ..Message::default()
         }
     }
 }

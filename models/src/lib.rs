@@ -30,7 +30,7 @@
 //!
 //! let mut model = Model::load("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf", DeviceSpec::Cpu)?;
 //! let text = model.text().clone();
-//! let prompt = text.encode(&text.prompt_text(None, "A JSON list of three colours.", false)?)?;
+//! let prompt = text.encode_prompt(&text.prompt_text(None, "A JSON list of three colours.", false)?)?;
 //! let gbnf = r#"root ::= "[" item ("," " "? item){2} "]"
 //! item ::= "\"" [a-z]{1,12} "\"""#;
 //! let grammar = corral_grammar::compile_gbnf(gbnf, &Default::default())?;
@@ -51,14 +51,16 @@ pub mod hf_folder;
 pub mod hub;
 pub mod llama;
 pub mod logits;
+pub mod prompt;
 pub mod quant;
 pub mod safetensors;
 
 use candle_core::DType;
 use chat::{ChatTemplate, Message};
-use corral_engine::{CausalLm, ConstraintCache, DEFAULT_CONSTRAINTS};
+use corral_engine::{CacheLimits, CausalLm, ConstraintCache};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
 pub use device::DeviceSpec;
+use prompt::{Prompt, SpecialTokens};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -142,6 +144,8 @@ pub struct Model {
 /// constraint. Shared by reference (`Arc`), `Sync`.
 pub struct ModelText {
     tokenizer: tokenizers::Tokenizer,
+    /// The control tokens, for prompts whose user text stays text ([`prompt`]).
+    specials: SpecialTokens,
     space: Arc<TokenSpace>,
     /// Constraints kept for reuse (made on first use: slicing the vocabulary takes a few
     /// milliseconds).
@@ -260,6 +264,7 @@ impl Model {
         Ok(Model {
             lm,
             text: Arc::new(ModelText {
+                specials: SpecialTokens::new(&tokenizer),
                 tokenizer,
                 space,
                 constraints: OnceLock::new(),
@@ -310,12 +315,21 @@ impl ModelText {
         &self.space
     }
 
-    /// The constraints this model keeps for reuse ([`DEFAULT_CONSTRAINTS`] of them, one
-    /// token-set cache shared by all): the one-call entry points look their grammar up here,
-    /// so a grammar or schema used again starts warm.
+    /// The constraints this model keeps for reuse (within [`CacheLimits::default`] unless
+    /// [`ModelText::limit_constraints`] came first; one token-set cache shared by all): the
+    /// one-call entry points look their grammar up here, so a grammar or schema used again
+    /// starts warm.
     pub fn constraints(&self) -> &ConstraintCache {
+        self.constraints.get_or_init(|| {
+            ConstraintCache::with_limits(self.space.clone(), CacheLimits::default())
+        })
+    }
+
+    /// Bounds the constraint cache; false (and nothing changes) once it is in use.
+    pub fn limit_constraints(&self, limits: CacheLimits) -> bool {
         self.constraints
-            .get_or_init(|| ConstraintCache::new(self.space.clone(), DEFAULT_CONSTRAINTS))
+            .set(ConstraintCache::with_limits(self.space.clone(), limits))
+            .is_ok()
     }
 
     pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
@@ -342,44 +356,97 @@ impl ModelText {
 
     /// A conversation through the chat template, ending with the assistant's turn opened
     /// (without a template: the messages' contents, one per line). `tools` (OpenAI's list)
-    /// is passed to templates that describe tools themselves.
+    /// is passed to templates that describe tools themselves. The messages' contents and
+    /// the tools are user text: a special token's name in them stays text ([`prompt`]).
     pub fn chat_prompt(
         &self,
         messages: &[Message],
         tools: Option<&serde_json::Value>,
-    ) -> Result<String, LoadError> {
-        match &self.chat {
-            Some(t) => t.render_with_tools(messages, tools),
-            None => Ok(messages
+    ) -> Result<Prompt, LoadError> {
+        let mut p = Prompt::default();
+        let escaped: Vec<Message> = messages
+            .iter()
+            .map(|m| {
+                let mut user =
+                    |s: &Option<String>| s.as_deref().map(|s| p.escape_user(&self.specials, s));
+                Message {
+                    role: m.role.clone(),
+                    name: user(&m.name),
+                    tool_call_id: user(&m.tool_call_id),
+                    reasoning_content: user(&m.reasoning_content),
+                    content: p.escape_user(&self.specials, &m.content),
+                }
+            })
+            .collect();
+        let tools = tools.map(|t| escape_strings(t, &mut |s| p.escape_user(&self.specials, s)));
+        let rendered = match &self.chat {
+            Some(t) => t.render_with_tools(&escaped, tools.as_ref())?,
+            None => escaped
                 .iter()
                 .map(|m| m.content.as_str())
                 .collect::<Vec<_>>()
-                .join("\n")),
-        }
+                .join("\n"),
+        };
+        Ok(p.rendered(rendered))
     }
 
-    /// The prompt text: the chat template applied to an optional system message and the
-    /// user's message (or the user's text as is, with `raw` or without a template).
+    /// The prompt: the chat template applied to an optional system message and the user's
+    /// message, their text kept as text; or with `raw` (or without a template) the text as
+    /// is, trusted: special tokens' names in it are control tokens.
     pub fn prompt_text(
         &self,
         system: Option<&str>,
         user: &str,
         raw: bool,
-    ) -> Result<String, LoadError> {
+    ) -> Result<Prompt, LoadError> {
         match (&self.chat, raw) {
-            (Some(t), false) => {
+            (Some(_), false) => {
                 let mut msgs = Vec::new();
                 if let Some(s) = system {
                     msgs.push(Message::new("system", s));
                 }
                 msgs.push(Message::new("user", user));
-                t.render(&msgs)
+                self.chat_prompt(&msgs, None)
             }
-            _ => Ok(match system {
+            _ => Ok(Prompt::trusted(&match system {
                 Some(s) if raw => format!("{s}\n{user}"),
                 _ => user.to_string(),
-            }),
+            })),
         }
+    }
+
+    /// Text that is user text throughout (a completion's prompt): special tokens' names in
+    /// it stay text.
+    pub fn user_prompt(&self, text: &str) -> Prompt {
+        let mut p = Prompt::default();
+        p.push_user(&self.specials, text);
+        p
+    }
+
+    /// The control tokens' names and ids (what user text may not become).
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.specials
+    }
+
+    /// Token ids of a prompt: control tokens where its trusted text names them, user text
+    /// as text; BOS added if the model wants it.
+    pub fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<TokenId>, LoadError> {
+        let enc = self
+            .specials
+            .encode(prompt)
+            .map_err(|e| LoadError::tokenizer("cannot encode the prompt", e))?;
+        Ok(self.with_bos(enc))
+    }
+
+    fn with_bos(&self, enc: Vec<u32>) -> Vec<TokenId> {
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(TokenId(b));
+        }
+        ids.extend(enc.into_iter().map(TokenId));
+        ids
     }
 
     /// The text of `ids` (special tokens left out).
@@ -389,21 +456,30 @@ impl ModelText {
             .map_err(|e| LoadError::tokenizer("cannot decode tokens", e))
     }
 
-    /// Token ids of a prompt text (special tokens in the text are recognized; BOS added if
-    /// the model wants it).
+    /// Token ids of a trusted prompt text (special tokens' names in it are control
+    /// tokens; BOS added if the model wants it). For text from users, see
+    /// [`ModelText::encode_prompt`].
     pub fn encode(&self, text: &str) -> Result<Vec<TokenId>, LoadError> {
         let enc = self
             .tokenizer
             .encode(text, false)
             .map_err(|e| LoadError::tokenizer("cannot encode the prompt", e))?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
-        if self.add_bos
-            && let Some(b) = self.bos
-        {
-            ids.push(TokenId(b));
-        }
-        ids.extend(enc.get_ids().iter().map(|&t| TokenId(t)));
-        Ok(ids)
+        Ok(self.with_bos(enc.get_ids().to_vec()))
+    }
+}
+
+/// `v` with every string (keys included) passed through `f`.
+fn escape_strings(v: &serde_json::Value, f: &mut dyn FnMut(&str) -> String) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(f(s)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| escape_strings(x, f)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (f(k), escape_strings(x, f)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

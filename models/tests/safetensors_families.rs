@@ -85,8 +85,9 @@ fn check(family: &str, tok: &str, vocab: usize) {
     assert_eq!(model.space().width(), vocab);
     assert!(model.has_chat_template());
     let prompt = model.prompt_text(Some("sys"), "hi", false).unwrap();
-    assert_eq!(prompt, "<|system|>sys\n<|user|>hi\n<|assistant|>");
-    let ids = model.encode(&prompt).unwrap();
+    assert_eq!(prompt.text(), "<|system|>sys\n<|user|>hi\n<|assistant|>");
+    let ids = model.encode_prompt(&prompt).unwrap();
+    assert_eq!(ids, model.encode(&prompt.text()).unwrap());
     let g = compile_gbnf(
         r#"root ::= "{\"n\": " [0-9]{1,3} ", \"ok\": " ("true" | "false") "}""#,
         &CompileOptions::default(),
