@@ -4,7 +4,7 @@
 //! not regular or not worth the automaton, the format is *stricter* than the RFC (never
 //! looser), and says so here:
 //! - `date`, `date-time`: days per month and leap years exact (RFC 3339); leap seconds
-//!   (`:60`) are refused.
+//!   (`:60`) and the year 0000 are refused (Python's `datetime` reads years 1 to 9999).
 //! - `email`: the dot-atom local part and a hostname domain (RFC 5321 without quoted local
 //!   parts or address literals).
 //! - `hostname` (and the domain of `email`): labels of letters, digits and hyphens, not
@@ -20,7 +20,9 @@ use corral_grammar::ast::Expr;
 use regex_syntax::hir::Hir;
 use std::sync::OnceLock;
 
-const DATE: &str = r"(?:[0-9]{4}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|[0-9]{4}-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|[0-9]{4}-02-(?:0[1-9]|1[0-9]|2[0-8])|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+/// Years 0001 to 9999: RFC 3339 allows 0000, but Python's `datetime` (and with it pydantic)
+/// and most date libraries do not, so a generated date is one they all read.
+const DATE: &str = r"(?:(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)-02-(?:0[1-9]|1[0-9]|2[0-8])|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][48]|[2468][048]|[13579][26])00)-02-29)";
 const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 const OCTET: &str = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
 const H16: &str = r"[0-9A-Fa-f]{1,4}";
@@ -199,13 +201,27 @@ mod tests {
         }
         check(
             "date",
-            &["2024-02-29", "2000-02-29", "2023-12-31", "1999-04-30"],
+            &[
+                "2024-02-29",
+                "2000-02-29",
+                "2023-12-31",
+                "1999-04-30",
+                "0001-01-01",
+                "0010-10-10",
+                "0100-01-31",
+                "1000-06-30",
+                "0400-02-29",
+                "9999-12-31",
+            ],
             &[
                 "2023-02-29",
                 "1900-02-29",
                 "2023-04-31",
                 "2023-13-01",
                 "2023-1-01",
+                "0000-01-01",
+                "0000-02-29",
+                "0000-04-30",
             ],
         );
         check(
@@ -215,6 +231,7 @@ mod tests {
                 "2024-01-05T24:00:00Z",
                 "2024-01-05T10:20:30",
                 "2024-01-05 10:20:30Z",
+                "0000-01-05T10:20:30Z",
             ],
         );
         check(

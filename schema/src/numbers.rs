@@ -271,28 +271,62 @@ fn digits_lit(d: &[u8]) -> Expr {
     lit(std::str::from_utf8(d).expect("ASCII digits"))
 }
 
-/// Digit strings of `a.len()` digits (leading zeros allowed) between `a` and `b`.
+/// Digit strings of `a.len()` digits (leading zeros allowed) between `a` and `b`, as a
+/// flat alternation (a branch per digit position, never nested by position): bounds of
+/// hundreds of digits (`1e308`) stay within the grammar's nesting limit.
 fn between(a: &[u8], b: &[u8]) -> Expr {
     let n = a.len();
-    if n == 0 {
-        return eps();
+    let k = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    if k == n {
+        return if n == 0 { eps() } else { digits_lit(a) };
     }
-    if a.iter().all(|&d| d == b'0') && b.iter().all(|&d| d == b'9') {
-        return any_digits(n);
-    }
-    if a[0] == b[0] {
-        return seq(vec![digits_lit(&a[..1]), between(&a[1..], &b[1..])]);
-    }
-    let nines = vec![b'9'; n - 1];
-    let zeros = vec![b'0'; n - 1];
-    let mut alts = vec![seq(vec![digits_lit(&a[..1]), between(&a[1..], &nines)])];
+    let prefix = &a[..k];
+    let (a, b) = (&a[k..], &b[k..]);
+    let mut alts = vec![seq(vec![digits_lit(&a[..1]), at_least(&a[1..])])];
     if a[0] + 1 < b[0] {
         alts.push(seq(vec![
             digit_class(a[0] + 1, b[0] - 1),
-            any_digits(n - 1),
+            any_digits(a.len() - 1),
         ]));
     }
-    alts.push(seq(vec![digits_lit(&b[..1]), between(&zeros, &b[1..])]));
+    alts.push(seq(vec![digits_lit(&b[..1]), at_most(&b[1..])]));
+    let rest = alt(alts).expect("non-empty");
+    seq(vec![digits_lit(prefix), rest])
+}
+
+/// Digit strings of `x.len()` digits at least `x`: for each position, `x`'s digits before
+/// it and a larger one there, then any digits; and `x` itself (its trailing zeros taken as
+/// any digits).
+fn at_least(x: &[u8]) -> Expr {
+    let t = x.iter().rposition(|&d| d != b'0').map_or(0, |i| i + 1);
+    let mut alts = Vec::new();
+    for i in 0..t {
+        if x[i] < b'9' {
+            alts.push(seq(vec![
+                digits_lit(&x[..i]),
+                digit_class(x[i] + 1, b'9'),
+                any_digits(x.len() - i - 1),
+            ]));
+        }
+    }
+    alts.push(seq(vec![digits_lit(&x[..t]), any_digits(x.len() - t)]));
+    alt(alts).expect("non-empty")
+}
+
+/// Digit strings of `x.len()` digits at most `x` (as [`at_least`], with nines).
+fn at_most(x: &[u8]) -> Expr {
+    let t = x.iter().rposition(|&d| d != b'9').map_or(0, |i| i + 1);
+    let mut alts = Vec::new();
+    for i in 0..t {
+        if x[i] > b'0' {
+            alts.push(seq(vec![
+                digits_lit(&x[..i]),
+                digit_class(b'0', x[i] - 1),
+                any_digits(x.len() - i - 1),
+            ]));
+        }
+    }
+    alts.push(seq(vec![digits_lit(&x[..t]), any_digits(x.len() - t)]));
     alt(alts).expect("non-empty")
 }
 
