@@ -273,9 +273,24 @@ pub struct GenericParser {
     out: Outputs,
     /// The stream ended inside an explicitly closed tool call.
     truncated: bool,
+    /// Most bytes of one tool call's body held until it closes (see
+    /// [`GenericParser::with_max_call_bytes`]).
+    max_call_bytes: usize,
 }
 
+/// The default of [`GenericParser::with_max_call_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_CALL_BYTES: usize = 8 << 20;
+
 impl GenericParser {
+    /// Holds at most `bytes` of a tool call's body (default [`DEFAULT_MAX_CALL_BYTES`]): a
+    /// call's body is kept whole until it closes, to be decoded; one that grows past the
+    /// bound is not taken for a call, and its text (marker and body so far, then what
+    /// follows) is content. Memory stays bounded whatever the stream.
+    pub fn with_max_call_bytes(mut self, bytes: usize) -> GenericParser {
+        self.max_call_bytes = bytes;
+        self
+    }
+
     /// A parser for `format`; an error if its markers cannot be scanned for (empty, more
     /// than 62 regions, or one inside another).
     pub fn new(format: Format) -> Result<GenericParser, MarkerError> {
@@ -297,6 +312,7 @@ impl GenericParser {
             answer_blank: true,
             out: Outputs::default(),
             truncated: false,
+            max_call_bytes: DEFAULT_MAX_CALL_BYTES,
             format,
         };
         p.start();
@@ -486,8 +502,26 @@ impl GenericParser {
                 self.close_tool();
                 return i + c.len_utf8();
             }
+            if body.len() > self.max_call_bytes {
+                self.give_up_call();
+                return i + c.len_utf8();
+            }
         }
         text.len()
+    }
+
+    /// A call's body outgrew [`GenericParser::with_max_call_bytes`]: its marker and body
+    /// are content, and so is what follows.
+    fn give_up_call(&mut self) {
+        let State::Tool { region, body, .. } = std::mem::replace(&mut self.state, State::Answer)
+        else {
+            return;
+        };
+        if let Some(r) = region {
+            let open = self.format.regions[r].open.clone();
+            self.answer_text(&open);
+        }
+        self.answer_text(&body);
     }
 
     /// Ends the tool-call region: decodes the body into calls (or, for a bare JSON object

@@ -37,7 +37,7 @@ pub mod postproc;
 mod scanner;
 pub mod toolcall;
 
-pub use generic::{BodyKind, Format, GenericParser, Region, RegionKind};
+pub use generic::{BodyKind, DEFAULT_MAX_CALL_BYTES, Format, GenericParser, Region, RegionKind};
 pub use harmony::{DEFAULT_MAX_HEADER, HarmonyMarkers, HarmonyMode, HarmonyParser};
 pub use scanner::{MarkerError, MarkerScanner};
 
