@@ -53,7 +53,8 @@ fn main() {
             }
             ad.step_with_token(t).unwrap();
         }
-        let (mean, p50, p99) = corral::engine::replay::stats(&times);
+        let corral::engine::replay::Summary { mean, p50, p99 } =
+            corral::engine::replay::stats(&times);
         let max = times.iter().cloned().fold(0.0, f64::max);
         eprintln!(
             "{} tokens: compile {:.2?}, setup {:.2?}, first-pass mask mean {mean:.1} us p50 {p50:.1} p99 {p99:.1} max {max:.1}, states {}",

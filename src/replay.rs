@@ -29,8 +29,8 @@ pub struct ReplayArgs {
     tokenizer: PathBuf,
     #[command(flatten)]
     constraint: ConstraintArgs,
-    /// The text to tokenize and replay.
-    #[arg(long)]
+    /// A file holding the text to tokenize and replay (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
     text: PathBuf,
     #[arg(long, value_enum, default_value = "canonical")]
     tokenization: Tokenization,
@@ -64,8 +64,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
     constraint.schema.outer_whitespace = true;
     let grammar = constraint.require()?.grammar;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let text = std::fs::read(&args.text)
-        .with_context(|| format!("cannot read text {}", args.text.display()))?;
+    let text = crate::input::read(&args.text, "text")?;
     if args.runs == 0 {
         Err(anyhow!("--runs must be at least 1"))?;
     }
@@ -77,7 +76,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
         None => replay(&constraint, &runs),
         Some(path) => write_masks(&constraint, &runs, path)?,
     };
-    let (mean, p50, p99) = stats(&report.mask_us);
+    let corral::engine::replay::Summary { mean, p50, p99 } = stats(&report.mask_us);
     let first_reject = match &report.first_reject {
         Some(r) => {
             // The first byte of the text the grammar cannot take.

@@ -154,7 +154,7 @@ fn json_documents_replay_on_every_tokenizer() {
                 "{} {doc_name}: EOS at the end",
                 s.name
             );
-            let (mean, p50, p99) = report.mask_stats();
+            let corral::engine::replay::Summary { mean, p50, p99 } = report.mask_stats();
             eprintln!(
                 "{} {doc_name}: {} runs, {} tokens, mask mean {mean:.1} us p50 {p50:.1} p99 {p99:.1}",
                 s.name, report.runs, report.tokens

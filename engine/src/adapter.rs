@@ -934,6 +934,11 @@ impl RobustConstrainedAdapter {
             return Ok(Some(Vec::new()));
         }
         let Some(completion) = self.rec.shortest_completion() else {
+            // A DFA that needed a state past its size limit reads it as dead: that is the
+            // error, not the missing completion.
+            if let Some(e) = self.c.grammar.overflow() {
+                return self.fail(e.into());
+            }
             return Ok(None);
         };
         let mut tokens = Vec::new();

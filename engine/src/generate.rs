@@ -211,6 +211,16 @@ pub struct Decoder {
     stats: GenerationStats,
 }
 
+/// What the next token is drawn under ([`Decoder::mask_for_sampling`]).
+enum Sampling {
+    /// The grammar's mask.
+    Masked,
+    /// No mask: free text.
+    Free,
+    /// Nothing: the output ends.
+    Done(FinishReason),
+}
+
 /// What stepping the constraint with a sampled token did.
 enum Stepped {
     /// The token is kept.
@@ -378,8 +388,9 @@ impl Decoder {
             return Ok(self.force_trigger(forced, on_delta));
         }
         let masked = match self.mask_for_sampling()? {
-            Ok(masked) => masked,
-            Err(done) => return Ok(Next::Done(done)),
+            Sampling::Masked => true,
+            Sampling::Free => false,
+            Sampling::Done(done) => return Ok(Next::Done(done)),
         };
         let mut v = logits.to_masked_vec(masked.then_some(&self.mask))?;
         if self.opts.ignore_eos {
@@ -416,13 +427,14 @@ impl Decoder {
             Stepped::Replaced { token, named } => (token, named),
         };
         self.record_logprob(&v, tok);
-        self.emit_as(tok, named, on_delta);
-        self.push(tok);
         if matches!(stepped, Stepped::Replaced { .. }) {
-            self.stats.forced_tokens += 1;
+            self.emit_forced(tok, named, on_delta);
             if self.completing.is_empty() {
                 return Ok(Next::Done(FinishReason::BudgetCompleted));
             }
+        } else {
+            self.emit_as(tok, named, on_delta);
+            self.push(tok);
         }
         let mut feed = vec![tok];
         if self.opts.jump_forward {
@@ -468,9 +480,9 @@ impl Decoder {
         let mut st = self.stats;
         st.generated_tokens = self.tokens.len();
         let logprobs = std::mem::take(&mut self.logprobs);
-        let (mean, _, p99) = stats(&self.mask_times);
-        st.mask_us_mean = mean;
-        st.mask_us_p99 = p99;
+        let times = stats(&self.mask_times);
+        st.mask_us_mean = times.mean;
+        st.mask_us_p99 = times.p99;
         st.masks = self.mask_times.len();
         Generation {
             text: self.text,
@@ -501,11 +513,6 @@ impl Decoder {
     fn push(&mut self, t: TokenId) {
         self.tokens.push(t);
         self.history.push(t);
-    }
-
-    /// Streams a token's text (a special token has none).
-    fn emit(&mut self, t: TokenId, on_delta: &mut dyn FnMut(&str)) {
-        self.emit_as(t, false, on_delta);
     }
 
     /// Streams a token's text; a token the grammar named by reference is part of the
@@ -570,9 +577,7 @@ impl Decoder {
             return Next::Done(FinishReason::Length);
         }
         for &f in &forced {
-            self.emit(f, on_delta);
-            self.push(f);
-            self.stats.forced_tokens += 1;
+            self.emit_forced(f, false, on_delta);
         }
         self.phase = self.fresh_phase();
         self.triggered = self.constraint.is_none();
@@ -587,23 +592,23 @@ impl Decoder {
         Next::Feed(forced)
     }
 
-    /// Under the grammar: the mask ready in `self.mask` (`Ok(true)`), or the grammar is
-    /// complete and admits nothing more (`Err(GrammarComplete)`, or, for tool calls, free
-    /// text again: `Ok(false)`). In free text: `Ok(false)`.
-    fn mask_for_sampling(&mut self) -> Result<Result<bool, FinishReason>, GenerateError> {
+    /// What the next sample is drawn under: the mask (ready in `self.mask`), nothing (free
+    /// text), or nothing at all because the grammar is complete and admits nothing more
+    /// (for tool calls, free text comes again instead).
+    fn mask_for_sampling(&mut self) -> Result<Sampling, GenerateError> {
         self.prepare()?;
         self.mask_ready = false;
         let Phase::Constrained(a) = &mut self.phase else {
-            return Ok(Ok(false));
+            return Ok(Sampling::Free);
         };
         let eos = self.space.eos();
         if a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32))) {
             if !matches!(self.opts.scope, Scope::Each { .. }) {
-                return Ok(Err(FinishReason::GrammarComplete));
+                return Ok(Sampling::Done(FinishReason::GrammarComplete));
             }
             self.phase = Phase::Free;
             self.watch.clear();
-            return Ok(Ok(false));
+            return Ok(Sampling::Free);
         }
         // Between a trigger and the grammar's first byte, whitespace tokens are free.
         if a.output().is_empty() && self.opts.scope != Scope::Whole {
@@ -611,7 +616,7 @@ impl Decoder {
                 self.mask.insert(t.index());
             }
         }
-        Ok(Ok(true))
+        Ok(Sampling::Masked)
     }
 
     /// Draws from `v` (masked and adjusted logits). In free text, a token that completes
@@ -708,10 +713,16 @@ impl Decoder {
         if let Phase::Constrained(a) = &mut self.phase {
             a.step_with_token(t)?;
         }
+        self.emit_forced(t, named, on_delta);
+        Ok(())
+    }
+
+    /// A token the engine appended without sampling it (jump-forward, a trigger, a
+    /// completion): streamed, kept in the output and the history, counted as forced.
+    fn emit_forced(&mut self, t: TokenId, named: bool, on_delta: &mut dyn FnMut(&str)) {
         self.emit_as(t, named, on_delta);
         self.push(t);
         self.stats.forced_tokens += 1;
-        Ok(())
     }
 
     /// Jump-forward: the tokens of the continuation the grammar forces, appended to `feed`
@@ -743,10 +754,8 @@ impl Decoder {
         }
         a.step_with_tokens(&forced)?;
         for f in forced {
-            self.emit(f, on_delta);
-            self.push(f);
+            self.emit_forced(f, false, on_delta);
             feed.push(f);
-            self.stats.forced_tokens += 1;
         }
         Ok(())
     }

@@ -30,21 +30,33 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
-    /// `(mean, p50, p99)` of the mask times, in microseconds.
-    pub fn mask_stats(&self) -> (f64, f64, f64) {
+    /// The mask times' summary, in microseconds.
+    pub fn mask_stats(&self) -> Summary {
         stats(&self.mask_us)
     }
 }
 
-/// `(mean, p50, p99)` of a sample.
-pub fn stats(xs: &[f64]) -> (f64, f64, f64) {
+/// The mean and percentiles of a sample (all 0 for an empty one).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// The mean, p50 and p99 of a sample (nearest rank).
+pub fn stats(xs: &[f64]) -> Summary {
     if xs.is_empty() {
-        return (0.0, 0.0, 0.0);
+        return Summary::default();
     }
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     let pct = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    (v.iter().sum::<f64>() / v.len() as f64, pct(0.5), pct(0.99))
+    Summary {
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p50: pct(0.5),
+        p99: pct(0.99),
+    }
 }
 
 /// One computed mask of a replay, as [`replay_observed`] shows it.
