@@ -119,7 +119,7 @@ impl LoadError {
     pub(crate) fn candle(what: impl Into<String>, source: candle_core::Error) -> LoadError {
         LoadError::Candle {
             what: what.into(),
-            source,
+            source: without_backtrace(source),
         }
     }
 
@@ -480,6 +480,24 @@ fn escape_strings(v: &serde_json::Value, f: &mut dyn FnMut(&str) -> String) -> s
                 .collect(),
         ),
         other => other.clone(),
+    }
+}
+
+/// `e` without the backtraces candle attaches (with `RUST_BACKTRACE` set, its errors
+/// print one in their message): a user reads what went wrong, not a stack.
+pub(crate) fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+    use candle_core::Error;
+    match e {
+        Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        Error::Context { inner, context } => Error::Context {
+            inner: Box::new(without_backtrace(*inner)),
+            context,
+        },
+        Error::WithPath { inner, path } => Error::WithPath {
+            inner: Box::new(without_backtrace(*inner)),
+            path,
+        },
+        e => e,
     }
 }
 

@@ -10,7 +10,7 @@ use corral_engine::{Logits, ModelError, apply_mask_in_place};
 use corral_trie::FixedBitSet;
 
 pub(crate) fn backend(e: candle_core::Error) -> ModelError {
-    ModelError::Backend(e.to_string())
+    ModelError::Backend(crate::without_backtrace(e).to_string())
 }
 
 /// Logits of the last position, shape `(vocab,)` or `(1, vocab)`, any device.
