@@ -73,8 +73,15 @@ pub use formats::KNOWN as KNOWN_FORMATS;
 pub enum Whitespace {
     /// None at all: `{"a":1}`.
     Compact,
-    /// Up to `max` spaces, tabs and line breaks between tokens. Bounded, so a model cannot
-    /// loop on it.
+    /// Between two tokens: nothing or one space, `{"a": 1, "b": [1, 2]}` (Python's
+    /// `json.dumps`): readable on one line, and a model cannot pad.
+    Spaced,
+    /// Between two tokens: nothing, one space, or one line break followed by up to
+    /// `max_indent` spaces or tabs: what one-line (`{"a": 1}`) and indented JSON both need,
+    /// and no more (no run of line breaks, no padding beyond one indentation).
+    Lines { max_indent: u32 },
+    /// Up to `max` spaces, tabs and line breaks between tokens, in any mix. Bounded, so a
+    /// model cannot loop on it.
     Flexible { max: u32 },
 }
 

@@ -189,11 +189,21 @@ pub(crate) fn to_rules(
     };
     let mut rules = Vec::with_capacity(c.rules.len() + 2);
     rules.push(built_rule("root".into(), root));
-    if let Whitespace::Flexible { max } = opts.whitespace {
-        rules.push(built_rule(
+    match opts.whitespace {
+        Whitespace::Compact => {}
+        Whitespace::Spaced => rules.push(built_rule("ws".into(), opt(lit(" ")))),
+        Whitespace::Lines { max_indent } => rules.push(built_rule(
+            "ws".into(),
+            opt(alt(vec![
+                lit(" "),
+                seq(vec![lit("\n"), repeat(g(r"[ \t]"), 0, Some(max_indent))]),
+            ])
+            .expect("two branches")),
+        )),
+        Whitespace::Flexible { max } => rules.push(built_rule(
             "ws".into(),
             repeat(g(r"[ \t\n\r]"), 0, Some(max)),
-        ));
+        )),
     }
     rules.extend(c.rules.into_iter().map(|(n, body)| built_rule(n, body)));
     Ok((rules, c.deferred))
@@ -263,7 +273,9 @@ impl<'a> Compiler<'a> {
             pattern_dfas: FxHashMap::default(),
             ws: match opts.whitespace {
                 Whitespace::Compact => eps(),
-                Whitespace::Flexible { .. } => name("ws"),
+                Whitespace::Spaced | Whitespace::Lines { .. } | Whitespace::Flexible { .. } => {
+                    name("ws")
+                }
             },
         })
     }
