@@ -1,6 +1,12 @@
-//! OpenAI's request shapes (the fields corral reads; others are ignored, as OpenAI-compatible
-//! servers do), and the extensions for structured output: llama-server's `grammar`, a
-//! `regex`, and vLLM's `structured_outputs`.
+//! OpenAI's request shapes, and the extensions for structured output: llama-server's
+//! `grammar`, a `regex`, and vLLM's `structured_outputs`.
+//!
+//! Every field a request sends is honoured or refused, never ignored: [`check_fields`]
+//! refuses a field this server does not know (as OpenAI does), and the fields it knows
+//! but does not serve are refused where they are read (`echo`, `suffix`, `best_of` above
+//! 1, audio, ...). The only fields accepted without effect are those that do not change
+//! what OpenAI generates either: `user`, `metadata`, `store`, `service_tier`,
+//! `prompt_cache_key`, `safety_identifier`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,12 +31,15 @@ pub struct CompletionRequest {
     pub common: Common,
 }
 
-/// A completion's prompt: a string, or a list holding one string.
+/// A completion's prompt: a string, a list holding one string, token ids, or a list
+/// holding one list of token ids.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum PromptInput {
     One(String),
     Many(Vec<String>),
+    Ids(Vec<u64>),
+    ManyIds(Vec<Vec<u64>>),
 }
 
 /// The fields both endpoints share.
@@ -64,6 +73,124 @@ pub struct Common {
     #[serde(default, deserialize_with = "null_is_false")]
     pub ignore_eos: bool,
     pub tool_choice: Option<Value>,
+    /// A completion's prompt text may name control tokens (`<|im_start|>`), which are then
+    /// tokenized as control tokens; by default, names in it are text like the rest. An
+    /// extension, for clients that write a chat template themselves.
+    #[serde(default, deserialize_with = "null_is_false")]
+    pub parse_special: bool,
+    /// Chat: `true` or `false`; completions: how many of the most likely tokens to list
+    /// with each (0 to 20), which also turns them on.
+    pub logprobs: Option<Value>,
+    /// Chat: the most likely tokens listed with each token (0 to 20; needs `logprobs`).
+    pub top_logprobs: Option<u64>,
+    /// Token id (as a string) -> bias added to its logit, in [-100, 100].
+    pub logit_bias: Option<std::collections::BTreeMap<String, f64>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// Completions: not served (refused when set).
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    pub best_of: Option<u64>,
+    /// `false`: at most one tool call, then the output ends.
+    pub parallel_tool_calls: Option<bool>,
+    /// Only `["text"]` is served.
+    pub modalities: Option<Vec<String>>,
+}
+
+/// The fields of each endpoint's request, OpenAI's and this server's extensions: a field
+/// outside these is refused.
+const COMMON_FIELDS: &[&str] = &[
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "response_format",
+    "grammar",
+    "regex",
+    "structured_outputs",
+    "reasoning_budget",
+    "ignore_eos",
+    "logprobs",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    // Chat's, refused by the completions endpoint with a message of their own.
+    "tools",
+    "tool_choice",
+    // Accepted without effect: they change nothing OpenAI generates either.
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+const CHAT_FIELDS: &[&str] = &[
+    "messages",
+    "max_completion_tokens",
+    "parallel_tool_calls",
+    "top_logprobs",
+    "modalities",
+];
+
+const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "best_of", "parse_special"];
+
+/// Fields OpenAI has that this server does not serve, with why: refused by name.
+const NOT_SERVED: &[(&str, &str)] = &[
+    ("audio", "audio output is not served"),
+    ("prediction", "predicted outputs are not served"),
+    ("web_search_options", "web search is not served"),
+    ("functions", "`functions` is not served: use `tools`"),
+    (
+        "function_call",
+        "`function_call` is not served: use `tool_choice`",
+    ),
+    (
+        "reasoning_effort",
+        "reasoning effort is not served: use `reasoning_budget` (tokens)",
+    ),
+    ("verbosity", "verbosity is not served"),
+];
+
+/// Refuses a request that sends a field it cannot serve: one of [`NOT_SERVED`], or one
+/// neither OpenAI's request nor this server's extensions have (`chat`: the chat endpoint's
+/// fields, else the completions endpoint's). `Err((field, message))`.
+pub fn check_fields(body: &Value, chat: bool) -> Result<(), (String, String)> {
+    let Some(fields) = body.as_object() else {
+        return Ok(());
+    };
+    let own = if chat { CHAT_FIELDS } else { COMPLETION_FIELDS };
+    for (name, value) in fields {
+        if let Some((_, why)) = NOT_SERVED.iter().find(|(n, _)| n == name) {
+            if !value.is_null() {
+                return Err((name.clone(), why.to_string()));
+            }
+            continue;
+        }
+        if !COMMON_FIELDS.contains(&name.as_str()) && !own.contains(&name.as_str()) {
+            let endpoint = if chat {
+                "chat completions"
+            } else {
+                "completions"
+            };
+            return Err((
+                name.clone(),
+                format!(
+                    "unrecognized request argument supplied: {name} (not a field of {endpoint})"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +246,7 @@ pub struct StructuredOutputs {
 /// A chat message. `content` is a string or a list of parts, of which the text parts are
 /// read.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
@@ -126,6 +254,18 @@ pub struct ChatMessage {
     /// An assistant's earlier calls: `[{"id", "type", "function": {"name", "arguments"}}]`.
     #[serde(default)]
     pub tool_calls: Option<Vec<Value>>,
+    /// The participant's name, and the call a tool message answers: passed to the chat
+    /// template as the message's fields (a template that does not read them drops them, as
+    /// the model's own template would).
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// An assistant's earlier refusal or reasoning: text of the message for the template.
+    #[serde(default)]
+    pub refusal: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,7 +11,7 @@ pub struct ApiError {
     pub message: String,
     /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, ...
     pub kind: &'static str,
-    pub param: Option<&'static str>,
+    pub param: Option<std::borrow::Cow<'static, str>>,
     pub code: Option<&'static str>,
 }
 
@@ -38,16 +38,22 @@ impl ApiError {
     /// The same error about `to` where it was about `from` (the completions endpoint's
     /// `prompt` is the chat endpoint's `messages`).
     pub fn for_param(mut self, from: &'static str, to: &'static str) -> ApiError {
-        if self.param == Some(from) {
-            self.param = Some(to);
+        if self.param.as_deref() == Some(from) {
+            self.param = Some(to.into());
         }
+        self
+    }
+
+    /// The same error about the request field `name` (a name the request chose).
+    pub fn with_param_name(mut self, name: String) -> ApiError {
+        self.param = Some(name.into());
         self
     }
 
     /// 400 about one parameter.
     pub fn invalid_param(param: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
-            param: Some(param),
+            param: Some(param.into()),
             ..ApiError::invalid(message)
         }
     }

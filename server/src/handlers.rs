@@ -3,6 +3,7 @@
 
 use crate::api::{ChatRequest, CompletionRequest};
 use crate::error::ApiError;
+use crate::logprobs::Logprobs;
 use crate::metrics::Metrics;
 use crate::prepare::{self, Prepared};
 use crate::scheduler::{Event, Job};
@@ -179,11 +180,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let cache = st.ready.get().map(|r| {
-        let c = r.text.constraints();
-        let (hits, misses) = c.stats();
-        (hits, misses, c.len())
-    });
+    let cache = st.ready.get().map(|r| r.text.constraints().cache_stats());
     (
         [("content-type", "text/plain; version=0.0.4")],
         st.metrics.render(cache),
@@ -212,10 +209,13 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &st.config.api_key else {
         return Ok(());
     };
+    // The scheme's name is case-insensitive (RFC 7235): `Bearer`, `bearer`, `BEARER`.
     let sent = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key.trim_start());
     if sent == Some(key.as_str()) {
         Ok(())
     } else {
@@ -224,20 +224,83 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// The body as `T`: a body too large, not JSON, or not of the request's shape is a 400
-/// (413 for size) naming the line and column.
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+/// (413 for size) naming the line and column; a field the endpoint does not serve (`chat`:
+/// the chat endpoint) is a 400 naming it.
+fn parse<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    chat: bool,
+) -> Result<T, ApiError> {
     let body = body.map_err(|e| ApiError {
         status: e.status(),
         ..ApiError::invalid(e.body_text())
     })?;
-    serde_json::from_slice(&body).map_err(|e| {
+    let shape = |e: serde_json::Error| {
+        if !e.is_data()
+            && let Some(at) = lone_surrogate(&body)
+        {
+            return ApiError::invalid(format!(
+                "the request body is not valid JSON: {at} is a lone UTF-16 surrogate escape; a \\u escape of a surrogate must be a pair, high (\\uD800-\\uDBFF) then low (\\uDC00-\\uDFFF), to be a character"
+            ));
+        }
         let what = if e.is_data() {
             "the request does not have the expected shape"
         } else {
             "the request body is not valid JSON"
         };
         ApiError::invalid(format!("{what}: {e}"))
-    })
+    };
+    let value: Value = serde_json::from_slice(&body).map_err(shape)?;
+    crate::api::check_fields(&value, chat)
+        .map_err(|(field, message)| ApiError::invalid(message).with_param_name(field))?;
+    serde_json::from_slice(&body).map_err(shape)
+}
+
+/// The first `\uXXXX` escape in `body` that is half a surrogate pair without its other
+/// half, as `\uD800 at line L, column C` (serde_json's own words for it name the byte
+/// after it, not the escape).
+fn lone_surrogate(body: &[u8]) -> Option<String> {
+    let hex = |i: usize| -> Option<u16> {
+        let h = body.get(i..i + 4)?;
+        u16::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+    };
+    let (mut line, mut col) = (1, 1);
+    let mut i = 0;
+    let mut high: Option<(usize, usize, u16)> = None;
+    while i < body.len() {
+        let b = body[i];
+        if b == b'\\' && body.get(i + 1) == Some(&b'u') {
+            let u = hex(i + 2)?;
+            match (u, high.take()) {
+                (0xDC00..=0xDFFF, Some(_)) => {}
+                (0xDC00..=0xDFFF, None) => {
+                    return Some(format!("\\u{u:04X} at line {line}, column {col}"));
+                }
+                (_, Some((l, c, h))) => return Some(format!("\\u{h:04X} at line {l}, column {c}")),
+                (0xD800..=0xDBFF, None) => high = Some((line, col, u)),
+                _ => {}
+            }
+            i += 6;
+            col += 6;
+            continue;
+        }
+        if let Some((l, c, h)) = high.take() {
+            return Some(format!("\\u{h:04X} at line {l}, column {c}"));
+        }
+        if b == b'\\' {
+            // An escaped character (an escaped backslash too) starts no escape.
+            i += 2;
+            col += 2;
+            continue;
+        }
+        if b == b'\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+        i += 1;
+    }
+    high.map(|(l, c, h)| format!("\\u{h:04X} at line {l}, column {c}"))
 }
 
 #[derive(Clone, Copy)]
@@ -295,9 +358,9 @@ async fn start(
     let state = st.clone();
     let preparing = tokio::task::spawn_blocking(move || {
         let prepared = match kind {
-            Kind::Chat => parse::<ChatRequest>(body)
+            Kind::Chat => parse::<ChatRequest>(body, true)
                 .and_then(|r| prepare::chat(&text, &state.config, &state.metrics, r)),
-            Kind::Completion => parse::<CompletionRequest>(body)
+            Kind::Completion => parse::<CompletionRequest>(body, false)
                 .and_then(|r| prepare::completion(&text, &state.config, &state.metrics, r)),
         };
         // The place is held until preparation ends, even when the handler gave up.
@@ -330,6 +393,10 @@ async fn start(
         shaper,
         tokens: 0,
         stopped,
+        logprobs: prepared
+            .logprobs
+            .map(|_| Logprobs::new(ready.text.space().clone(), matches!(kind, Kind::Chat))),
+        single_call: prepared.single_call,
     };
     if prepared.stream {
         Ok(stream(reply, events, out, prepared.include_usage).into_response())
@@ -532,19 +599,31 @@ struct Output {
     /// Set when a stop sequence ended the output (the scheduler then counts the
     /// generation as completed, not cancelled).
     stopped: Arc<AtomicBool>,
+    /// The tokens' log-probabilities, when asked for.
+    logprobs: Option<Logprobs>,
+    /// The output ends after its first tool call (`parallel_tool_calls: false`).
+    single_call: bool,
 }
 
 impl Output {
     /// One event: the pieces to pass on, and the end if it came.
     fn event(&mut self, e: Event) -> (Vec<Piece>, Option<End>) {
         match e {
-            Event::Delta { text, tokens } => {
+            Event::Delta {
+                text,
+                tokens,
+                logprobs,
+            } => {
                 self.tokens = tokens;
+                if let Some(l) = self.logprobs.as_mut() {
+                    l.push(logprobs);
+                }
                 let pass = self.filter.push(&text);
                 let mut pieces = self.shaper.push(&pass);
-                // A stop sequence ends the output; the caller drops the receiver, which
-                // stops the generation.
-                let end = self.filter.stopped().then(|| {
+                // A stop sequence, or the first call when only one is wanted, ends the
+                // output; the caller drops the receiver, which stops the generation.
+                let one_call = self.single_call && !self.shaper.calls().is_empty();
+                let end = (self.filter.stopped() || one_call).then(|| {
                     self.stopped.store(true, Relaxed);
                     pieces.extend(self.shaper.finish());
                     End::Finished(self.finish_reason("stop"), tokens)
@@ -610,7 +689,10 @@ async fn whole(
     match end {
         End::Finished(finish, tokens) => {
             w.calls = out.shaper.calls().to_vec();
-            let choice = reply.message(&w, finish);
+            let mut choice = reply.message(&w, finish);
+            if let Some(l) = out.logprobs.as_mut() {
+                choice["logprobs"] = l.take();
+            }
             let body = reply.envelope(false, vec![choice], Some(reply.usage(tokens)));
             Ok(axum::Json(body).into_response())
         }
@@ -631,10 +713,14 @@ fn stream(
     let (tx, rx) = mpsc::channel::<Result<SseEvent, Infallible>>(64);
     tokio::spawn(async move {
         let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
-        let chunk = |piece: Option<&Piece>, finish: Option<&str>, first: bool| {
-            data(reply.envelope(true, vec![reply.chunk_choice(piece, finish, first)], None))
+        let chunk = |piece: Option<&Piece>, finish: Option<&str>, first: bool, lp: Value| {
+            let mut choice = reply.chunk_choice(piece, finish, first);
+            choice["logprobs"] = lp;
+            data(reply.envelope(true, vec![choice], None))
         };
-        if matches!(reply.kind, Kind::Chat) && tx.send(chunk(None, None, true)).await.is_err() {
+        if matches!(reply.kind, Kind::Chat)
+            && tx.send(chunk(None, None, true, Value::Null)).await.is_err()
+        {
             return;
         }
         let end = loop {
@@ -643,7 +729,8 @@ fn stream(
             };
             let (pieces, end) = out.event(e);
             for p in &pieces {
-                if tx.send(chunk(Some(p), None, false)).await.is_err() {
+                let lp = out.logprobs.as_mut().map_or(Value::Null, Logprobs::take);
+                if tx.send(chunk(Some(p), None, false, lp)).await.is_err() {
                     return;
                 }
             }
@@ -654,7 +741,8 @@ fn stream(
         drop(events);
         let last = match end {
             End::Finished(finish, tokens) => {
-                let _ = tx.send(chunk(None, Some(finish), false)).await;
+                let lp = out.logprobs.as_mut().map_or(Value::Null, Logprobs::take);
+                let _ = tx.send(chunk(None, Some(finish), false, lp)).await;
                 include_usage.then(|| reply.envelope(true, vec![], Some(reply.usage(tokens))))
             }
             End::Failed(e) => Some(e.body()),

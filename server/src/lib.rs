@@ -35,6 +35,7 @@
 
 pub mod api;
 pub mod error;
+pub mod logprobs;
 pub mod metrics;
 pub mod prepare;
 pub mod scheduler;
@@ -75,9 +76,20 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Most time a request's body may take to arrive (then 408). Default 30 s.
     pub body_timeout: Duration,
-    /// Most time a request's headers may take to arrive (then the connection is closed).
-    /// Default 30 s.
+    /// Most time a request's headers may take to arrive, and an open connection may stay
+    /// idle between requests (then it is closed). Default 30 s.
     pub header_timeout: Duration,
+    /// Most connections open at once; a connection past it is closed as soon as it is
+    /// accepted. Each holds a socket, a task and its buffers (a few KiB). Default 1,024.
+    pub max_connections: usize,
+    /// While some request decodes, the prompt positions one forward pass runs (over all
+    /// prompts still running): what bounds the delay a long prompt adds to the streams
+    /// beside it (see [`scheduler::PassBudget`]). Default [`DEFAULT_PREFILL_PER_PASS`].
+    pub prefill_per_pass: usize,
+    /// Most heap bytes the constraint cache holds (lexeme DFAs and token sets; see
+    /// [`corral_engine::CacheLimits`]). Default [`corral_engine::DEFAULT_CACHE_BYTES`]
+    /// (1 GiB).
+    pub cache_bytes: usize,
     /// The model's id in responses and `/v1/models`.
     pub model_name: String,
     /// Whether the model reasons before it answers. Default [`Reasoning::Auto`].
@@ -99,6 +111,9 @@ impl Default for ServeConfig {
             max_body_bytes: 8 << 20,
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            prefill_per_pass: DEFAULT_PREFILL_PER_PASS,
+            cache_bytes: corral_engine::DEFAULT_CACHE_BYTES,
             model_name: "corral".into(),
             reasoning: Reasoning::Auto,
             handle_signals: false,
@@ -118,6 +133,9 @@ pub enum Reasoning {
     Think,
     Off,
 }
+
+/// The default of [`ServeConfig::prefill_per_pass`].
+pub const DEFAULT_PREFILL_PER_PASS: usize = 32;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -237,12 +255,19 @@ async fn serve(
         std::thread::spawn(move || match load() {
             Ok(model) => {
                 let (lm, text) = model.into_parts();
+                text.limit_constraints(corral_engine::CacheLimits {
+                    bytes: state.config.cache_bytes,
+                    ..corral_engine::CacheLimits::default()
+                });
                 let (jobs, queue) = std::sync::mpsc::channel();
                 let metrics = state.metrics.clone();
                 let max = state.config.max_concurrent;
+                let budget = scheduler::PassBudget {
+                    prefill_while_decoding: state.config.prefill_per_pass,
+                };
                 let h = std::thread::Builder::new()
                     .name("corral-scheduler".into())
-                    .spawn(move || scheduler::run(lm, queue, max, metrics));
+                    .spawn(move || scheduler::run(lm, queue, max, budget, metrics));
                 if let Ok(h) = h {
                     *scheduler.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
                 }
@@ -275,8 +300,11 @@ async fn serve(
             }
         }
     };
-    let header_timeout = state.config.header_timeout;
-    accept_loop(listener, router, header_timeout, shutdown).await;
+    let limits = ConnectionLimits {
+        header_timeout: state.config.header_timeout,
+        max_connections: state.config.max_connections,
+    };
+    accept_loop(listener, router, limits, shutdown).await;
     // The scheduler ends when the queue's last sender (in the state) is gone and its
     // requests are done.
     drop(state);
@@ -291,18 +319,29 @@ async fn serve(
     }
 }
 
+/// What bounds the connections: how long a request's headers (or an idle connection's
+/// next request) may take, and how many may be open at once.
+#[derive(Clone, Copy, Debug)]
+struct ConnectionLimits {
+    header_timeout: Duration,
+    max_connections: usize,
+}
+
 /// Serves connections from `listener` until `shutdown`, then waits for the requests in
-/// flight. A client has `header_timeout` to send a request's headers, or its connection
-/// is closed.
+/// flight. HTTP/1.1 only (an HTTP/2 preface is not a request it reads: the connection is
+/// closed). A client has `header_timeout` to send a request's headers, and an idle
+/// connection as long to start its next request, or the connection is closed; past
+/// `max_connections` open ones, a new connection is closed as soon as it is accepted.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     router: axum::Router,
-    header_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -317,24 +356,27 @@ async fn accept_loop(
             },
             () = &mut shutdown => break,
         };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!("connection refused: {} open", limits.max_connections);
+            drop(stream);
+            continue;
+        };
         let router = router.clone();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 router.clone().oneshot(req.map(axum::body::Body::new))
             });
-        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        let mut builder = hyper::server::conn::http1::Builder::new();
         builder
-            .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout);
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
+            .header_read_timeout(limits.header_timeout);
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!("connection ended: {e}");
             }
+            drop(permit);
         });
     }
     drop(listener);

@@ -42,8 +42,8 @@ impl Metrics {
             .is_ok()
     }
 
-    /// The exposition text; `cache` is the constraint cache's (hits, misses, entries).
-    pub fn render(&self, cache: Option<(u64, u64, usize)>) -> String {
+    /// The exposition text, with the constraint cache's counts if the model is loaded.
+    pub fn render(&self, cache: Option<corral_engine::CacheStats>) -> String {
         const COUNTER: &str = "counter";
         const GAUGE: &str = "gauge";
         let get = |c: &AtomicU64| c.load(Relaxed) as f64;
@@ -66,12 +66,14 @@ impl Metrics {
             ("corral_compiles_total", COUNTER, "Constraints looked up or compiled (cache hits included).", get(&self.compiles)),
             ("corral_compile_seconds_total", COUNTER, "Time looking up or compiling constraints.", get(&self.compile_us) / 1e6),
         ];
-        if let Some((hits, misses, entries)) = cache {
+        if let Some(c) = cache {
             #[rustfmt::skip]
             let more = [
-                ("corral_constraint_cache_hits_total", COUNTER, "Constraints found in the cache.", hits as f64),
-                ("corral_constraint_cache_misses_total", COUNTER, "Constraints compiled.", misses as f64),
-                ("corral_constraint_cache_entries", GAUGE, "Constraints kept.", entries as f64),
+                ("corral_constraint_cache_hits_total", COUNTER, "Constraints found in the cache.", c.hits as f64),
+                ("corral_constraint_cache_misses_total", COUNTER, "Constraints compiled.", c.misses as f64),
+                ("corral_constraint_cache_entries", GAUGE, "Constraints kept.", c.entries as f64),
+                ("corral_constraint_cache_bytes", GAUGE, "Heap bytes the constraint cache holds: lexeme DFAs and token sets.", c.bytes as f64),
+                ("corral_constraint_cache_evictions_total", COUNTER, "Constraints dropped for the cache's byte bound.", c.evicted_for_bytes as f64),
             ];
             rows.extend(more);
         }

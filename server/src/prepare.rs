@@ -15,6 +15,7 @@ use corral_engine::{
 use corral_grammar::CompileOptions;
 use corral_models::ModelText;
 use corral_models::chat::Message;
+use corral_models::prompt::Prompt;
 use corral_schema::JsonSchemaOptions;
 use corral_split::Format;
 use corral_trie::TokenId;
@@ -43,6 +44,10 @@ pub struct Prepared {
     /// Whitespace before the answer's first character is not content (a constrained answer
     /// after reasoning).
     pub trim_answer: bool,
+    /// Log-probabilities are returned, with this many of the likeliest tokens each.
+    pub logprobs: Option<usize>,
+    /// `parallel_tool_calls: false`: the output ends after its first tool call.
+    pub single_call: bool,
 }
 
 /// What the output must match.
@@ -60,6 +65,13 @@ pub fn chat(
     metrics: &Metrics,
     req: ChatRequest,
 ) -> Result<Prepared, ApiError> {
+    check_model(req.model.as_deref(), config)?;
+    if req.common.parse_special {
+        return Err(ApiError::invalid_param(
+            "parse_special",
+            "parse_special applies to /v1/completions: chat messages are always text",
+        ));
+    }
     if req.messages.is_empty() {
         return Err(ApiError::invalid_param(
             "messages",
@@ -74,11 +86,15 @@ pub fn chat(
     )?;
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     for (i, m) in req.messages.iter().enumerate() {
-        let mut content = match &m.content {
-            Some(c) => c
+        let role = role(&m.role, template)
+            .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?;
+        let mut content = match (&m.content, &m.refusal) {
+            (Some(c), _) => c
                 .text()
                 .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?,
-            None => String::new(),
+            // An assistant's earlier refusal is what it said.
+            (None, Some(r)) => r.clone(),
+            (None, None) => String::new(),
         };
         // Earlier calls go back into the text as the model wrote them.
         for call in m.tool_calls.iter().flatten() {
@@ -92,7 +108,12 @@ pub fn chat(
                 f["name"]
             ));
         }
-        messages.push(Message::new(&m.role, &content));
+        messages.push(Message {
+            name: m.name.clone(),
+            tool_call_id: m.tool_call_id.clone(),
+            reasoning_content: m.reasoning_content.clone(),
+            ..Message::new(role, &content)
+        });
     }
     let describes = Tools::template_describes(template);
     if let Some(t) = tools.as_ref().filter(|_| !describes) {
@@ -103,6 +124,7 @@ pub fn chat(
         }
     }
     let listed = tools.as_ref().filter(|_| describes).map(|t| &t.list);
+    // The messages' text stays text: a special token's name in it is not a control token.
     let mut prompt = text
         .chat_prompt(&messages, listed)
         .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
@@ -122,9 +144,9 @@ pub fn chat(
         if prefix.is_empty() {
             // The output starts inside the reasoning block; the grammar (if any) applies
             // after it, and the splitter sends what comes before as reasoning.
-            if !prompt.trim_end().ends_with(THINK_OPEN) {
-                prompt.push_str(THINK_OPEN);
-                prompt.push('\n');
+            if !prompt.escaped_text().trim_end().ends_with(THINK_OPEN) {
+                prompt.push_trusted(THINK_OPEN);
+                prompt.push_trusted("\n");
             }
             let budget = req
                 .common
@@ -139,15 +161,27 @@ pub fn chat(
             format = Some(format.unwrap_or_else(Format::hermes).prefilled(true));
         } else {
             // A call from the first token: the reasoning block is closed empty first.
-            if !prompt.trim_end().ends_with(THINK_OPEN) {
-                prompt.push_str(THINK_OPEN);
+            if !prompt.escaped_text().trim_end().ends_with(THINK_OPEN) {
+                prompt.push_trusted(THINK_OPEN);
             }
-            prompt.push_str(&format!("\n{THINK_CLOSE}\n\n"));
+            prompt.push_trusted(&format!("\n{THINK_CLOSE}\n\n"));
         }
     }
-    prompt.push_str(&prefix);
+    prompt.push_trusted(&prefix);
     let after_reasoning = matches!(scope, Scope::After { .. });
-    let mut p = prepare(text, config, metrics, &prompt, req.common, call, scope)?;
+    let endpoint = Endpoint {
+        chat: true,
+        tool_call: call,
+        scope,
+    };
+    let mut p = prepare(
+        text,
+        config,
+        metrics,
+        Input::Text(prompt),
+        req.common,
+        endpoint,
+    )?;
     p.trim_answer = after_reasoning && p.decoder.is_constrained();
     p.format = format;
     p.prefix = prefix;
@@ -160,43 +194,91 @@ pub fn completion(
     metrics: &Metrics,
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
-    if req.common.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+    check_model(req.model.as_deref(), config)?;
+    if req.common.tools.as_ref().is_some_and(|t| !t.is_empty()) || req.common.tool_choice.is_some()
+    {
         return Err(ApiError::invalid_param(
             "tools",
             "tools are served by /v1/chat/completions",
         ));
     }
-    let prompt = match req.prompt {
-        PromptInput::One(s) => s,
-        PromptInput::Many(mut v) if v.len() == 1 => v.remove(0),
-        PromptInput::Many(v) => {
-            return Err(ApiError::invalid_param(
-                "prompt",
-                format!("one prompt per request is served ({} given)", v.len()),
-            ));
-        }
+    let one = |n: usize| {
+        ApiError::invalid_param(
+            "prompt",
+            format!("one prompt per request is served ({n} given)"),
+        )
     };
-    prepare(
-        text,
-        config,
-        metrics,
-        &prompt,
-        req.common,
-        None,
-        Scope::Whole,
-    )
-    .map_err(|e| e.for_param("messages", "prompt"))
+    // A text prompt is user text: special tokens' names in it stay text, unless the
+    // request asks for them to be parsed (`parse_special`). Token ids are taken as given.
+    let text_prompt = |s: &str| match req.common.parse_special {
+        true => Prompt::trusted(s),
+        false => text.user_prompt(s),
+    };
+    let input = match req.prompt {
+        PromptInput::One(s) => Input::Text(text_prompt(&s)),
+        PromptInput::Many(v) if v.len() == 1 => Input::Text(text_prompt(&v[0])),
+        PromptInput::Many(v) => return Err(one(v.len())),
+        PromptInput::Ids(ids) => Input::Ids(token_ids(text, ids)?),
+        PromptInput::ManyIds(mut v) if v.len() == 1 => Input::Ids(token_ids(text, v.remove(0))?),
+        PromptInput::ManyIds(v) => return Err(one(v.len())),
+    };
+    let endpoint = Endpoint {
+        chat: false,
+        tool_call: None,
+        scope: Scope::Whole,
+    };
+    prepare(text, config, metrics, input, req.common, endpoint)
+        .map_err(|e| e.for_param("messages", "prompt"))
+}
+
+/// A prompt as given: text (the chat template applied, or a completion's), or token ids.
+enum Input {
+    Text(Prompt),
+    Ids(Vec<TokenId>),
+}
+
+/// A completion's prompt of token ids, each one of the model's (any token: the client
+/// names control tokens by id on purpose).
+fn token_ids(text: &ModelText, ids: Vec<u64>) -> Result<Vec<TokenId>, ApiError> {
+    let width = text.space().vocab().len();
+    if ids.is_empty() {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            "the prompt has no tokens",
+        ));
+    }
+    ids.into_iter()
+        .map(|id| match u32::try_from(id) {
+            Ok(t) if (t as usize) < width => Ok(TokenId(t)),
+            _ => Err(ApiError::invalid_param(
+                "prompt",
+                format!("token id {id} is not one of the model's {width} tokens"),
+            )),
+        })
+        .collect()
+}
+
+/// What the endpoint adds to a request's common fields: the chat endpoint (true), its tool
+/// call's schema, and where the constraint applies.
+struct Endpoint {
+    chat: bool,
+    tool_call: Option<Value>,
+    scope: Scope,
 }
 
 fn prepare(
     text: &ModelText,
     config: &ServeConfig,
     metrics: &Metrics,
-    prompt: &str,
+    input: Input,
     c: Common,
-    tool_call: Option<Value>,
-    scope: Scope,
+    endpoint: Endpoint,
 ) -> Result<Prepared, ApiError> {
+    let Endpoint {
+        chat,
+        tool_call,
+        scope,
+    } = endpoint;
     if let Some(n) = c.n.filter(|&n| n != 1) {
         return Err(ApiError::invalid_param(
             "n",
@@ -213,8 +295,12 @@ fn prepare(
         Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
         None => None,
     };
-    let sampling = sampling(&c)?;
-    check_prompt_bytes(text, prompt)?;
+    refuse_unserved(&c)?;
+    let logprobs = logprobs(&c, chat)?;
+    let sampling = sampling(&c, text.space().vocab().len())?;
+    if let Input::Text(p) = &input {
+        check_prompt_bytes(text, p.len())?;
+    }
     let spec = match (spec(&c)?, tool_call) {
         (None, call) => call.map(|c| ("tools", Spec::Schema(c))),
         (Some(s), None) => Some(s),
@@ -226,19 +312,26 @@ fn prepare(
         }
     };
     let constrained_by = spec.as_ref().map(|(param, _)| *param);
-    let constraint = match spec {
+    let cache = text.constraints();
+    // What earlier generations grew (DFAs built on demand) is counted again here.
+    cache.trim();
+    let (constraint, compiled) = match spec {
         Some((param, spec)) => {
             let t = Instant::now();
-            let r = constraint(text.constraints(), param, spec);
+            let r = constraint(cache, param, spec);
             Metrics::add(&metrics.compiles, 1);
             Metrics::add(&metrics.compile_us, t.elapsed().as_micros() as u64);
-            Some(r?)
+            let (c, key) = r?;
+            (Some(c), key)
         }
-        None => None,
+        None => (None, None),
     };
-    let ids = text
-        .encode(prompt)
-        .map_err(|e| ApiError::invalid(format!("{e:#}")))?;
+    let ids = match input {
+        Input::Text(p) => text
+            .encode_prompt(&p)
+            .map_err(|e| ApiError::invalid(format!("{e:#}")))?,
+        Input::Ids(ids) => ids,
+    };
     // Without max_tokens: the default, or what the context leaves after the prompt (a
     // prompt that leaves nothing is refused by the decoder as too long).
     let room = text.max_positions().saturating_sub(ids.len() + 1);
@@ -251,15 +344,16 @@ fn prepare(
         ignore_eos: c.ignore_eos,
         complete_within_budget: true,
         scope,
+        logprobs,
     };
     let mut decoder = Decoder::new(
         text.space().clone(),
-        constraint,
+        constraint.clone(),
         &ids,
         text.max_positions(),
         &options,
     )
-    .map_err(|e| decoder_error(e, ids.len(), max_tokens))?;
+    .map_err(|e| decoder_error(e, ids.len(), max_tokens, constrained_by))?;
     // The first mask now, on this preparing thread: a grammar that cannot be used (a
     // lexeme whose automaton outgrows its limit once built) is the request's error, a 400
     // naming the field, not a failure of the generation.
@@ -268,10 +362,19 @@ fn prepare(
     {
         return Err(ApiError::invalid_param(param, format!("{param}: {e}")));
     }
-    let stops = match decoder.is_constrained() {
-        true => Vec::new(),
-        false => c.stop.map(|s| s.into_vec()).unwrap_or_default(),
-    };
+    // Accepted: a newly compiled constraint is kept for the requests after this one (a
+    // refused one never is).
+    if let (Some(key), Some(c)) = (compiled, constraint) {
+        cache.insert(&key, c);
+    }
+    let stops = c.stop.map(|s| s.into_vec()).unwrap_or_default();
+    if decoder.is_constrained() && !stops.is_empty() {
+        // Honoured, a stop sequence could cut a constrained output short of its grammar.
+        return Err(ApiError::invalid_param(
+            "stop",
+            "stop sequences do not apply to a constrained output (it ends where its grammar does): drop `stop`, or the constraint",
+        ));
+    }
     Ok(Prepared {
         decoder,
         prompt: ids,
@@ -280,6 +383,8 @@ fn prepare(
         stops,
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),
+        logprobs,
+        single_call: c.parallel_tool_calls == Some(false),
         trim_answer: false,
     })
 }
@@ -287,17 +392,16 @@ fn prepare(
 /// A prompt of more bytes than the context's positions can hold, each token covering at
 /// most the longest token's bytes, is refused before it is tokenized (or its constraint
 /// compiled): the cost of a refusal does not grow with the prompt.
-fn check_prompt_bytes(text: &ModelText, prompt: &str) -> Result<(), ApiError> {
+fn check_prompt_bytes(text: &ModelText, bytes: usize) -> Result<(), ApiError> {
     let longest = text.longest_token_bytes();
     let max = text.max_positions();
-    if prompt.len() > max.saturating_mul(longest) {
+    if bytes > max.saturating_mul(longest) {
         return Err(ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::invalid_param(
                 "messages",
                 format!(
-                    "the prompt has {} bytes: more than the model's context of {max} positions holds (a token is at most {longest} bytes)",
-                    prompt.len()
+                    "the prompt has {bytes} bytes: more than the model's context of {max} positions holds (a token is at most {longest} bytes)"
                 ),
             )
         });
@@ -305,8 +409,14 @@ fn check_prompt_bytes(text: &ModelText, prompt: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The API error for a decoder refused over a prompt of `prompt` tokens.
-fn decoder_error(e: GenerateError, prompt: usize, max_tokens: usize) -> ApiError {
+/// The API error for a decoder refused over a prompt of `prompt` tokens (`constraint`: the
+/// request's constraint field).
+fn decoder_error(
+    e: GenerateError,
+    prompt: usize,
+    max_tokens: usize,
+    constraint: Option<&'static str>,
+) -> ApiError {
     match e {
         GenerateError::Model(ModelError::Context {
             what: "the prompt and max_tokens",
@@ -338,14 +448,31 @@ fn decoder_error(e: GenerateError, prompt: usize, max_tokens: usize) -> ApiError
         e @ GenerateError::BudgetTooSmall { .. } => {
             ApiError::invalid_param("max_tokens", e.to_string())
         }
+        e @ (GenerateError::NoCompletion | GenerateError::Constraint(_)) => {
+            let param = constraint.unwrap_or("grammar");
+            ApiError::invalid_param(param, format!("{param}: {e}"))
+        }
         e => ApiError::internal(e.to_string()),
+    }
+}
+
+/// The chat roles served (OpenAI's); `developer` is `system` for a template that does not
+/// name it.
+fn role<'a>(role: &'a str, template: Option<&str>) -> Result<&'a str, String> {
+    match role {
+        "system" | "user" | "assistant" | "tool" => Ok(role),
+        "developer" if template.is_some_and(|t| t.contains("developer")) => Ok(role),
+        "developer" => Ok("system"),
+        other => Err(format!(
+            "role {other:?} is not one of system, developer, user, assistant, tool"
+        )),
     }
 }
 
 /// Seeds for requests without one: different per request.
 static SEEDS: AtomicU64 = AtomicU64::new(0);
 
-fn sampling(c: &Common) -> Result<SamplingOptions, ApiError> {
+fn sampling(c: &Common, vocab: usize) -> Result<SamplingOptions, ApiError> {
     let f = |v: Option<f64>| v.map(|x| x as f32);
     let seed = c.seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -364,9 +491,121 @@ fn sampling(c: &Common) -> Result<SamplingOptions, ApiError> {
         top_p: f(c.top_p).filter(|&p| p != 1.0),
         min_p: f(c.min_p).filter(|&p| p != 0.0),
         repetition_penalty: f(c.repetition_penalty).unwrap_or(1.0),
+        presence_penalty: f(c.presence_penalty).unwrap_or(0.0),
+        frequency_penalty: f(c.frequency_penalty).unwrap_or(0.0),
+        logit_bias: logit_bias(c, vocab)?,
         seed,
         ..SamplingOptions::default()
     })
+}
+
+/// `logit_bias`: token ids (written as strings, as OpenAI's clients send them) of the
+/// model's vocabulary, each with its bias (its range is checked with the other settings).
+fn logit_bias(c: &Common, vocab: usize) -> Result<Vec<(TokenId, f32)>, ApiError> {
+    let Some(map) = &c.logit_bias else {
+        return Ok(Vec::new());
+    };
+    map.iter()
+        .map(|(k, &b)| match k.parse::<u32>() {
+            Ok(t) if (t as usize) < vocab => Ok((TokenId(t), b as f32)),
+            _ => Err(ApiError::invalid_param(
+                "logit_bias",
+                format!("logit_bias key {k:?} is not a token id of the model's {vocab} tokens"),
+            )),
+        })
+        .collect()
+}
+
+/// How many of the most likely tokens to list with each token's log-probability, if they
+/// are asked for: chat's `logprobs` (true or false) and `top_logprobs`, or a completion's
+/// `logprobs` (a count). At most [`MAX_TOP_LOGPROBS`].
+fn logprobs(c: &Common, chat: bool) -> Result<Option<usize>, ApiError> {
+    let bad = |m: String| Err(ApiError::invalid_param("logprobs", m));
+    let top = |n: u64, field: &'static str| match usize::try_from(n) {
+        Ok(n) if n <= MAX_TOP_LOGPROBS => Ok(n),
+        _ => Err(ApiError::invalid_param(
+            field,
+            format!("{field} is {n}: at most {MAX_TOP_LOGPROBS}"),
+        )),
+    };
+    match (chat, &c.logprobs) {
+        (true, None | Some(Value::Null) | Some(Value::Bool(false))) => match c.top_logprobs {
+            None | Some(0) => Ok(None),
+            Some(_) => Err(ApiError::invalid_param(
+                "top_logprobs",
+                "top_logprobs needs logprobs: true",
+            )),
+        },
+        (true, Some(Value::Bool(true))) => {
+            Ok(Some(top(c.top_logprobs.unwrap_or(0), "top_logprobs")?))
+        }
+        (true, Some(v)) => bad(format!("logprobs is {v}: expected true or false")),
+        (false, None | Some(Value::Null)) => Ok(None),
+        (false, Some(v)) => match v.as_u64() {
+            Some(n) => Ok(Some(top(n, "logprobs")?)),
+            None => bad(format!(
+                "logprobs is {v}: expected how many of the most likely tokens to list (0 to {MAX_TOP_LOGPROBS})"
+            )),
+        },
+    }
+}
+
+/// Most of the likeliest tokens listed with each token's log-probability (OpenAI's bound).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Refuses what a request asks for that is not served: `echo`, `suffix`, `best_of` other
+/// than 1, output modalities other than text, `stream_options` without `stream`.
+fn refuse_unserved(c: &Common) -> Result<(), ApiError> {
+    if c.echo == Some(true) {
+        return Err(ApiError::invalid_param(
+            "echo",
+            "echo is not served: the response holds the completion only",
+        ));
+    }
+    if c.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "suffix",
+            "suffix (insertion) is not served",
+        ));
+    }
+    if let Some(n) = c.best_of.filter(|&n| n != 1) {
+        return Err(ApiError::invalid_param(
+            "best_of",
+            format!("best_of is {n}: one completion per request is served"),
+        ));
+    }
+    if let Some(m) = c
+        .modalities
+        .as_ref()
+        .filter(|m| m.iter().any(|x| x != "text"))
+    {
+        return Err(ApiError::invalid_param(
+            "modalities",
+            format!("modalities {m:?}: only text is served"),
+        ));
+    }
+    if c.stream_options.is_some() && !c.stream {
+        return Err(ApiError::invalid_param(
+            "stream_options",
+            "stream_options is only allowed when stream is true",
+        ));
+    }
+    Ok(())
+}
+
+/// A request's `model`, if given, must be the one served: 404 `model_not_found` otherwise.
+fn check_model(model: Option<&str>, config: &ServeConfig) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m != config.model_name => Err(ApiError {
+            code: Some("model_not_found"),
+            ..ApiError::not_found(format!(
+                "the model {m:?} does not exist: this server serves {:?} (GET /v1/models)",
+                config.model_name
+            ))
+            .with_param_name("model".into())
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The one structured-output field of the request, if any.
@@ -448,23 +687,23 @@ fn spec(c: &Common) -> Result<Option<(&'static str, Spec)>, ApiError> {
     }
 }
 
-/// The constraint for `spec`, from the cache or compiled into it. A compile error keeps
-/// corral's positioned message.
+/// The constraint for `spec`: from the cache, or compiled, with the key to keep it under
+/// once the request is accepted. A compile error keeps corral's positioned message.
 fn constraint(
     cache: &ConstraintCache,
     param: &'static str,
     spec: Spec,
-) -> Result<Arc<Constraint>, ApiError> {
+) -> Result<(Arc<Constraint>, Option<String>), ApiError> {
     let invalid = |e: &dyn std::fmt::Display| ApiError::invalid_param(param, e.to_string());
     let opts = |origin: &str| {
         CompileOptions::default()
             .origin(origin)
             .dfa_cache(Some(cache.dfas().clone()))
     };
-    match spec {
-        Spec::Schema(schema) => {
-            let key = format!("json-schema\0{schema}");
-            cache.get_or_compile(&key, || {
+    let (key, compile): (String, Box<dyn FnOnce() -> Result<_, ApiError>>) = match spec {
+        Spec::Schema(schema) => (
+            format!("json-schema\0{schema}"),
+            Box::new(move || {
                 let mut o = JsonSchemaOptions::default()
                     .with_origin("schema")
                     .with_dfa_cache(Some(cache.dfas().clone()));
@@ -472,23 +711,36 @@ fn constraint(
                 corral_schema::compile_json_schema_value(&schema, &o)
                     .map(|c| c.grammar)
                     .map_err(|e| invalid(&e))
-            })
-        }
-        Spec::Gbnf(text) => cache.get_or_compile(&format!("gbnf\0{text}"), || {
-            corral_grammar::compile_gbnf(&text, &opts("grammar")).map_err(|e| invalid(&e))
-        }),
-        Spec::Regex(re) => cache.get_or_compile(&format!("regex\0{re}"), || {
-            corral_grammar::compile_regex(&re, &opts("regex")).map_err(|e| invalid(&e))
-        }),
+            }),
+        ),
+        Spec::Gbnf(text) => (
+            format!("gbnf\0{text}"),
+            Box::new(move || {
+                corral_grammar::compile_gbnf(&text, &opts("grammar")).map_err(|e| invalid(&e))
+            }),
+        ),
+        Spec::Regex(re) => (
+            format!("regex\0{re}"),
+            Box::new(move || {
+                corral_grammar::compile_regex(&re, &opts("regex")).map_err(|e| invalid(&e))
+            }),
+        ),
         Spec::Choice(choices) => {
             let re = choices
                 .iter()
                 .map(|c| regex_syntax::escape(c))
                 .collect::<Vec<_>>()
                 .join("|");
-            cache.get_or_compile(&format!("regex\0{re}"), || {
-                corral_grammar::compile_regex(&re, &opts("choice")).map_err(|e| invalid(&e))
-            })
+            (
+                format!("regex\0{re}"),
+                Box::new(move || {
+                    corral_grammar::compile_regex(&re, &opts("choice")).map_err(|e| invalid(&e))
+                }),
+            )
         }
+    };
+    match cache.get(&key) {
+        Some(c) => Ok((c, None)),
+        None => Ok((cache.compile(compile()?), Some(key))),
     }
 }

@@ -18,7 +18,8 @@
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use corral_engine::{
-    BatchItem, CausalLm, Decoder, FinishReason, GenerationStats, Logits, Next, Sequence,
+    AdapterError, BatchItem, CausalLm, Decoder, FinishReason, GenerateError, GenerationStats,
+    Logits, Next, Sequence, TokenLogprob,
 };
 use corral_trie::TokenId;
 use std::sync::Arc;
@@ -29,6 +30,17 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Most positions of a request's feed (its prompt, mostly) run in one pass.
 pub const PREFILL_STEP: usize = 256;
+
+/// How a pass shares its work between prompts and decoding steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassBudget {
+    /// While some request decodes, the prompt positions one pass runs, over all requests
+    /// whose prompt is still running (the oldest first): each pass then costs a decoding
+    /// step plus this much prompt, so a long prompt delays the streams beside it by a
+    /// bounded amount per token instead of a whole [`PREFILL_STEP`] chunk. With no request
+    /// decoding, each prompt runs [`PREFILL_STEP`] positions a pass.
+    pub prefill_while_decoding: usize,
+}
 
 /// A request admitted to the queue.
 pub struct Job {
@@ -45,10 +57,12 @@ pub struct Job {
 /// What the scheduler tells a request's handler.
 #[derive(Debug)]
 pub enum Event {
-    /// Text decoded; `tokens` generated so far.
+    /// Text decoded; `tokens` generated so far; the log-probabilities of the tokens since
+    /// the last event, if the request asked for them.
     Delta {
         text: String,
         tokens: usize,
+        logprobs: Vec<TokenLogprob>,
     },
     Done {
         finish: FinishReason,
@@ -66,6 +80,8 @@ struct Running {
     /// Tokens to run the model on next, at position `pos`.
     feed: Vec<TokenId>,
     pos: usize,
+    /// Positions of the prompt still to run after `feed`'s current piece (0: decoding).
+    prompt_left: usize,
     sequence: Sequence,
     /// What this pass runs (taken from `feed`).
     piece: Vec<TokenId>,
@@ -76,6 +92,7 @@ pub fn run(
     mut lm: Box<dyn CausalLm>,
     queue: Receiver<Job>,
     max_concurrent: usize,
+    budget: PassBudget,
     metrics: Arc<Metrics>,
 ) {
     let mut running: Vec<Running> = Vec::new();
@@ -106,6 +123,7 @@ pub fn run(
                 deadline: job.deadline,
                 timeout: job.timeout,
                 stopped: job.stopped,
+                prompt_left: job.prompt.len(),
                 feed: job.prompt,
                 pos: 0,
                 sequence: lm.new_sequence(),
@@ -122,7 +140,7 @@ pub fn run(
         if running.is_empty() {
             continue;
         }
-        let ended = pass(lm.as_mut(), &mut running, &metrics);
+        let ended = pass(lm.as_mut(), &mut running, budget, &metrics);
         let mut i = 0;
         running.retain_mut(|r| {
             let keep = !ended[i];
@@ -178,14 +196,34 @@ fn retire(r: &Running, metrics: &Metrics) {
 
 /// One forward pass over every running request, then the steps of those whose feed it
 /// finished. Which requests ended, by index.
-fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Vec<bool> {
+fn pass(
+    lm: &mut dyn CausalLm,
+    running: &mut [Running],
+    budget: PassBudget,
+    metrics: &Metrics,
+) -> Vec<bool> {
+    // Prompt positions this pass may run while others decode (see [`PassBudget`]).
+    let decoding = running.iter().any(|r| r.prompt_left == 0);
+    let mut prefill = match decoding {
+        true => budget.prefill_while_decoding.max(1),
+        false => usize::MAX,
+    };
     for r in running.iter_mut() {
-        let rest = r.feed.split_off(r.feed.len().min(PREFILL_STEP));
+        let take = match r.prompt_left {
+            0 => r.feed.len().min(PREFILL_STEP),
+            _ => r.feed.len().min(PREFILL_STEP).min(prefill),
+        };
+        if r.prompt_left > 0 {
+            prefill -= take;
+            r.prompt_left -= take;
+        }
+        let rest = r.feed.split_off(take);
         r.piece = std::mem::replace(&mut r.feed, rest);
     }
+    // Requests whose prompt waits for a later pass (the budget is spent) sit this one out.
     let mut items = Vec::with_capacity(running.len());
     let mut sampling = Vec::new();
-    for r in running.iter_mut() {
+    for r in running.iter_mut().filter(|r| !r.piece.is_empty()) {
         let Running {
             decoder,
             sequence,
@@ -205,6 +243,7 @@ fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Ve
             sequence,
         });
     }
+    let n = items.len();
     // The masks depend only on the tokens so far: computed while the pass runs. An error
     // stays in its decoder (sticky) and is reported by its own step.
     let logits = std::thread::scope(|s| {
@@ -219,11 +258,10 @@ fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Ve
     });
     Metrics::add(&metrics.forward_passes, 1);
     let logits = match logits {
-        Ok(l) if l.len() == running.len() => Ok(l),
+        Ok(l) if l.len() == n => Ok(l),
         Ok(l) => Err(format!(
-            "the model returned {} logits for {} sequences",
-            l.len(),
-            running.len()
+            "the model returned {} logits for {n} sequences",
+            l.len()
         )),
         Err(e) => Err(e.to_string()),
     };
@@ -237,10 +275,14 @@ fn pass(lm: &mut dyn CausalLm, running: &mut [Running], metrics: &Metrics) -> Ve
             return vec![true; running.len()];
         }
     };
+    let mut logits = logits.into_iter();
     running
         .iter_mut()
-        .zip(logits)
-        .map(|(r, logits)| {
+        .map(|r| {
+            if r.piece.is_empty() {
+                return false;
+            }
+            let logits = logits.next().expect("one per request that ran");
             r.pos += r.piece.len();
             // More of the prompt to run first.
             r.feed.is_empty() && !advance(r, &*logits, metrics)
@@ -261,20 +303,23 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
         (decoder.tokens().len() - before) as u64,
     );
     let tokens = decoder.tokens().len();
+    let logprobs = decoder.take_logprobs();
     let finish = match next {
         Ok(Next::Feed(feed)) => {
             r.feed = feed;
-            if !text.is_empty() {
-                let _ = r.events.send(Event::Delta { text, tokens });
+            if !text.is_empty() || !logprobs.is_empty() {
+                let _ = r.events.send(Event::Delta {
+                    text,
+                    tokens,
+                    logprobs,
+                });
             }
             return true;
         }
         Ok(Next::Done(finish)) => finish,
         Err(e) => {
             Metrics::add(&metrics.failed, 1);
-            let _ = r
-                .events
-                .send(Event::Failed(ApiError::internal(e.to_string())));
+            let _ = r.events.send(Event::Failed(generation_error(e)));
             return false;
         }
     };
@@ -282,8 +327,12 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
         return false;
     };
     let generation = decoder.finish(finish, &mut |s| text.push_str(s));
-    if !text.is_empty() {
-        let _ = r.events.send(Event::Delta { text, tokens });
+    if !text.is_empty() || !logprobs.is_empty() {
+        let _ = r.events.send(Event::Delta {
+            text,
+            tokens,
+            logprobs,
+        });
     }
     let st = generation.stats;
     Metrics::add(&metrics.masks, st.masks as u64);
@@ -291,4 +340,41 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
     Metrics::add(&metrics.completed, 1);
     let _ = r.events.send(Event::Done { finish, stats: st });
     false
+}
+
+/// The API error for a generation that failed: a constraint past one of its limits as it
+/// ran (a lexeme's automaton outgrowing `max_lexeme_bytes`, too many lexer runs) is the
+/// request's grammar's doing, a 400; anything else is the server's, a 500.
+fn generation_error(e: GenerateError) -> ApiError {
+    match e {
+        GenerateError::Constraint(AdapterError::Limit(l)) => ApiError {
+            code: Some("constraint_limit"),
+            ..ApiError::invalid(format!(
+                "the constraint reached a limit while generating: {l}"
+            ))
+        },
+        e => ApiError::internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_grammar::RecognizeError;
+
+    #[test]
+    fn a_constraint_limit_while_generating_is_the_requests_400() {
+        let limit = RecognizeError::limit(
+            "bytes of one lexeme",
+            40 << 20,
+            "max_lexeme_bytes",
+            32 << 20,
+        );
+        let e = generation_error(GenerateError::Constraint(AdapterError::Limit(limit)));
+        assert_eq!(e.status.as_u16(), 400);
+        assert_eq!(e.code, Some("constraint_limit"));
+        assert!(e.message.contains("max_lexeme_bytes"), "{}", e.message);
+        let e = generation_error(GenerateError::NothingToSample);
+        assert_eq!(e.status.as_u16(), 500);
+    }
 }

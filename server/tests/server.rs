@@ -1,132 +1,13 @@
 //! The server on loopback with the real model (SmolLM2, from `scripts/fetch-assets model`),
 //! driven over HTTP.
 
-#[path = "../../tests/support/require.rs"]
-mod require;
+mod support;
 
-use corral_models::{DeviceSpec, Model};
-use corral_server::{ServeConfig, ServerHandle, spawn};
+use corral_server::ServeConfig;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn model_path() -> Option<PathBuf> {
-    let assets = std::env::var_os("CORRAL_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets"));
-    require::require_input(
-        assets.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-        "run scripts/fetch-assets model",
-    )
-}
-
-struct Server {
-    handle: Option<ServerHandle>,
-    base: String,
-}
-
-impl Server {
-    /// A server on a free port, once `/health` says the model is loaded.
-    fn start(config: ServeConfig) -> Option<Server> {
-        let path = model_path()?;
-        let config = ServeConfig { port: 0, ..config };
-        let handle = spawn(
-            config,
-            Box::new(move || Model::load(&path.display().to_string(), DeviceSpec::Cpu)),
-        )
-        .expect("server starts");
-        let base = format!("http://{}", handle.addr());
-        let t = Instant::now();
-        loop {
-            match ureq::get(&format!("{base}/health")).call() {
-                Ok(r) if r.status() == 200 => break,
-                Err(ureq::Error::Status(503, _)) => {}
-                other => panic!("unexpected /health answer: {other:?}"),
-            }
-            assert!(t.elapsed() < Duration::from_secs(120), "model never loaded");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(Server {
-            handle: Some(handle),
-            base,
-        })
-    }
-
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        self.post_raw(path, &body.to_string(), None)
-    }
-
-    fn post_raw(&self, path: &str, body: &str, key: Option<&str>) -> (u16, Value) {
-        let mut req =
-            ureq::post(&format!("{}{path}", self.base)).set("content-type", "application/json");
-        if let Some(k) = key {
-            req = req.set("authorization", &format!("Bearer {k}"));
-        }
-        match req.send_string(body) {
-            Ok(r) => (r.status(), r.into_json().expect("JSON body")),
-            Err(ureq::Error::Status(code, r)) => (code, r.into_json().expect("JSON error body")),
-            Err(e) => panic!("transport error: {e}"),
-        }
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let text = ureq::get(&format!("{}/metrics", self.base))
-            .call()
-            .expect("metrics")
-            .into_string()
-            .expect("text");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-    }
-
-    /// Polls until `cond` holds (or fails after 60 s).
-    fn wait_for(&self, what: &str, cond: impl Fn(&Server) -> bool) {
-        let t = Instant::now();
-        while !cond(self) {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "timed out waiting: {what}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            let _ = h.shutdown();
-        }
-    }
-}
-
-fn chat(content: &str, extra: Value) -> Value {
-    let mut body = json!({
-        "messages": [{"role": "user", "content": content}],
-        "temperature": 0,
-    });
-    if let Value::Object(m) = extra {
-        for (k, v) in m {
-            body[k] = v;
-        }
-    }
-    body
-}
-
-fn content(v: &Value) -> &str {
-    v["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no content in {v}"))
-}
-
-fn error_message(v: &Value) -> &str {
-    v["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no error object in {v}"))
-}
+use support::{Server, chat, content, error_message, raw_answer};
 
 #[test]
 fn schema_constrained_chat_returns_valid_json_with_usage() {
@@ -478,22 +359,6 @@ fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
 }
 
-/// Sends `head` (and no more) on a raw connection; the first line of the answer, or
-/// `None` if the server closed the connection without one. Waits at most 20 s.
-fn raw_answer(s: &Server, head: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let addr = s.base.trim_start_matches("http://");
-    let mut c = std::net::TcpStream::connect(addr).expect("connect");
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    c.write_all(head.as_bytes()).expect("write");
-    let mut buf = vec![0u8; 512];
-    let n = c
-        .read(&mut buf)
-        .expect("an answer or a close before the read timeout");
-    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-    text.lines().next().map(str::to_string)
-}
-
 #[test]
 fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
     let Some(s) = Server::start(ServeConfig {
@@ -750,7 +615,7 @@ fn a_long_prompt_takes_one_pass_per_step() {
 }
 
 #[test]
-fn stop_sequences_end_free_text_but_never_cut_a_constrained_output() {
+fn stop_sequences_end_free_text_and_are_refused_under_a_constraint() {
     let Some(s) = Server::start(ServeConfig::default()) else {
         return;
     };
@@ -762,10 +627,17 @@ fn stop_sequences_end_free_text_but_never_cut_a_constrained_output() {
     assert_eq!(v["object"], "text_completion");
     let text = v["choices"][0]["text"].as_str().expect("text");
     assert!(!text.contains(','), "{v}");
-    // Under a constraint the output is complete: the stop sequence does not apply.
+    // Under a constraint the output is complete: a stop sequence, which could cut it short,
+    // is refused rather than ignored.
     let (code, v) = s.post(
         "/v1/completions",
         &json!({"prompt": "Numbers:", "regex": " 1, 2, 3, 4, 5, 6", "stop": [", 4"], "temperature": 0}),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["param"], "stop", "{v}");
+    let (code, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Numbers:", "regex": " 1, 2, 3, 4, 5, 6", "temperature": 0}),
     );
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["choices"][0]["text"], " 1, 2, 3, 4, 5, 6");
