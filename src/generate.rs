@@ -36,18 +36,19 @@ pub struct GenerateArgs {
     /// Do not apply the model's chat template.
     #[arg(long)]
     raw: bool,
+    /// Most tokens generated (at least 1).
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
     /// 0 for greedy decoding.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     temperature: f32,
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     top_p: f32,
     #[arg(long)]
     top_k: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     min_p: Option<f32>,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     repeat_penalty: f32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -163,18 +164,9 @@ pub(crate) fn default_model() -> anyhow::Result<String> {
 
 /// The prompt: `--prompt`, or the text of `--prompt-file` (`-`: standard input).
 fn read_prompt(args: &GenerateArgs) -> anyhow::Result<String> {
-    use std::io::Read;
     match (&args.prompt, &args.prompt_file) {
         (Some(p), _) => Ok(p.clone()),
-        (None, Some(path)) if path.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("cannot read the prompt from standard input (is it UTF-8?)")?;
-            Ok(s)
-        }
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the prompt file {}", path.display())),
+        (None, Some(path)) => crate::input::read_text(path, "the prompt file"),
         (None, None) => Err(anyhow!("give --prompt or --prompt-file")),
     }
 }
@@ -192,6 +184,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         (None, None) => None,
     };
     // Checked before the model loads: bad values fail at once.
+    if args.max_tokens == 0 {
+        return Err(anyhow!("--max-tokens must be at least 1").into());
+    }
     let sampling = sampling_options(args)?;
     let source = match &args.model {
         Some(m) => m.clone(),
@@ -206,6 +201,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         ignore_eos: false,
         complete_within_budget: true,
         scope: Scope::Whole,
+        logprobs: None,
     };
     let (mut splitter, scope) = split_setup(args)?;
     let options = corral::GenerateOptions { scope, ..options };

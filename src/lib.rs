@@ -136,7 +136,7 @@ pub fn generate_with(
 ) -> Result<Generation, Error> {
     let prompt = prompt.into();
     let text = model.prompt_text(prompt.system.as_deref(), &prompt.user, prompt.raw)?;
-    let ids = model.encode(&text)?;
+    let ids = model.encode_prompt(&text)?;
     let space = model.space().clone();
     Ok(corral_engine::generate(
         model.lm(),

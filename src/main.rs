@@ -26,6 +26,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Largest file or standard input read whole (a grammar, a schema, a prompt, a text to
+    /// replay; `match` streams its input but keeps whole what a lenient schema validates).
+    #[arg(long, global = true, default_value_t = input::DEFAULT_MAX_INPUT_BYTES)]
+    max_input_bytes: u64,
 }
 
 #[derive(Subcommand)]
@@ -68,6 +72,7 @@ struct SchemaCmdArgs {
 }
 
 mod generate;
+mod input;
 mod position;
 mod replay;
 mod serve;
@@ -160,6 +165,7 @@ fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread starts.
     unsafe { corral::models::pin_thread_count() };
     let cli = Cli::parse();
+    input::set_max(cli.max_input_bytes);
     let result = match cli.command {
         Command::Match(args) => run_match(&args),
         Command::Schema(args) => run_schema(&args),
@@ -280,6 +286,13 @@ fn run_match(args: &MatchArgs) -> Result<(), Failure> {
         }
         position.advance(chunk);
         if deferred.is_some() {
+            if (whole.len() + chunk.len()) as u64 > input::max() {
+                return Err(input::too_large(
+                    "the input validated whole by a lenient schema",
+                    &name,
+                )
+                .into());
+            }
             whole.extend_from_slice(chunk);
         }
     };

@@ -38,9 +38,20 @@ pub struct ServeArgs {
     /// Most seconds a request's body may take to arrive (then 408).
     #[arg(long, default_value_t = 30)]
     body_timeout: u64,
-    /// Most seconds a request's headers may take to arrive (then the connection closes).
+    /// Most seconds a request's headers may take to arrive, and a connection may stay idle
+    /// between requests (then it closes).
     #[arg(long, default_value_t = 30)]
     header_timeout: u64,
+    /// Most connections open at once; more are closed as they arrive.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// While some request decodes, the prompt positions one forward pass runs: bounds the
+    /// delay a long prompt adds to the other streams.
+    #[arg(long, default_value_t = corral::server::DEFAULT_PREFILL_PER_PASS)]
+    prefill_per_pass: usize,
+    /// Most heap bytes the constraint cache holds (compiled lexemes and token sets).
+    #[arg(long, default_value_t = corral::engine::DEFAULT_CACHE_BYTES)]
+    cache_bytes: usize,
     /// The model's id in responses (default: the model file's name).
     #[arg(long)]
     model_name: Option<String>,
@@ -65,6 +76,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     if args.max_concurrent == 0 {
         return Err(anyhow!("--max-concurrent must be at least 1").into());
     }
+    if args.prefill_per_pass == 0 {
+        return Err(anyhow!("--prefill-per-pass must be at least 1").into());
+    }
+    if args.max_connections == 0 {
+        return Err(anyhow!("--max-connections must be at least 1").into());
+    }
     if args.request_timeout == 0 {
         return Err(anyhow!("--request-timeout must be at least 1 second").into());
     }
@@ -87,6 +104,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         max_body_bytes: args.max_body_bytes,
         body_timeout: Duration::from_secs(args.body_timeout),
         header_timeout: Duration::from_secs(args.header_timeout),
+        max_connections: args.max_connections,
+        prefill_per_pass: args.prefill_per_pass,
+        cache_bytes: args.cache_bytes,
         model_name,
         reasoning: match args.reasoning {
             ReasoningArg::Auto => Reasoning::Auto,

@@ -97,8 +97,7 @@ impl ConstraintArgs {
 }
 
 pub fn load_gbnf(path: &Path, start: &str) -> Result<Arc<Grammar>> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read grammar {}", path.display()))?;
+    let bytes = crate::input::read(path, "grammar")?;
     let opts = CompileOptions::default()
         .start(start)
         .origin(path.display().to_string())
@@ -107,8 +106,7 @@ pub fn load_gbnf(path: &Path, start: &str) -> Result<Arc<Grammar>> {
 }
 
 pub fn load_schema(path: &Path, args: &SchemaArgs) -> Result<(serde_json::Value, CompiledSchema)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read JSON Schema {}", path.display()))?;
+    let text = crate::input::read_text(path, "JSON Schema")?;
     let compiled = compile_json_schema(&text, &args.options(path)).map_err(anyhow::Error::from)?;
     let value = serde_json::from_str(&text).context("schema is not JSON")?;
     Ok((value, compiled))

@@ -32,6 +32,9 @@ pub struct SplitArgs {
     /// The chat template already opened the reasoning block (the stream starts inside it).
     #[arg(long)]
     think_prefilled: bool,
+    /// Generic: most bytes of one tool call held until it closes; a longer one is content.
+    #[arg(long, default_value_t = corral::split::DEFAULT_MAX_CALL_BYTES)]
+    max_call_bytes: usize,
     /// Harmony: drop malformed headers instead of keeping them as content.
     #[arg(long)]
     strict: bool,
@@ -136,7 +139,8 @@ fn splitter(args: &SplitArgs) -> anyhow::Result<Box<dyn Splitter>> {
             })?;
             Box::new(
                 GenericParser::new(f.prefilled(args.think_prefilled))
-                    .context("the tool format's markers")?,
+                    .context("the tool format's markers")?
+                    .with_max_call_bytes(args.max_call_bytes),
             )
         }
     })
@@ -202,11 +206,8 @@ fn tool_event(codec: Option<&ToolCallCodec>, e: &ToolCallEvent) -> Value {
 pub fn run(args: &SplitArgs) -> Result<(), Failure> {
     let codec = match &args.tools {
         Some(p) => {
-            let tools: Value = serde_json::from_str(
-                &std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read {}", p.display()))?,
-            )
-            .with_context(|| format!("{}: not JSON", p.display()))?;
+            let tools: Value = serde_json::from_str(&crate::input::read_text(p, "tools")?)
+                .with_context(|| format!("{}: not JSON", p.display()))?;
             Some(
                 ToolCallCodec::from_json(&tools, Duration::from_millis(50))
                     .map_err(anyhow::Error::from)?,

@@ -195,7 +195,7 @@ fn fit_prompt(
     let max = model.lm().max_positions();
     let tokens = |model: &mut Model, p: &Prompt| -> Result<usize, Error> {
         let text = model.prompt_text(p.system.as_deref(), &p.user, p.raw)?;
-        Ok(model.encode(&text)?.len())
+        Ok(model.encode_prompt(&text)?.len())
     };
     // The answer, and the feedback of a failed attempt.
     let room = options.generate.max_tokens + options.feedback.tokens();
@@ -226,7 +226,7 @@ fn compact(
     budget: usize,
     generate: &GenerateOptions,
 ) -> Result<String, Error> {
-    let ids = model.encode(text)?;
+    let ids = model.encode_prompt(&model.user_prompt(text))?;
     // Pieces of about half the budget, so that the summary prompt and its answer fit.
     let piece = (budget / 2).max(32);
     let mut out = String::new();
