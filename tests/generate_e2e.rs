@@ -405,3 +405,53 @@ fn cli_generate_grammar_applies_to_the_answer_after_reasoning() {
     assert!(v["name"].is_string() && v["age"].is_u64(), "{out}");
     assert!(!out.contains("</think>"), "{out}");
 }
+
+/// Grammars with token references (the end token `<|im_end|>` by text and by id, negated,
+/// after a repetition) generate outputs of the grammar: the tokens replay through the
+/// constraint and end complete, with jump-forward on and off, greedy and sampled, with
+/// room to spare and with a budget that forces the completion.
+#[test]
+fn token_reference_grammars_generate_outputs_of_the_grammar() {
+    let Some(m) = model() else { return };
+    let mut m = m.lock().unwrap();
+    let grammars = [
+        r#"root ::= "a" <|im_end|> "x""#,
+        "root ::= <[2]>",
+        r#"root ::= "a" !<[2]> "b""#,
+        "root ::= [a-z]+ <[2]>",
+    ];
+    for text in grammars {
+        let g = compile_gbnf(text, &Default::default()).unwrap();
+        let c = m.constraints().for_grammar(&g);
+        for (max_tokens, jump_forward, seed) in [
+            (20, true, None),
+            (20, false, None),
+            (4, true, Some(7)),
+            (3, false, Some(11)),
+        ] {
+            let mut opts = greedy(max_tokens);
+            opts.jump_forward = jump_forward;
+            if let Some(seed) = seed {
+                opts.sampling = SamplingOptions {
+                    temperature: 1.0,
+                    seed,
+                    ..SamplingOptions::default()
+                };
+            }
+            let what = format!("{text} (max {max_tokens}, jump-forward {jump_forward})");
+            let out = generate_constrained(&mut m, &g, "Write one word.", &opts)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_ne!(out.finish_reason, FinishReason::Length, "{what}");
+            assert!(!out.tokens.is_empty(), "{what}: an empty output");
+            let mut a = corral::engine::RobustConstrainedAdapter::new(c.clone());
+            a.step_with_tokens(&out.tokens)
+                .unwrap_or_else(|e| panic!("{what}: {:?} replays: {e}", out.tokens));
+            assert!(a.is_accepting(), "{what}: {:?} is complete", out.text);
+            eprintln!("{what}: {:?} ({})", out.text, out.finish_reason.as_str());
+        }
+    }
+    // A reference to a token the vocabulary lacks can never be completed: refused up front.
+    let g = compile_gbnf(r#"root ::= "a" <|no such token|>"#, &Default::default()).unwrap();
+    let e = generate_constrained(&mut m, &g, "Hi", &greedy(20)).unwrap_err();
+    assert!(e.to_string().contains("token reference"), "{e}");
+}

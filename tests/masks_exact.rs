@@ -202,3 +202,66 @@ w ::= "ab" [a-e]* "." | "cd" [0-9]* "!" | "xy""#;
         }
     }
 }
+
+/// Grammars with token references (by id, by text, negated, after a repetition), the
+/// referenced token an end token: at every step of outputs that go through them, the mask
+/// equals brute force, and the output ends complete.
+#[test]
+fn token_reference_masks_equal_brute_force() {
+    let mut checked = 0;
+    for name in ASSET_TOKENIZERS {
+        let Some(path) = asset_tokenizer(name) else {
+            continue;
+        };
+        let space = Arc::new(TokenSpace::from_tokenizer_json(&path).unwrap());
+        let vocab = space.vocab();
+        let Some(&eos) = space.eos().first() else {
+            panic!("{name}: no end token");
+        };
+        let eos_text = vocab
+            .special_tokens()
+            .iter()
+            .find(|(id, _)| *id == eos)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_else(|| panic!("{name}: the end token has no text"));
+        let text = |s: &str| space.trie().greedy_tokens(s.as_bytes()).0;
+        let e = eos.0;
+        // A text token other than the end token, for the negated reference.
+        let other = text("hello")[0];
+        let cases: Vec<(String, Vec<corral::trie::TokenId>)> = vec![
+            (
+                format!("root ::= \"a\" {eos_text} \"x\""),
+                [text("a"), vec![eos], text("x")].concat(),
+            ),
+            (format!("root ::= <[{e}]>"), vec![eos]),
+            (
+                format!("root ::= \"a\" !<[{e}]> \"b\""),
+                [text("a"), vec![other], text("b")].concat(),
+            ),
+            (
+                format!("root ::= [a-z]+ <[{e}]>"),
+                [text("abc"), vec![eos]].concat(),
+            ),
+            (
+                format!("root ::= (\"ab\" <[{e}]>)+ [0-9]*"),
+                [text("ab"), vec![eos], text("ab"), vec![eos], text("12")].concat(),
+            ),
+        ];
+        for (grammar, tokens) in cases {
+            let g = compile_gbnf(&grammar, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{name}: {grammar}: {e}"));
+            let c = Constraint::new(g, space.clone());
+            match check_masks_exact(&c, &tokens) {
+                Ok(n) => checked += n,
+                Err(m) => panic!(
+                    "{name}: {grammar}: mask differs from brute force at step {} after {:?}: extra {:?}, missing {:?}, error {:?}",
+                    m.step, m.output, m.extra, m.missing, m.error
+                ),
+            }
+            let mut a = corral::engine::RobustConstrainedAdapter::new(c);
+            a.step_with_tokens(&tokens).unwrap();
+            assert!(a.is_accepting(), "{name}: {grammar}: ends complete");
+        }
+    }
+    println!("token references: {checked} masks equal brute force");
+}

@@ -29,7 +29,7 @@ class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.proc = subprocess.Popen(
-            [CORRAL, "serve", "--port", "0", "--api-key", "test-key"],
+            [CORRAL, "serve", "--port", "0", "--api-key", "test-key", "--model-name", "default"],
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -62,6 +62,31 @@ class ServerTest(unittest.TestCase):
     def test_models(self):
         models = self.client.models.list()
         self.assertEqual(len(models.data), 1)
+        self.assertEqual(models.data[0].id, "default")
+        # A model the server does not serve: 404, as OpenAI answers.
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "x"}], max_tokens=2
+            )
+        self.assertEqual(e.exception.code, "model_not_found")
+
+    def test_logprobs_under_a_schema(self):
+        r = self.client.chat.completions.create(
+            model="default",
+            messages=[{"role": "user", "content": "Describe a cat."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "cat", "schema": Cat.model_json_schema()}},
+            logprobs=True,
+            top_logprobs=2,
+            max_tokens=60,
+            temperature=0,
+        )
+        lp = r.choices[0].logprobs.content
+        self.assertEqual(len(lp), r.usage.completion_tokens)
+        self.assertEqual("".join(t.token for t in lp), r.choices[0].message.content)
+        for t in lp:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(t.top_logprobs[0].token, t.token)
+        Cat.model_validate_json(r.choices[0].message.content)
 
     def test_parse_with_a_pydantic_model(self):
         completion = self.client.chat.completions.parse(
