@@ -312,6 +312,18 @@ pub enum AdapterError {
     Limit(#[from] RecognizeError),
 }
 
+/// The shortest completion from an adapter's state, for a budget
+/// ([`RobustConstrainedAdapter::completion_tokens_within`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Its tokens (empty: complete already).
+    Tokens(Vec<TokenId>),
+    /// Longer than the budget: at least this many tokens (not written out).
+    TooLong { at_least: usize },
+    /// Nothing completes it in this vocabulary's tokens.
+    Impossible,
+}
+
 /// One partial lexeme, for [`StateInfo`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartialLexeme {
@@ -929,17 +941,39 @@ impl RobustConstrainedAdapter {
     /// the recognizer's completion search gives up). Generation under a token budget steers
     /// to it before the budget runs out.
     pub fn completion_tokens(&mut self) -> Result<Option<Vec<TokenId>>, AdapterError> {
+        match self.completion_tokens_within(usize::MAX)? {
+            Completion::Tokens(t) => Ok(Some(t)),
+            Completion::TooLong { .. } | Completion::Impossible => Ok(None),
+        }
+    }
+
+    /// [`Self::completion_tokens`] for a budget of `budget` tokens: when the shortest
+    /// completion cannot fit (its bytes alone need more tokens than that, each token at
+    /// most the longest token's bytes), it is not written out but measured: a grammar whose
+    /// shortest output is megabytes long is refused at the cost of a search, not of
+    /// spelling it.
+    pub fn completion_tokens_within(&mut self, budget: usize) -> Result<Completion, AdapterError> {
         self.check()?;
         if self.finished {
-            return Ok(Some(Vec::new()));
+            return Ok(Completion::Tokens(Vec::new()));
         }
-        let Some(completion) = self.rec.shortest_completion() else {
-            // A DFA that needed a state past its size limit reads it as dead: that is the
-            // error, not the missing completion.
-            if let Some(e) = self.c.grammar.overflow() {
-                return self.fail(e.into());
+        let longest = self.c.space().longest_token().max(1) as u64;
+        let max_units = (budget as u64).saturating_mul(longest);
+        let completion = match self.rec.shortest_completion_within(max_units) {
+            Ok(c) => c,
+            Err(len) => {
+                // A DFA that needed a state past its size limit reads it as dead: that is
+                // the error, not the missing completion.
+                if let Some(e) = self.c.grammar.overflow() {
+                    return self.fail(e.into());
+                }
+                return Ok(match len {
+                    Some(units) => Completion::TooLong {
+                        at_least: usize::try_from(units.div_ceil(longest)).unwrap_or(usize::MAX),
+                    },
+                    None => Completion::Impossible,
+                });
             }
-            return Ok(None);
         };
         let mut tokens = Vec::new();
         for piece in &completion.pieces {
@@ -947,17 +981,17 @@ impl RobustConstrainedAdapter {
                 Piece::Bytes(bytes) => {
                     let (t, covered) = self.c.space().trie().greedy_tokens(bytes);
                     if covered != bytes.len() {
-                        return Ok(None);
+                        return Ok(Completion::Impossible);
                     }
                     tokens.extend(t);
                 }
                 Piece::Token(r) => match self.c.ref_token(*r) {
                     Some(t) => tokens.push(t),
-                    None => return Ok(None),
+                    None => return Ok(Completion::Impossible),
                 },
             }
         }
-        Ok(Some(tokens))
+        Ok(Completion::Tokens(tokens))
     }
 
     /// What the adapter is doing: position, partial lexemes, allowed terminals.

@@ -23,7 +23,7 @@
 //! completion is appended instead (`budget_completed`). If no completion fits in
 //! `max_tokens` at all, generation refuses to start ([`GenerateError::BudgetTooSmall`]).
 
-use crate::adapter::{AdapterError, Constraint, RobustConstrainedAdapter};
+use crate::adapter::{AdapterError, Completion, Constraint, RobustConstrainedAdapter};
 use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::{CausalLm, Logits, ModelError};
 use crate::replay::stats;
@@ -143,10 +143,17 @@ pub enum GenerateError {
     Sampling(#[from] SamplingError),
     #[error("every token is masked: nothing to sample")]
     NothingToSample,
+    /// `needed`: the shortest output's tokens, or with `at_least`, for one far longer than
+    /// the budget, a lower bound (its bytes over the longest token's).
     #[error(
-        "no output of the grammar fits in {max_tokens} tokens: the shortest one takes {needed}"
+        "no output of the grammar fits in {max_tokens} tokens: the shortest one takes {}{needed}",
+        if *at_least { "at least " } else { "" }
     )]
-    BudgetTooSmall { needed: usize, max_tokens: usize },
+    BudgetTooSmall {
+        needed: usize,
+        max_tokens: usize,
+        at_least: bool,
+    },
     /// Under a budget, the grammar has no complete output made of this vocabulary's tokens
     /// (a token reference names no token of it, or no finite output exists), so an output
     /// could not be made complete.
@@ -308,11 +315,16 @@ impl Decoder {
         if d.budgeted
             && let Phase::Constrained(a) = &mut d.phase
         {
-            let need = a.completion_tokens()?.ok_or(GenerateError::NoCompletion)?;
-            if need.len() > d.max_tokens {
+            let (needed, at_least) = match a.completion_tokens_within(d.max_tokens)? {
+                Completion::Tokens(t) => (t.len(), false),
+                Completion::TooLong { at_least } => (at_least, true),
+                Completion::Impossible => return Err(GenerateError::NoCompletion),
+            };
+            if needed > d.max_tokens {
                 return Err(GenerateError::BudgetTooSmall {
-                    needed: need.len(),
+                    needed,
                     max_tokens: d.max_tokens,
+                    at_least,
                 });
             }
         }
@@ -680,7 +692,7 @@ impl Decoder {
             return Ok(Stepped::Kept);
         }
         let left = self.max_tokens - self.tokens.len() - 1;
-        if a.completion_tokens()?.is_some_and(|c| c.len() <= left) {
+        if fits(a.completion_tokens_within(left)?, left) {
             return Ok(Stepped::Kept);
         }
         a.rollback(1)?;
@@ -744,9 +756,9 @@ impl Decoder {
             while !forced.is_empty() {
                 a.step_with_tokens(&forced)?;
                 let left = room - forced.len();
-                let fits = a.completion_tokens()?.is_some_and(|c| c.len() <= left);
+                let fit = fits(a.completion_tokens_within(left)?, left);
                 a.rollback(forced.len())?;
-                if fits {
+                if fit {
                     break;
                 }
                 forced.pop();
@@ -759,6 +771,11 @@ impl Decoder {
         }
         Ok(())
     }
+}
+
+/// Whether a completion fits in `left` tokens.
+fn fits(c: Completion, left: usize) -> bool {
+    matches!(c, Completion::Tokens(t) if t.len() <= left)
 }
 
 /// A token's text for trigger detection: its bytes, or a special token's name.

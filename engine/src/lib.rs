@@ -48,7 +48,8 @@ pub mod tokens;
 mod utf8;
 
 pub use adapter::{
-    AdapterError, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
+    AdapterError, Completion, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo,
+    compute_masks,
 };
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
 pub use constraints::{

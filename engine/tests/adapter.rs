@@ -358,3 +358,27 @@ proptest! {
         prop_assert!(mask(&mut a).contains(&EOS));
     }
 }
+
+/// A completion far longer than the budget is measured, not written out: the 50 million
+/// bytes of `("ab"{5000}){5000}` need at least 25 million two-byte tokens.
+#[test]
+fn a_completion_far_past_the_budget_is_measured_not_spelled() {
+    use corral_engine::Completion;
+    let mut a = adapter(r#"root ::= ("ab"{5000}){5000}"#, &[b"a", b"b", b"ab"]);
+    assert_eq!(
+        a.completion_tokens_within(5).unwrap(),
+        Completion::TooLong {
+            at_least: 25_000_000
+        }
+    );
+    let mut a = adapter(r#"root ::= "ab" "c""#, &[b"a", b"b", b"ab", b"c"]);
+    assert_eq!(
+        a.completion_tokens_within(5).unwrap(),
+        Completion::Tokens(vec![TokenId(2), TokenId(3)])
+    );
+    let mut a = adapter(r#"root ::= "a" <|none|>"#, &[b"a"]);
+    assert_eq!(
+        a.completion_tokens_within(5).unwrap(),
+        Completion::Impossible
+    );
+}

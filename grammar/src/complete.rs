@@ -40,6 +40,17 @@ impl Completion {
         self.pieces.is_empty()
     }
 
+    /// Its length in units: a byte each, a token each reference.
+    pub fn units(&self) -> u64 {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Bytes(b) => b.len() as u64,
+                Piece::Token(_) => 1,
+            })
+            .sum()
+    }
+
     /// The text, when the completion names no token.
     pub fn bytes(&self) -> Option<Vec<u8>> {
         let mut out = Vec::new();

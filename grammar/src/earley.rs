@@ -487,8 +487,24 @@ impl Recognizer {
     /// completes it (or the chart is nested deeper than this search follows). See
     /// [`crate::complete`].
     pub fn shortest_completion(&self) -> Option<Completion> {
+        self.shortest_completion_within(u64::MAX).ok()
+    }
+
+    /// The length of the shortest completion in units (a byte each, a token each token
+    /// reference), found without writing it out: what a budget check needs before asking for
+    /// a completion that may be millions of bytes long. `None` if nothing completes it.
+    pub fn shortest_completion_len(&self) -> Option<u64> {
+        match self.shortest_completion_within(0) {
+            Ok(c) => Some(c.units()),
+            Err(len) => len,
+        }
+    }
+
+    /// The shortest completion if it is at most `max` units long; else its length
+    /// (`Err(Some(len))`), not written out, or `Err(None)` if nothing completes it.
+    pub fn shortest_completion_within(&self, max: u64) -> Result<Completion, Option<u64>> {
         if self.is_accepting() {
-            return Some(Completion::default());
+            return Ok(Completion::default());
         }
         let sh = self.g.shortest();
         let mut search = CompletionSearch {
@@ -519,7 +535,12 @@ impl Recognizer {
                 }
             }
         }
-        let (_, start) = best?;
+        let Some((len, start)) = best else {
+            return Err(None);
+        };
+        if len > max {
+            return Err(Some(len));
+        }
         let mut out = Completion::default();
         let (mut set, mut sym) = match start {
             Start::Run(run) => {
@@ -533,12 +554,12 @@ impl Recognizer {
         };
         loop {
             let (_, _, step) = search.complete(set, sym, 0);
-            match step? {
-                Step::Accept => return Some(out),
+            match step.ok_or(None)? {
+                Step::Accept => return Ok(out),
                 Step::Item { after, origin } => {
                     sh.suffix_pieces(&self.g, after, &mut out);
                     if self.g.lhs(after) == self.g.start_rule && origin == 0 {
-                        return Some(out);
+                        return Ok(out);
                     }
                     (set, sym) = (origin, Sym::Rule(self.g.lhs(after)));
                 }
