@@ -38,6 +38,7 @@ pub mod adapter;
 pub mod cache;
 mod classes;
 pub mod constraints;
+mod decoder;
 pub mod generate;
 pub mod logprobs;
 pub mod model;

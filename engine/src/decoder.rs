@@ -1,0 +1,419 @@
+//! [`Decoder`]: one generation's state apart from the model, driven one step at a time (see
+//! [`crate::generate`] for the loop and its steps). The budget (completions, jump-forward)
+//! is in [`budget`], free text and its trigger in [`trigger`].
+
+mod budget;
+mod trigger;
+
+use trigger::token_text;
+
+use crate::adapter::{Completion, Constraint, RobustConstrainedAdapter};
+use crate::generate::{FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats};
+use crate::logprobs::{TokenLogprob, token_logprob};
+use crate::model::{Logits, ModelError};
+use crate::replay::stats;
+use crate::sampling::Sampler;
+use crate::scope::{Scope, TriggerWatch};
+use crate::utf8::Utf8Stream;
+use corral_trie::{FixedBitSet, TokenId, TokenSpace};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Where the decoder is: free text (the grammar not applying yet, or between tool calls),
+/// or constrained by an adapter.
+#[derive(Clone, Debug)]
+enum Phase {
+    Free,
+    Constrained(Box<RobustConstrainedAdapter>),
+}
+
+/// What to do after [`Decoder::advance`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Run the model on these tokens (at the positions after what it has seen) and call
+    /// `advance` again with its logits.
+    Feed(Vec<TokenId>),
+    /// Generation ended.
+    Done(FinishReason),
+}
+
+/// One generation's state apart from the model. See the module docs.
+pub struct Decoder {
+    space: Arc<TokenSpace>,
+    constraint: Option<Arc<Constraint>>,
+    opts: GenerateOptions,
+    phase: Phase,
+    sampler: Sampler,
+    /// The mask for the next sample, and whether it is computed already (`prepare`).
+    mask: FixedBitSet,
+    mask_ready: bool,
+    mask_times: Vec<f64>,
+    stream: Utf8Stream,
+    text: String,
+    tokens: Vec<TokenId>,
+    /// Prompt and output: what the repetition penalty looks at.
+    history: Vec<TokenId>,
+    /// Under a grammar, the output completes within `max_tokens` (see the module docs).
+    budgeted: bool,
+    max_tokens: usize,
+    /// Positions the model has seen, and the most it supports.
+    pos: usize,
+    max_pos: usize,
+    /// Free text before the grammar applies: the trigger being watched for, and the free
+    /// tokens so far (for a reasoning budget).
+    watch: TriggerWatch,
+    free_tokens: usize,
+    /// Without a constraint: the trigger (the end of reasoning) was seen or forced, so the
+    /// reasoning budget no longer applies.
+    triggered: bool,
+    /// Log-probabilities recorded and not taken yet ([`GenerateOptions::logprobs`]).
+    logprobs: Vec<TokenLogprob>,
+    /// The rest of a budget's completion, appended one token per step (last first), when
+    /// log-probabilities are recorded.
+    completing: Vec<TokenId>,
+    stats: GenerationStats,
+}
+
+/// What the next token is drawn under ([`Decoder::mask_for_sampling`]).
+enum Sampling {
+    /// The grammar's mask.
+    Masked,
+    /// No mask: free text.
+    Free,
+    /// Nothing: the output ends.
+    Done(FinishReason),
+}
+
+/// What stepping the constraint with a sampled token did.
+enum Stepped {
+    /// The token is kept.
+    Kept,
+    /// It did not leave room to complete: the completion was appended instead, whole.
+    Completed,
+    /// It did not leave room to complete: `token`, the completion's first (stepped
+    /// already; `named`: taken as a token reference), takes its place, and the rest follows
+    /// one per step.
+    Replaced { token: TokenId, named: bool },
+}
+
+impl Decoder {
+    /// A decoder for the output after `prompt` (which the caller feeds to the model first),
+    /// constrained by `constraint` where `opts.scope` says. `max_positions` is the model's
+    /// context. Refuses an empty prompt, one that fills the context, a `max_tokens` the
+    /// context has no room for after the prompt (said up front, rather than output cut
+    /// short), bad sampling settings, and a budget no output of the grammar fits in.
+    pub fn new(
+        space: Arc<TokenSpace>,
+        constraint: Option<Arc<Constraint>>,
+        prompt: &[TokenId],
+        max_positions: usize,
+        opts: &GenerateOptions,
+    ) -> Result<Decoder, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        opts.sampling.validate()?;
+        if prompt.len() + 1 >= max_positions {
+            return Err(ModelError::Context {
+                what: "the prompt",
+                needed: prompt.len() + 1,
+                max: max_positions,
+            }
+            .into());
+        }
+        if opts.max_tokens >= max_positions - prompt.len() {
+            return Err(ModelError::Context {
+                what: "the prompt and max_tokens",
+                needed: prompt
+                    .len()
+                    .saturating_add(opts.max_tokens)
+                    .saturating_add(1),
+                max: max_positions,
+            }
+            .into());
+        }
+        let width = space.width();
+        let mut d = Decoder {
+            budgeted: opts.complete_within_budget && constraint.is_some(),
+            max_tokens: opts.max_tokens,
+            phase: Phase::Free,
+            sampler: Sampler::new(opts.sampling.clone()),
+            mask: FixedBitSet::with_capacity(width),
+            mask_ready: false,
+            mask_times: Vec::new(),
+            stream: Utf8Stream::default(),
+            text: String::new(),
+            tokens: Vec::new(),
+            history: prompt.to_vec(),
+            pos: prompt.len(),
+            max_pos: max_positions,
+            watch: TriggerWatch::default(),
+            free_tokens: 0,
+            triggered: false,
+            logprobs: Vec::new(),
+            completing: Vec::new(),
+            stats: GenerationStats {
+                prompt_tokens: prompt.len(),
+                forward_passes: 1,
+                ..GenerationStats::default()
+            },
+            space,
+            constraint,
+            opts: GenerateOptions {
+                // Every token from a distribution when log-probabilities are asked for.
+                jump_forward: opts.jump_forward && opts.logprobs.is_none(),
+                ..opts.clone()
+            },
+        };
+        if d.opts.scope == Scope::Whole {
+            d.phase = d.fresh_phase();
+        }
+        if d.budgeted
+            && let Phase::Constrained(a) = &mut d.phase
+        {
+            let (needed, at_least) = match a.completion_tokens_within(d.max_tokens)? {
+                Completion::Tokens(t) => (t.len(), false),
+                Completion::TooLong { at_least } => (at_least, true),
+                Completion::Impossible => return Err(GenerateError::NoCompletion),
+            };
+            if needed > d.max_tokens {
+                return Err(GenerateError::BudgetTooSmall {
+                    needed,
+                    max_tokens: d.max_tokens,
+                    at_least,
+                });
+            }
+        }
+        Ok(d)
+    }
+
+    /// Grows the masks to the model's logit width (when it exceeds the vocabulary's).
+    pub fn with_logit_width(mut self, width: usize) -> Decoder {
+        if self.mask.len() < width {
+            self.mask.grow(width);
+        }
+        self
+    }
+
+    fn fresh_phase(&self) -> Phase {
+        match &self.constraint {
+            Some(c) => Phase::Constrained(Box::new(RobustConstrainedAdapter::new(c.clone()))),
+            None => Phase::Free,
+        }
+    }
+
+    /// Whether a grammar constrains (some of) the output.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Masks computed so far: how many, and their microseconds in all.
+    pub fn mask_work(&self) -> (usize, f64) {
+        (self.mask_times.len(), self.mask_times.iter().sum())
+    }
+
+    /// Tokens generated so far.
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
+    }
+
+    /// The text so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The log-probabilities recorded since the last call (with
+    /// [`GenerateOptions::logprobs`]), one per token, in order.
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        std::mem::take(&mut self.logprobs)
+    }
+
+    /// Computes the mask for the next token now (if the grammar applies), so that
+    /// [`Decoder::advance`] need not: call it while the model runs.
+    pub fn prepare(&mut self) -> Result<(), GenerateError> {
+        if let Phase::Constrained(a) = &mut self.phase
+            && !self.mask_ready
+        {
+            let t = Instant::now();
+            a.compute_mask(&mut self.mask)?;
+            self.mask_times.push(t.elapsed().as_secs_f64() * 1e6);
+            self.mask_ready = true;
+        }
+        Ok(())
+    }
+
+    /// One step from the logits of the last position fed: a token (and what jump-forward
+    /// appends after it), or the end. `on_delta` gets the text as it completes.
+    pub fn advance(
+        &mut self,
+        logits: &dyn Logits,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<Next, GenerateError> {
+        if self.tokens.len() >= self.max_tokens {
+            return Ok(Next::Done(FinishReason::Length));
+        }
+        if let Some(forced) = self.reasoning_budget_spent() {
+            return Ok(self.force_trigger(forced, on_delta));
+        }
+        let masked = match self.mask_for_sampling()? {
+            Sampling::Masked => true,
+            Sampling::Free => false,
+            Sampling::Done(done) => return Ok(Next::Done(done)),
+        };
+        let mut v = logits.to_masked_vec(masked.then_some(&self.mask))?;
+        if self.opts.ignore_eos {
+            for &e in self.space.eos() {
+                if let Some(l) = v.get_mut(e.index()) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        self.sampler.adjust(&mut v, &self.history, &self.tokens);
+        if let Some(t) = self.completing.pop() {
+            return self.append_completion(&v, t, on_delta);
+        }
+        let tok = self.sample(&mut v)?;
+        // An end token ends the output, unless the grammar names it here by reference.
+        let named = masked && self.names_token(tok);
+        if self.space.eos().contains(&tok) && !named {
+            // An end before the trigger, under a grammar that applies after it (the model
+            // stopped inside its reasoning): the answer is still owed, so the trigger is
+            // appended instead and the grammar applies from there.
+            if let Some(trigger) = self.trigger_still_owed() {
+                return Ok(self.force_trigger(trigger, on_delta));
+            }
+            self.record_logprob(&v, tok);
+            return Ok(Next::Done(FinishReason::Stop));
+        }
+        let stepped = match masked {
+            true => self.step_constraint(tok, on_delta)?,
+            false => Stepped::Kept,
+        };
+        let (tok, named) = match stepped {
+            Stepped::Kept => (tok, named),
+            Stepped::Completed => return Ok(Next::Done(FinishReason::BudgetCompleted)),
+            Stepped::Replaced { token, named } => (token, named),
+        };
+        self.record_logprob(&v, tok);
+        if matches!(stepped, Stepped::Replaced { .. }) {
+            self.emit_forced(tok, named, on_delta);
+            if self.completing.is_empty() {
+                return Ok(Next::Done(FinishReason::BudgetCompleted));
+            }
+        } else {
+            self.emit_as(tok, named, on_delta);
+            self.push(tok);
+        }
+        let mut feed = vec![tok];
+        if self.opts.jump_forward {
+            self.jump_forward(&mut feed, on_delta)?;
+        }
+        Ok(self.feed(feed))
+    }
+
+    /// Records `tok`'s log-probability under `v`, if asked for.
+    fn record_logprob(&mut self, v: &[f32], tok: TokenId) {
+        if let Some(top) = self.opts.logprobs {
+            self.logprobs.push(token_logprob(v, tok, top));
+        }
+    }
+
+    /// The end: the text held back, the statistics.
+    pub fn finish(
+        mut self,
+        finish_reason: FinishReason,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Generation {
+        let rest = self.stream.finish();
+        if !rest.is_empty() {
+            on_delta(&rest);
+            self.text.push_str(&rest);
+        }
+        let mut st = self.stats;
+        st.generated_tokens = self.tokens.len();
+        let logprobs = std::mem::take(&mut self.logprobs);
+        let times = stats(&self.mask_times);
+        st.mask_us_mean = times.mean;
+        st.mask_us_p99 = times.p99;
+        st.masks = self.mask_times.len();
+        Generation {
+            text: self.text,
+            tokens: self.tokens,
+            finish_reason,
+            stats: st,
+            logprobs,
+        }
+    }
+
+    /// Tokens to feed next, unless the budget or the context ends here (an output the
+    /// grammar completed right at the end ends complete, not cut).
+    fn feed(&mut self, feed: Vec<TokenId>) -> Next {
+        if self.tokens.len() >= self.max_tokens || self.pos + feed.len() >= self.max_pos {
+            if let Phase::Constrained(a) = &self.phase
+                && a.is_complete()
+                && self.opts.scope == Scope::Whole
+            {
+                return Next::Done(FinishReason::GrammarComplete);
+            }
+            return Next::Done(FinishReason::Length);
+        }
+        self.pos += feed.len();
+        self.stats.forward_passes += 1;
+        Next::Feed(feed)
+    }
+
+    fn push(&mut self, t: TokenId) {
+        self.tokens.push(t);
+        self.history.push(t);
+    }
+
+    /// Streams a token's text; a token the grammar named by reference is part of the
+    /// grammar's output, so a special one streams as its name.
+    fn emit_as(&mut self, t: TokenId, named: bool, on_delta: &mut dyn FnMut(&str)) {
+        let text = match self.space.vocab().token_bytes(t) {
+            Some(b) => b.to_vec(),
+            None if named => token_text(&self.space, t),
+            None => return,
+        };
+        let delta = self.stream.push(&text);
+        if !delta.is_empty() {
+            on_delta(&delta);
+            self.text.push_str(&delta);
+        }
+    }
+
+    /// Whether the grammar takes `tok` next as a token it names by reference.
+    fn names_token(&self, tok: TokenId) -> bool {
+        match &self.phase {
+            Phase::Constrained(a) => a.expects_reference(tok),
+            Phase::Free => false,
+        }
+    }
+
+    /// What the next sample is drawn under: the mask (ready in `self.mask`), nothing (free
+    /// text), or nothing at all because the grammar is complete and admits nothing more
+    /// (for tool calls, free text comes again instead).
+    fn mask_for_sampling(&mut self) -> Result<Sampling, GenerateError> {
+        self.prepare()?;
+        self.mask_ready = false;
+        let Phase::Constrained(a) = &mut self.phase else {
+            return Ok(Sampling::Free);
+        };
+        let eos = self.space.eos();
+        if a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32))) {
+            if !matches!(self.opts.scope, Scope::Each { .. }) {
+                return Ok(Sampling::Done(FinishReason::GrammarComplete));
+            }
+            self.phase = Phase::Free;
+            self.watch.clear();
+            return Ok(Sampling::Free);
+        }
+        // Between a trigger and the grammar's first byte, whitespace tokens are free.
+        if a.output().is_empty() && self.opts.scope != Scope::Whole {
+            for &t in self.space.whitespace_tokens() {
+                self.mask.insert(t.index());
+            }
+        }
+        Ok(Sampling::Masked)
+    }
+}
