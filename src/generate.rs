@@ -173,7 +173,10 @@ fn read_prompt(args: &GenerateArgs) -> anyhow::Result<String> {
 
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let device: DeviceSpec = args.device.parse().map_err(anyhow::Error::from)?;
-    let loaded = args.constraint.load()?;
+    // A model writes the JSON: the generation default whitespace.
+    let mut constraint = args.constraint.clone();
+    constraint.schema.generation = true;
+    let loaded = constraint.load()?;
     let schema = loaded.as_ref().and_then(|l| l.schema.clone());
     let grammar = match (loaded, &args.regex) {
         (Some(l), _) => Some(l.grammar),

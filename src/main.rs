@@ -209,7 +209,10 @@ fn chain(e: &anyhow::Error) -> String {
 }
 
 fn run_schema(args: &SchemaCmdArgs) -> Result<(), Failure> {
-    let (_, compiled) = source::load_schema(&args.schema, &args.options)?;
+    // The grammar a model generates under (`--whitespace` shows another).
+    let mut options = args.options.clone();
+    options.generation = true;
+    let (_, compiled) = source::load_schema(&args.schema, &options)?;
     for d in &compiled.deferred {
         outln!(
             "# left to validation after generation: '{}' at #{} ({})",

@@ -19,30 +19,55 @@ pub struct SchemaArgs {
     /// JSON Schema: accept object properties in any order (default: the schema's order).
     #[arg(long)]
     pub any_order: bool,
-    /// JSON Schema: no whitespace between tokens (default: up to 32 spaces, tabs or line
-    /// breaks between tokens).
-    #[arg(long)]
+    /// JSON Schema: whitespace between tokens. compact: none; spaced: nothing or one space
+    /// (`{"a": 1, "b": 2}`); lines: nothing, a space, or one line break and up to 20 spaces
+    /// or tabs of indentation; free: up to 32 spaces, tabs and line breaks. Default: spaced
+    /// where a model writes the JSON (generate, schema), free where a file is checked
+    /// (match, replay).
+    #[arg(long, value_enum)]
+    pub whitespace: Option<WhitespaceArg>,
+    /// JSON Schema: `--whitespace compact`.
+    #[arg(long, conflicts_with = "whitespace")]
     pub compact: bool,
     /// Whitespace around the value (set by `match`, not an option).
     #[arg(skip)]
     pub outer_whitespace: bool,
+    /// A model writes the JSON (set by `generate` and `schema`, not an option): the
+    /// default whitespace is the generation default.
+    #[arg(skip)]
+    pub generation: bool,
+}
+
+/// `--whitespace`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WhitespaceArg {
+    Compact,
+    Spaced,
+    Lines,
+    Free,
 }
 
 impl SchemaArgs {
     pub fn options(&self, origin: &Path) -> JsonSchemaOptions {
-        JsonSchemaOptions::default()
-            .with_origin(origin.display().to_string())
+        let base = match self.generation {
+            true => JsonSchemaOptions::for_generation(),
+            false => JsonSchemaOptions::default(),
+        };
+        let whitespace = match (self.compact, self.whitespace) {
+            (true, _) | (_, Some(WhitespaceArg::Compact)) => Whitespace::Compact,
+            (_, Some(WhitespaceArg::Spaced)) => Whitespace::Spaced,
+            (_, Some(WhitespaceArg::Lines)) => Whitespace::Lines { max_indent: 20 },
+            (_, Some(WhitespaceArg::Free)) => Whitespace::Flexible { max: 32 },
+            (false, None) => base.whitespace,
+        };
+        base.with_origin(origin.display().to_string())
             .with_lenient(self.lenient)
             .with_property_order(if self.any_order {
                 PropertyOrder::Any
             } else {
                 PropertyOrder::Schema
             })
-            .with_whitespace(if self.compact {
-                Whitespace::Compact
-            } else {
-                JsonSchemaOptions::default().whitespace
-            })
+            .with_whitespace(whitespace)
             .with_outer_whitespace(self.outer_whitespace)
     }
 }

@@ -42,7 +42,7 @@ impl Default for StructuredOptions {
             },
             schema: JsonSchemaOptions {
                 closed_objects: true,
-                ..JsonSchemaOptions::default()
+                ..JsonSchemaOptions::for_generation()
             },
             max_attempts: 3,
             retry_temperature: 0.7,

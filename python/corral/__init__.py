@@ -39,8 +39,10 @@ class Grammar:
 
     @staticmethod
     def from_json_schema(schema, any_order=False, lenient=False, whitespace=None):
-        """``schema``: JSON text or a dict. ``whitespace``: None for up to 32 characters
-        between tokens, 0 for compact JSON, n for at most n."""
+        """``schema``: JSON text or a dict. ``whitespace``: None for the generation default
+        (nothing or one space between tokens), "compact", "spaced", "lines" (a line break and
+        up to 20 spaces of indentation), "free" (up to 32 characters), or a number: 0 for
+        compact JSON, n for at most n characters."""
         if not isinstance(schema, str):
             schema = _json.dumps(schema)
         return _Grammar.from_json_schema(schema, any_order, lenient, whitespace)

@@ -144,8 +144,10 @@ impl Grammar {
 
     /// A JSON Schema as JSON text (the package's wrapper also takes a dict). `any_order`:
     /// properties in any order; `lenient`: keywords a grammar cannot express are left out
-    /// instead of refused; `whitespace`: `None` for up to 32 characters between tokens, 0
-    /// for compact JSON, n for at most n.
+    /// instead of refused; `whitespace`: `None` for the generation default (nothing or one
+    /// space between tokens), `"compact"`, `"spaced"`, `"lines"` (a line break and up to 20
+    /// spaces of indentation), `"free"` (up to 32 characters), or a number: 0 for compact,
+    /// n for up to n characters.
     #[staticmethod]
     #[pyo3(signature = (schema, any_order=false, lenient=false, whitespace=None))]
     fn from_json_schema(
@@ -153,18 +155,31 @@ impl Grammar {
         schema: &str,
         any_order: bool,
         lenient: bool,
-        whitespace: Option<u32>,
+        whitespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Grammar> {
-        let mut opts = JsonSchemaOptions::default().with_origin("schema");
+        let mut opts = JsonSchemaOptions::for_generation().with_origin("schema");
         opts.lenient = lenient;
         if any_order {
             opts.property_order = PropertyOrder::Any;
         }
         if let Some(w) = whitespace {
-            opts.whitespace = if w == 0 {
-                Whitespace::Compact
+            opts.whitespace = if let Ok(n) = w.extract::<u32>() {
+                match n {
+                    0 => Whitespace::Compact,
+                    n => Whitespace::Flexible { max: n },
+                }
             } else {
-                Whitespace::Flexible { max: w }
+                match w.extract::<String>()?.as_str() {
+                    "compact" => Whitespace::Compact,
+                    "spaced" => Whitespace::Spaced,
+                    "lines" => Whitespace::Lines { max_indent: 20 },
+                    "free" => Whitespace::Flexible { max: 32 },
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "whitespace {other:?}: expected compact, spaced, lines, free or a number"
+                        )));
+                    }
+                }
             };
         }
         let c = py

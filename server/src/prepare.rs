@@ -704,7 +704,7 @@ fn constraint(
         Spec::Schema(schema) => (
             format!("json-schema\0{schema}"),
             Box::new(move || {
-                let mut o = JsonSchemaOptions::default()
+                let mut o = JsonSchemaOptions::for_generation()
                     .with_origin("schema")
                     .with_dfa_cache(Some(cache.dfas().clone()));
                 o.closed_objects = true;
