@@ -14,9 +14,11 @@
 //!    `1/sqrt(head_dim)`, then softmax ([`attend_steps`]);
 //! 3. the value rows weighted by the softmax.
 //!
-//! Prompt chunks (many positions at once) still attend through candle's matrix multiply,
-//! over tensors built from the same buffers. On other devices (CUDA) the cache stays
-//! candle tensors, concatenated as before.
+//! Several new positions of one sequence (a short prompt, or a piece of one beside other
+//! sequences' steps) go the same way, each row seeing its own prefix of the cache, so a
+//! position's result is the same however its rows are grouped. Long prompt chunks attend
+//! through candle's matrix multiply, over tensors built from the same buffers. On other
+//! devices (CUDA) the cache stays candle tensors, concatenated as before.
 
 use candle_core::{Result, Tensor};
 
@@ -136,13 +138,15 @@ pub(crate) fn push_step(
     Ok(())
 }
 
-/// The second half, for several sequences at once: `q` holds each sequence's rotated
-/// queries (`heads x head_dim` each, in the order of `caches`), `out` gets each one's
-/// attention output in the same layout. The work is split by (sequence, key-value head)
-/// among candle's pool of threads; each part reads its cached keys and values once for
-/// the query heads that share them.
+/// The second half, for several rows at once: row i attends to the first `views[i].1`
+/// positions of cache `views[i].0` (its own position and those before it: several rows of
+/// one sequence each see their own prefix). `q` holds each row's rotated queries
+/// (`heads x head_dim` each, in the order of `views`), `out` gets each one's attention
+/// output in the same layout. The work is split by (row, key-value head) among candle's
+/// pool of threads; each part reads its keys and values once for the query heads that
+/// share them. A row's result does not depend on the other rows of the batch.
 pub(crate) fn attend_steps(
-    caches: &[&KvCache],
+    views: &[(&KvCache, usize)],
     heads: &Heads,
     q: &[f32],
     out: &mut [f32],
@@ -150,10 +154,19 @@ pub(crate) fn attend_steps(
     let d = heads.head_dim;
     let qn = heads.heads * d;
     let groups = heads.heads / heads.kv_heads;
-    let mut host = Vec::with_capacity(caches.len());
-    for cache in caches {
+    let row = heads.row();
+    let mut host = Vec::with_capacity(views.len());
+    for &(cache, seen) in views {
         match cache {
-            KvCache::Host { k, v } => host.push((k.as_slice(), v.as_slice())),
+            KvCache::Host { k, v } if seen * row <= k.len() => {
+                host.push((&k[..seen * row], &v[..seen * row]))
+            }
+            KvCache::Host { k, .. } => {
+                return Err(candle_core::Error::Msg(format!(
+                    "a row attends to {seen} positions; the cache holds {}",
+                    k.len() / row
+                )));
+            }
             KvCache::Device(_) => {
                 return Err(candle_core::Error::Msg(
                     "a decoding step by hand needs the cache on the CPU".into(),
@@ -161,22 +174,22 @@ pub(crate) fn attend_steps(
             }
         }
     }
-    if q.len() != caches.len() * qn || out.len() != q.len() {
+    if q.len() != views.len() * qn || out.len() != q.len() {
         return Err(candle_core::Error::Msg(format!(
-            "{} sequences, {} query values and {} outputs",
-            caches.len(),
+            "{} rows, {} query values and {} outputs",
+            views.len(),
             q.len(),
             out.len()
         )));
     }
-    let parts = caches.len() * heads.kv_heads;
+    let parts = views.len() * heads.kv_heads;
     let base = out.as_mut_ptr() as usize;
     let part = |p: usize| {
         let (i, g) = (p / heads.kv_heads, p % heads.kv_heads);
         let at = i * qn + g * groups * d;
         let len = groups * d;
-        // SAFETY: part p writes `out[at..at + len]`, the outputs of sequence i's query
-        // heads of key-value head g, which no other part writes; `out` outlives the call
+        // SAFETY: part p writes `out[at..at + len]`, the outputs of row i's query heads of
+        // key-value head g, which no other part writes; `out` outlives the call
         // (execute_chunked returns when every part is done).
         let o = unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(at), len) };
         attend_group(host[i], heads, g, &q[at..at + len], o);

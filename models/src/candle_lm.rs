@@ -21,12 +21,13 @@ pub trait CandleNet: Clone + Send + 'static {
         net.clear_kv_cache();
         net
     }
-    /// One decoding step of each of several sequences: `nets[i]` runs `tokens[i]` at
-    /// position `pos[i]` on its own cache. The logits, `(sequences, vocabulary)`. The
-    /// default runs them one after another; a network that can batches them into one pass.
+    /// A few new positions of each of several sequences (a decoding step, or a piece of a
+    /// prompt): `nets[i]` runs `tokens[i]` from position `pos[i]` on its own cache. The
+    /// logits of each one's last position, `(sequences, vocabulary)`. The default runs them
+    /// one after another; a network that can batches them into one pass.
     fn forward_batch(
         nets: &mut [&mut Self],
-        tokens: &[u32],
+        tokens: &[&[u32]],
         pos: &[usize],
         device: &Device,
     ) -> candle_core::Result<Tensor> {
@@ -37,13 +38,13 @@ pub trait CandleNet: Clone + Send + 'static {
 /// [`CandleNet::forward_batch`] one sequence at a time.
 pub fn forward_one_by_one<N: CandleNet>(
     nets: &mut [&mut N],
-    tokens: &[u32],
+    tokens: &[&[u32]],
     pos: &[usize],
     device: &Device,
 ) -> candle_core::Result<Tensor> {
     let mut rows = Vec::with_capacity(nets.len());
     for ((net, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
-        let input = Tensor::new(&[t], device)?.unsqueeze(0)?;
+        let input = Tensor::new(t, device)?.unsqueeze(0)?;
         rows.push(net.forward(&input, p)?.flatten_all()?);
     }
     Tensor::stack(&rows, 0)
@@ -163,20 +164,21 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
             }
         }
         let mut out: Vec<Option<Box<dyn Logits>>> = (0..items.len()).map(|_| None).collect();
-        // Single tokens (decoding steps) run as one pass; longer feeds one by one.
+        // Decoding steps and short feeds (a few positions of a prompt) run as one pass;
+        // longer feeds one by one, in chunks.
         let (mut steps, mut nets, mut tokens, mut pos) = (Vec::new(), Vec::new(), vec![], vec![]);
         for (i, item) in items.iter_mut().enumerate() {
             let net = item
                 .sequence
                 .downcast_mut::<N>()
                 .ok_or(ModelError::ForeignSequence)?;
-            if let [token] = item.tokens {
+            if item.tokens.len() <= crate::llama::STEP_MAX_POSITIONS {
                 if item.pos == 0 {
                     net.clear_kv_cache();
                 }
                 steps.push(i);
                 nets.push(net);
-                tokens.push(token.get());
+                tokens.push(TokenId::raw(item.tokens));
                 pos.push(item.pos);
             } else {
                 let logits = self.shape.run(net, item.tokens, item.pos)?;
@@ -184,8 +186,9 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
             }
         }
         if !steps.is_empty() {
+            let slices: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
             let logits =
-                N::forward_batch(&mut nets, &tokens, &pos, &self.shape.device).map_err(backend)?;
+                N::forward_batch(&mut nets, &slices, &pos, &self.shape.device).map_err(backend)?;
             for (row, i) in steps.into_iter().enumerate() {
                 out[i] = Some(Box::new(CandleLogits(logits.get(row).map_err(backend)?)));
             }

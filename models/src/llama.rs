@@ -29,6 +29,12 @@ use std::sync::Arc;
 /// rows at 140 against 89, 32 rows at 130-190 against 93.
 pub const GEMM_MIN_ROWS: usize = 24;
 
+/// Most new positions of one sequence that run as a step pass (by hand, on the quantized
+/// kernel, each row alone: [`Llama::forward_batch`]) rather than as a chunk through
+/// candle's matrix multiply: short prompts, and pieces of long ones run beside other
+/// sequences' steps, round the same way however they are batched.
+pub const STEP_MAX_POSITIONS: usize = 128;
+
 /// The same for weights that corral's own kernel ([`crate::quant`]) multiplies: it reads
 /// each weight block once for up to 8 rows, so it stays ahead of dequantizing for longer.
 /// Measured as above: prompts of 100 tokens ran at 265-300 tok/s on the kernel against 218
@@ -65,7 +71,7 @@ impl CandleNet for GgufNet {
 
     fn forward_batch(
         nets: &mut [&mut GgufNet],
-        tokens: &[u32],
+        tokens: &[&[u32]],
         pos: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
@@ -165,6 +171,19 @@ impl Linear {
             }
             (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => self.kernel_forward(ty, x),
             (q, _) => q.forward(x),
+        }
+    }
+
+    /// The same for the rows of a step pass ([`Llama::forward_batch`]): always the
+    /// quantized kernel a decoding step uses, however many rows, so each row's result is
+    /// the same whatever it is batched with (the dequantized path rounds differently).
+    fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
+        match (&self.quantized, self.kernel, self.kernels) {
+            (QMatMul::QTensor(_), Some(ty), Kernels::Own) if x.device().is_cpu() => {
+                self.kernel_forward(ty, x)
+            }
+            (QMatMul::QTensor(_), _, Kernels::Dequantized) => self.forward(x),
+            (q, _, _) => q.forward(x),
         }
     }
 
@@ -308,56 +327,69 @@ impl Layer {
         self.o.forward(&y)
     }
 
-    /// Attention for one decoding step of each of `caches.len()` sequences (`x`:
-    /// `(sequences, 1, width)`), sequence i at position `pos[i]`, by hand on the CPU.
+    /// Attention for the rows of a step pass by hand on the CPU: sequence i
+    /// (`caches[i]`) runs `seqs[i].1` new positions from `seqs[i].0`, its rows consecutive
+    /// in `x` (`(rows, 1, width)`), each row seeing the cache up to its own position.
     fn attention_steps(
         &self,
         caches: &mut [&mut KvCache],
         x: &Tensor,
-        pos: &[usize],
+        seqs: &[(usize, usize)],
         w: &Weights,
     ) -> Result<Tensor> {
         let shape = &w.heads;
         let rows = |t: Tensor| t.flatten_all()?.to_vec1::<f32>();
-        let mut q = rows(self.q.forward(x)?)?;
-        let mut k = rows(self.k.forward(x)?)?;
-        let v = rows(self.v.forward(x)?)?;
+        let mut q = rows(self.q.forward_rows(x)?)?;
+        let mut k = rows(self.k.forward_rows(x)?)?;
+        let v = rows(self.v.forward_rows(x)?)?;
         let (qn, kn) = (
             shape.heads * shape.head_dim,
             shape.kv_heads * shape.head_dim,
         );
         let half = shape.head_dim / 2;
-        for (i, cache) in caches.iter_mut().enumerate() {
+        let mut r = 0;
+        for (cache, &(pos, n)) in caches.iter_mut().zip(seqs) {
             let held = cache.len(shape)?;
-            if held != pos[i] || pos[i] >= MAX_SEQ_LEN {
+            if held != pos || pos + n > MAX_SEQ_LEN {
                 return Err(candle_core::Error::Msg(format!(
-                    "the KV cache holds {held} positions, not the {} before this input",
-                    pos[i]
+                    "the KV cache holds {held} positions, not the {pos} before this input"
                 )));
             }
-            let at = pos[i] * half..(pos[i] + 1) * half;
-            push_step(
-                cache,
-                shape,
-                (&w.cos_host[at.clone()], &w.sin_host[at]),
-                &mut q[i * qn..(i + 1) * qn],
-                &mut k[i * kn..(i + 1) * kn],
-                &v[i * kn..(i + 1) * kn],
-            )?;
+            for p in pos..pos + n {
+                let at = p * half..(p + 1) * half;
+                push_step(
+                    cache,
+                    shape,
+                    (&w.cos_host[at.clone()], &w.sin_host[at]),
+                    &mut q[r * qn..(r + 1) * qn],
+                    &mut k[r * kn..(r + 1) * kn],
+                    &v[r * kn..(r + 1) * kn],
+                )?;
+                r += 1;
+            }
         }
         let mut y = vec![0f32; q.len()];
-        let held: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
-        attend_steps(&held, shape, &q, &mut y)?;
-        let y = Tensor::from_vec(y, (caches.len(), 1, qn), x.device())?;
-        self.o.forward(&y)
+        let views: Vec<(&KvCache, usize)> = caches
+            .iter()
+            .zip(seqs)
+            .flat_map(|(c, &(pos, n))| (pos..pos + n).map(move |p| (&**c, p + 1)))
+            .collect();
+        attend_steps(&views, shape, &q, &mut y)?;
+        let y = Tensor::from_vec(y, (r, 1, qn), x.device())?;
+        self.o.forward_rows(&y)
     }
 
-    /// The rest of the layer after attention `a`: residual, feed-forward, residual.
-    fn feed_forward(&self, x: &Tensor, a: Tensor) -> Result<Tensor> {
+    /// The rest of the layer after attention `a`: residual, feed-forward, residual
+    /// (`rows`: the rows of a step pass, multiplied as [`Linear::forward_rows`] does).
+    fn feed_forward(&self, x: &Tensor, a: Tensor, rows: bool) -> Result<Tensor> {
         let x = (a + x)?;
         let h = self.ffn_norm.forward(&x)?;
-        let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
-        self.down.forward(&gated)? + x
+        let mul = |l: &Linear, t: &Tensor| match rows {
+            true => l.forward_rows(t),
+            false => l.forward(t),
+        };
+        let gated = (candle_nn::ops::silu(&mul(&self.gate, &h)?)? * mul(&self.up, &h)?)?;
+        mul(&self.down, &gated)? + x
     }
 }
 
@@ -457,7 +489,9 @@ impl Llama {
     }
 
     /// The logits of the last of `input`'s positions (shape `(1, seq)`), which sit at
-    /// positions `pos..`; position 0 starts a new sequence.
+    /// positions `pos..`; position 0 starts a new sequence. Up to
+    /// [`STEP_MAX_POSITIONS`] positions run as a step pass ([`Llama::forward_batch`]), more
+    /// as a chunk through candle's matrix multiply.
     pub fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
         let (_, seq) = input.dims2()?;
         if seq == 0 {
@@ -465,12 +499,21 @@ impl Llama {
                 "an empty input has no logits".into(),
             ));
         }
+        if seq <= STEP_MAX_POSITIONS
+            && input.device().is_cpu()
+            && self.weights.attention == Attention::ByHand
+        {
+            let tokens = input.flatten_all()?.to_vec1::<u32>()?;
+            return Llama::forward_batch(&mut [self], &[&tokens], &[pos]);
+        }
+        self.forward_chunk(input, pos)
+    }
+
+    /// [`Llama::forward`] through candle's tensor operations (attention included).
+    fn forward_chunk(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
+        let (_, seq) = input.dims2()?;
         if pos == 0 {
             self.clear_kv_cache();
-        }
-        if seq == 1 && input.device().is_cpu() && self.weights.attention == Attention::ByHand {
-            let token = input.flatten_all()?.to_vec1::<u32>()?;
-            return Llama::forward_batch(&mut [self], &token, &[pos]);
         }
         let w = self.weights.clone();
         let (_, width) = w.embeddings.dims2()?;
@@ -497,25 +540,32 @@ impl Llama {
                 blocked.as_ref(),
                 &w,
             )?;
-            x = layer.feed_forward(&x, a)?;
+            x = layer.feed_forward(&x, a, false)?;
         }
         let last = w.norm.forward(&x)?.i((.., seq - 1, ..))?;
         w.output.forward(&last)
     }
 
-    /// One decoding step of each of several sequences over the same weights, as one
-    /// pass: sequence i (`nets[i]`, its cache) runs `tokens[i]` at position `pos[i]`.
-    /// Their rows go through each weight matrix together; each attends to its own cache.
-    /// The logits, `(sequences, vocabulary)`.
-    pub fn forward_batch(nets: &mut [&mut Llama], tokens: &[u32], pos: &[usize]) -> Result<Tensor> {
+    /// Several sequences' new positions over the same weights, as one pass: sequence i
+    /// (`nets[i]`, its cache) runs `tokens[i]` (a decoding step, or a few positions of a
+    /// prompt) from position `pos[i]`. All their rows go through each weight matrix
+    /// together, on the quantized kernel a decoding step uses, and each row attends to its
+    /// own sequence's cache up to its own position, so a position's result is the same
+    /// however it is batched. The logits of each sequence's last position, `(sequences,
+    /// vocabulary)`.
+    pub fn forward_batch(
+        nets: &mut [&mut Llama],
+        tokens: &[&[u32]],
+        pos: &[usize],
+    ) -> Result<Tensor> {
         let n = nets.len();
         let Some(first) = nets.first() else {
             return Err(candle_core::Error::Msg("an empty batch".into()));
         };
         let w = first.weights.clone();
-        if tokens.len() != n || pos.len() != n {
+        if tokens.len() != n || pos.len() != n || tokens.iter().any(|t| t.is_empty()) {
             return Err(candle_core::Error::Msg(format!(
-                "{n} sequences, {} tokens and {} positions",
+                "{n} sequences, {} inputs (each with tokens) and {} positions",
                 tokens.len(),
                 pos.len()
             )));
@@ -527,21 +577,22 @@ impl Llama {
         }
         let dev = w.embeddings.device();
         if !dev.is_cpu() || w.attention == Attention::Candle {
-            // The decoding step by hand needs the caches on the host: one sequence at a
-            // time, through candle.
+            // The step by hand needs the caches on the host: one sequence at a time,
+            // through candle.
             let mut rows = Vec::with_capacity(n);
             for ((m, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
-                let input = Tensor::new(&[t], dev)?.unsqueeze(0)?;
-                rows.push(m.forward(&input, p)?.flatten_all()?);
+                let input = Tensor::new(t, dev)?.unsqueeze(0)?;
+                rows.push(m.forward_chunk(&input, p)?.flatten_all()?);
             }
             return Tensor::stack(&rows, 0);
         }
         // Every position is checked before any cache changes, so that a refused batch leaves
         // each sequence as it was.
-        for (m, &p) in nets.iter().zip(pos) {
-            if p >= MAX_SEQ_LEN {
+        for ((m, &p), t) in nets.iter().zip(pos).zip(tokens) {
+            if p + t.len() > MAX_SEQ_LEN {
                 return Err(candle_core::Error::Msg(format!(
-                    "position {p}: the model's positions end at {MAX_SEQ_LEN}"
+                    "positions {p}..{}: the model's positions end at {MAX_SEQ_LEN}",
+                    p + t.len()
                 )));
             }
             let held = m.caches.first().map_or(Ok(0), |c| c.len(&w.heads))?;
@@ -557,15 +608,31 @@ impl Llama {
             }
         }
         let (_, width) = w.embeddings.dims2()?;
-        let ids = Tensor::new(tokens, dev)?;
-        let mut x = w.embeddings.index_select(&ids, 0)?.reshape((n, 1, width))?;
+        let ids: Vec<u32> = tokens.iter().flat_map(|t| t.iter().copied()).collect();
+        let rows = ids.len();
+        let seqs: Vec<(usize, usize)> =
+            pos.iter().zip(tokens).map(|(&p, t)| (p, t.len())).collect();
+        let ids = Tensor::new(ids, dev)?;
+        let mut x = w
+            .embeddings
+            .index_select(&ids, 0)?
+            .reshape((rows, 1, width))?;
         for (l, layer) in w.layers.iter().enumerate() {
             let mut caches: Vec<&mut KvCache> = nets.iter_mut().map(|m| &mut m.caches[l]).collect();
-            let a = layer.attention_steps(&mut caches, &layer.attn_norm.forward(&x)?, pos, &w)?;
-            x = layer.feed_forward(&x, a)?;
+            let a = layer.attention_steps(&mut caches, &layer.attn_norm.forward(&x)?, &seqs, &w)?;
+            x = layer.feed_forward(&x, a, true)?;
         }
-        let last = w.norm.forward(&x)?.reshape((n, width))?;
-        w.output.forward(&last)
+        // Each sequence's last row.
+        let mut last = Vec::with_capacity(n);
+        let mut end = 0u32;
+        for t in tokens {
+            end += t.len() as u32;
+            last.push(end - 1);
+        }
+        let x = x.reshape((rows, width))?;
+        let x = x.index_select(&Tensor::new(last, dev)?, 0)?;
+        let last = w.norm.forward(&x)?;
+        w.output.forward_rows(&last)
     }
 
     /// The same network with its multiplications done by `kernels` (to compare passes:
