@@ -45,8 +45,8 @@ pub struct ServeArgs {
     /// Most connections open at once; more are closed as they arrive.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
-    /// While some request decodes, the prompt positions one forward pass runs: bounds the
-    /// delay a long prompt adds to the other streams.
+    /// While some request decodes, the prompt positions one forward pass runs (or one per
+    /// decoding request, if more): bounds the delay a long prompt adds to the other streams.
     #[arg(long, default_value_t = corral::server::DEFAULT_PREFILL_PER_PASS)]
     prefill_per_pass: usize,
     /// Most heap bytes the constraint cache holds (compiled lexemes and token sets).

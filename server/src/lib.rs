@@ -83,8 +83,9 @@ pub struct ServeConfig {
     /// accepted. Each holds a socket, a task and its buffers (a few KiB). Default 1,024.
     pub max_connections: usize,
     /// While some request decodes, the prompt positions one forward pass runs (over all
-    /// prompts still running): what bounds the delay a long prompt adds to the streams
-    /// beside it (see [`scheduler::PassBudget`]). Default [`DEFAULT_PREFILL_PER_PASS`].
+    /// prompts still running), or one per decoding request if there are more: what bounds
+    /// the delay a long prompt adds to the streams beside it (see
+    /// [`scheduler::PassBudget`]). Default [`DEFAULT_PREFILL_PER_PASS`].
     pub prefill_per_pass: usize,
     /// Most heap bytes the constraint cache holds (lexeme DFAs and token sets; see
     /// [`corral_engine::CacheLimits`]). Default [`corral_engine::DEFAULT_CACHE_BYTES`]
@@ -135,7 +136,7 @@ pub enum Reasoning {
 }
 
 /// The default of [`ServeConfig::prefill_per_pass`].
-pub const DEFAULT_PREFILL_PER_PASS: usize = 32;
+pub const DEFAULT_PREFILL_PER_PASS: usize = 2;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]

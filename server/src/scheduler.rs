@@ -35,10 +35,12 @@ pub const PREFILL_STEP: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassBudget {
     /// While some request decodes, the prompt positions one pass runs, over all requests
-    /// whose prompt is still running (the oldest first): each pass then costs a decoding
-    /// step plus this much prompt, so a long prompt delays the streams beside it by a
-    /// bounded amount per token instead of a whole [`PREFILL_STEP`] chunk. With no request
-    /// decoding, each prompt runs [`PREFILL_STEP`] positions a pass.
+    /// whose prompt is still running (the oldest first): this many, or one per decoding
+    /// request if there are more of those. A prompt position costs a pass about what a
+    /// decoding row does (they go through the same kernels), so each pass costs a decoding
+    /// step plus at most about as much again, and a long prompt delays the streams beside
+    /// it by a bounded amount per token instead of a whole [`PREFILL_STEP`] chunk. With no
+    /// request decoding, each prompt runs [`PREFILL_STEP`] positions a pass.
     pub prefill_while_decoding: usize,
 }
 
@@ -203,10 +205,10 @@ fn pass(
     metrics: &Metrics,
 ) -> Vec<bool> {
     // Prompt positions this pass may run while others decode (see [`PassBudget`]).
-    let decoding = running.iter().any(|r| r.prompt_left == 0);
+    let decoding = running.iter().filter(|r| r.prompt_left == 0).count();
     let mut prefill = match decoding {
-        true => budget.prefill_while_decoding.max(1),
-        false => usize::MAX,
+        0 => usize::MAX,
+        n => budget.prefill_while_decoding.max(n).max(1),
     };
     for r in running.iter_mut() {
         let take = match r.prompt_left {

@@ -506,10 +506,16 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
 
 /// Concurrent requests share forward passes: four greedy requests of 30 tokens each
 /// (`ignore_eos`, so each runs to `max_tokens`) take far fewer passes than the 4 x 30 they
-/// would one after another, and each still gets the output it gets alone.
+/// would one after another, and each still gets the output it gets alone. Prompts run
+/// whole here: the default prefill budget spreads a prompt that arrives while others
+/// decode over many passes, which is the other test's subject
+/// (`a_long_prompt_beside_a_stream_runs_in_small_pieces` in hostile.rs).
 #[test]
 fn concurrent_decoding_steps_run_in_shared_passes() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
+    let Some(s) = Server::start(ServeConfig {
+        prefill_per_pass: corral_server::scheduler::PREFILL_STEP,
+        ..ServeConfig::default()
+    }) else {
         return;
     };
     let body = chat(
