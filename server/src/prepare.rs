@@ -195,12 +195,17 @@ pub fn completion(
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
     check_model(req.model.as_deref(), config)?;
-    if req.common.tools.as_ref().is_some_and(|t| !t.is_empty()) || req.common.tool_choice.is_some()
-    {
-        return Err(ApiError::invalid_param(
-            "tools",
-            "tools are served by /v1/chat/completions",
-        ));
+    // Even an empty list: a field is honoured or refused, and this endpoint has no tools.
+    for (field, given) in [
+        ("tools", req.common.tools.is_some()),
+        ("tool_choice", req.common.tool_choice.is_some()),
+    ] {
+        if given {
+            return Err(ApiError::invalid_param(
+                field,
+                format!("{field} is served by /v1/chat/completions, not /v1/completions"),
+            ));
+        }
     }
     let one = |n: usize| {
         ApiError::invalid_param(
@@ -285,11 +290,17 @@ fn prepare(
             format!("n is {n}: one choice per request is served"),
         ));
     }
+    // Errors about the budget name the field the client sent.
+    let budget_field = if c.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
     let requested = match c.max_completion_tokens.or(c.max_tokens) {
         Some(0) => {
             return Err(ApiError::invalid_param(
-                "max_tokens",
-                "max_tokens must be at least 1",
+                budget_field,
+                format!("{budget_field} must be at least 1"),
             ));
         }
         Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -353,7 +364,7 @@ fn prepare(
         text.max_positions(),
         &options,
     )
-    .map_err(|e| decoder_error(e, ids.len(), max_tokens, constrained_by))?;
+    .map_err(|e| decoder_error(e, ids.len(), (budget_field, max_tokens), constrained_by))?;
     // The first mask now, on this preparing thread: a grammar that cannot be used (a
     // lexeme whose automaton outgrows its limit once built) is the request's error, a 400
     // naming the field, not a failure of the generation.
@@ -409,12 +420,12 @@ fn check_prompt_bytes(text: &ModelText, bytes: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The API error for a decoder refused over a prompt of `prompt` tokens (`constraint`: the
-/// request's constraint field).
+/// The API error for a decoder refused over a prompt of `prompt` tokens (`budget`: the
+/// field that set the budget and its value; `constraint`: the request's constraint field).
 fn decoder_error(
     e: GenerateError,
     prompt: usize,
-    max_tokens: usize,
+    (budget_field, max_tokens): (&'static str, usize),
     constraint: Option<&'static str>,
 ) -> ApiError {
     match e {
@@ -425,10 +436,10 @@ fn decoder_error(
         }) => ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::invalid_param(
-                "max_tokens",
+                budget_field,
                 format!(
                     "the prompt takes {prompt} tokens and the model's context is {max} positions: \
-                     max_tokens may be at most {}, not {max_tokens}",
+                     {budget_field} may be at most {}, not {max_tokens}",
                     max.saturating_sub(prompt + 1)
                 ),
             )
@@ -446,7 +457,7 @@ fn decoder_error(
         GenerateError::Sampling(s) => ApiError::invalid_param(s.name, s.to_string()),
         e @ GenerateError::EmptyPrompt => ApiError::invalid_param("messages", e.to_string()),
         e @ GenerateError::BudgetTooSmall { .. } => {
-            ApiError::invalid_param("max_tokens", e.to_string())
+            ApiError::invalid_param(budget_field, e.to_string())
         }
         e @ (GenerateError::NoCompletion | GenerateError::Constraint(_)) => {
             let param = constraint.unwrap_or("grammar");

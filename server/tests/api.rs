@@ -233,6 +233,28 @@ fn unserved_fields_are_refused_by_name_and_openai_details_hold() {
             chat("x", json!({"stream_options": {"include_usage": true}})),
             "stream_options",
         ),
+        // The completions endpoint has no tools, not even an empty list of them.
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "tools": []}),
+            "tools",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "tool_choice": "none"}),
+            "tool_choice",
+        ),
+        // A budget error names the field that was sent.
+        (
+            "/v1/chat/completions",
+            chat("x", json!({"max_completion_tokens": 0})),
+            "max_completion_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            chat("x", json!({"max_tokens": 0})),
+            "max_tokens",
+        ),
     ] {
         let (code, v) = post(&s, path, &body);
         assert_eq!(code, 400, "{body}: {v}");
