@@ -37,9 +37,16 @@ pub fn run_corral(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn corral");
-    // The child may exit before reading (e.g. on a bad grammar): a broken pipe is fine.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
+    // Written from a thread of its own: a child that answers while it reads would otherwise
+    // fill its output pipe while this side still writes, and both would wait forever. The
+    // child may exit before reading (e.g. on a bad grammar): a broken pipe is fine.
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
     let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
