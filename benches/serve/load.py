@@ -68,7 +68,7 @@ def stream(base, body, times=None):
     return text, tokens, first, time.perf_counter() - t0
 
 
-def gaps(base, tokens=400, prompt_words=2400):
+def gaps(base, tokens=400, prompt_words=1000):
     """Inter-token gaps of two streams, alone and while a long prompt is processed."""
     body = {"messages": [{"role": "user", "content": "Write a long story about the sea."}],
             "temperature": 0, "max_tokens": tokens, "ignore_eos": True}
