@@ -16,7 +16,7 @@ The core needs no Python package; ``allocate_token_bitmask`` imports numpy, and
 
 import json as _json
 
-from ._corral import GrammarError, Matcher, Tokenizer, fill_next_token_bitmask_batch
+from ._corral import GrammarError, Matcher, Tokenizer, fill_next_token_bitmask_batch, json_schema_gbnf
 from ._corral import Grammar as _Grammar
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "allocate_token_bitmask",
     "bitmask_words",
     "fill_next_token_bitmask_batch",
+    "json_schema_gbnf",
 ]
 
 

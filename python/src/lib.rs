@@ -119,6 +119,78 @@ impl Tokenizer {
     }
 }
 
+/// Generation's schema options with the Python API's arguments (see
+/// `Grammar.from_json_schema`).
+fn schema_options(
+    any_order: bool,
+    lenient: bool,
+    whitespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<JsonSchemaOptions> {
+    let mut opts = JsonSchemaOptions::for_generation().with_origin("schema");
+    opts.lenient = lenient;
+    if any_order {
+        opts.property_order = PropertyOrder::Any;
+    }
+    if let Some(w) = whitespace {
+        opts.whitespace = if let Ok(n) = w.extract::<u32>() {
+            match n {
+                0 => Whitespace::Compact,
+                n => Whitespace::Flexible { max: n },
+            }
+        } else {
+            match w.extract::<String>()?.as_str() {
+                "compact" => Whitespace::Compact,
+                "spaced" => Whitespace::Spaced,
+                "lines" => Whitespace::Lines { max_indent: 20 },
+                "free" => Whitespace::Flexible { max: 32 },
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "whitespace {other:?}: expected compact, spaced, lines, free or a number"
+                    )));
+                }
+            }
+        };
+    }
+    Ok(opts)
+}
+
+/// A JSON Schema's grammar as GBNF rules whose names all start with `prefix` (the start
+/// rule is `{prefix}root`), to be placed in a larger grammar. Options as
+/// `Grammar.from_json_schema`.
+#[pyfunction]
+#[pyo3(signature = (schema, prefix, any_order=false, whitespace=None))]
+fn json_schema_gbnf(
+    py: Python<'_>,
+    schema: &str,
+    prefix: &str,
+    any_order: bool,
+    whitespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let opts = schema_options(any_order, false, whitespace)?;
+    let c = py
+        .detach(|| corral_schema::compile_json_schema(schema, &opts).map_err(|e| e.to_string()))
+        .map_err(grammar_error)?;
+    let mut rules = c.rules.to_vec();
+    for r in &mut rules {
+        r.name = format!("{prefix}{}", r.name);
+        prefix_refs(&mut r.body, prefix);
+    }
+    Ok(corral_grammar::ast::print_rules(&rules))
+}
+
+fn prefix_refs(e: &mut corral_grammar::ast::Expr, prefix: &str) {
+    use corral_grammar::ast::ExprKind;
+    match &mut e.kind {
+        ExprKind::RuleRef(name) => *name = format!("{prefix}{name}"),
+        ExprKind::Seq(v) | ExprKind::Alt(v) | ExprKind::And(v) => {
+            v.iter_mut().for_each(|x| prefix_refs(x, prefix))
+        }
+        ExprKind::Repeat { inner, .. } => prefix_refs(inner, prefix),
+        ExprKind::Group(x) | ExprKind::Not(x) => prefix_refs(x, prefix),
+        ExprKind::Literal(_) | ExprKind::Class(_) | ExprKind::Any | ExprKind::Token(_) => {}
+    }
+}
+
 /// A compiled grammar.
 #[pyclass(frozen, module = "corral")]
 struct Grammar {
@@ -157,31 +229,7 @@ impl Grammar {
         lenient: bool,
         whitespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Grammar> {
-        let mut opts = JsonSchemaOptions::for_generation().with_origin("schema");
-        opts.lenient = lenient;
-        if any_order {
-            opts.property_order = PropertyOrder::Any;
-        }
-        if let Some(w) = whitespace {
-            opts.whitespace = if let Ok(n) = w.extract::<u32>() {
-                match n {
-                    0 => Whitespace::Compact,
-                    n => Whitespace::Flexible { max: n },
-                }
-            } else {
-                match w.extract::<String>()?.as_str() {
-                    "compact" => Whitespace::Compact,
-                    "spaced" => Whitespace::Spaced,
-                    "lines" => Whitespace::Lines { max_indent: 20 },
-                    "free" => Whitespace::Flexible { max: 32 },
-                    other => {
-                        return Err(PyValueError::new_err(format!(
-                            "whitespace {other:?}: expected compact, spaced, lines, free or a number"
-                        )));
-                    }
-                }
-            };
-        }
+        let opts = schema_options(any_order, lenient, whitespace)?;
         let c = py
             .detach(|| corral_schema::compile_json_schema(schema, &opts).map_err(|e| e.to_string()))
             .map_err(grammar_error)?;
@@ -431,6 +479,11 @@ impl Matcher {
         self.mask.ones().all(|t| eos.contains(&TokenId(t as u32)))
     }
 
+    /// An end token was taken: the output is over.
+    fn is_finished(&self) -> bool {
+        self.adapter.is_finished()
+    }
+
     /// The output so far is complete (an end token would be allowed).
     fn is_accepting(&self) -> bool {
         self.adapter.is_accepting()
@@ -508,6 +561,7 @@ fn _corral(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Grammar>()?;
     m.add_class::<Matcher>()?;
     m.add_function(wrap_pyfunction!(fill_next_token_bitmask_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(json_schema_gbnf, m)?)?;
     m.add("GrammarError", m.py().get_type::<GrammarError>())?;
     Ok(())
 }

@@ -256,3 +256,21 @@ def test_json_gbnf_masks_equal_the_rust_engines(name, tmp_path):
         if s["token"] is not None:
             assert m.accept_token(s["token"])
     assert eos in allowed(bitmask[0], tok.vocab_size)
+
+
+def test_a_choice_grammar_takes_exactly_its_strings(tmp_path):
+    """corral.spec's choice grammar (the serving engines' `choice`), with quotes, a
+    backslash, control characters and non-ASCII text, checked by `corral match`."""
+    import corral.spec
+
+    choices = ['say "hi"', "back\\slash", "two\nlines\ttab", "caf\u00e9 \U0001f600", "bell\x07"]
+    g = tmp_path / "choice.gbnf"
+    g.write_text(corral.spec.choice_gbnf(choices))
+    corral.Grammar.from_gbnf(g.read_text())
+    for text, want in [(c, 0) for c in choices] + [(c + "x", 1) for c in choices] + [("say hi", 1)]:
+        run = subprocess.run([str(corral_binary()), "match", "--grammar", str(g)], input=text.encode(), capture_output=True)
+        assert run.returncode == want, (text, run.stderr)
+    with pytest.raises(corral.GrammarError):
+        corral.spec.compile("choice", "[]")
+    with pytest.raises(corral.GrammarError):
+        corral.spec.compile("choice", [1, 2])
