@@ -11,8 +11,9 @@ One grammar for every row, or a list of one per prompt of the batch. The process
 where the prompt ends on its first call (the ``input_ids`` it is given then), so it serves
 one ``generate`` call: make a new one for the next. Greedy search, sampling and beam search
 work: each row's state is found again from its tokens after the prompt, so rows that beam
-search reorders or copies keep the right state (``Matcher.fork``). A row whose output is
-complete and has taken an end token is left alone (transformers pads it). Masks are filled
+search reorders or copies keep the right state (``Matcher.fork``), within their prompt. A
+row that is over (it took an end token, or transformers ended it, on a stop string for
+instance) may only end or pad. Masks are filled
 on the CPU for all rows at once (in parallel, without the GIL), uploaded once to the
 logits' device and applied there.
 """
@@ -56,8 +57,10 @@ class LogitsProcessor:
             eos = tokenizer.eos_token_id
             eos_token_ids = [] if eos is None else [eos]
         self.eos = [int(t) for t in eos_token_ids]
+        self.pad = tokenizer.pad_token_id
         self.prompt_len = None
-        self.states = None  # output tokens so far -> Matcher (the last call's rows)
+        self.states = None  # (output tokens so far, row) -> Matcher (the last call's rows)
+        self.ended = set()  # the keys of rows that are over
         self.ctok = None
         self.bitmask = None
 
@@ -86,7 +89,10 @@ class LogitsProcessor:
             parent = tuple(tokens[:-1])
             key = (parent, r) if (parent, r) in self.states else None
             if key is None:
-                key = next((k for k in self.states if k[0] == parent), None)
+                # Beam search moved the row: its state is that of a row of the same prompt
+                # with the same tokens.
+                group = self._group(r, len(out))
+                key = next((k for k in self.states if k[0] == parent and self._group(k[1], len(out)) == group), None)
             if key is None:
                 raise RuntimeError(
                     "corral.hf.LogitsProcessor: a row's tokens do not continue any earlier "
@@ -101,11 +107,24 @@ class LogitsProcessor:
             # Every use but the last takes a copy, so the state stays as it was until then.
             uses[key] -= 1
             m = self.states[key].fork() if uses[key] else self.states[key]
-            if not m.is_finished() and not m.accept_token(out[r][-1]):
-                detail = m.error or f"token {out[r][-1]} is not allowed here"
+            last = out[r][-1]
+            if key in self.ended or m.is_finished():
+                # Over: transformers pads the row (it may have ended it itself, on a stop
+                # string or an end token of its generation config).
+                self.ended.add((tuple(out[r]), r))
+            elif last == self.pad and not m.accept_token(last):
+                self.ended.add((tuple(out[r]), r))
+            elif last != self.pad and not m.accept_token(last):
+                detail = m.error or f"token {last} is not allowed here"
                 raise RuntimeError(f"corral: {detail}")
             matchers.append(m)
         return matchers, out
+
+    def _group(self, row, rows):
+        """The prompt a row belongs to (rows are prompts times beams, prompt by prompt)."""
+        if not isinstance(self.grammars, (list, tuple)):
+            return 0
+        return row // (rows // len(self.grammars))
 
     def __call__(self, input_ids, scores):
         if self.prompt_len is None:
@@ -113,11 +132,19 @@ class LogitsProcessor:
             out = [[] for _ in matchers]
         else:
             matchers, out = self._advance(input_ids)
-        live = [r for r, m in enumerate(matchers) if not m.is_finished()]
         self.states = {(tuple(out[r]), r): m for r, m in enumerate(matchers)}
+        over = [r for r, m in enumerate(matchers) if m.is_finished() or (tuple(out[r]), r) in self.ended]
+        live = [r for r in range(len(matchers)) if r not in set(over)]
+        # A row that is over may only end or pad (transformers replaces its tokens with
+        # padding once it has ended it; until then nothing is written after the end).
+        keep = [t for t in [*self.eos, self.pad] if t is not None and t < scores.shape[-1]]
+        for r in over:
+            kept = scores[r, keep].clone()
+            scores[r] = float("-inf")
+            scores[r, keep] = kept
         if not live:
             return scores
         bitmask = self.bitmask[: len(live)]
         corral.fill_next_token_bitmask_batch([matchers[r] for r in live], bitmask)
         device_mask = bitmask.to(scores.device, non_blocking=True)
-        return apply_token_bitmask_inplace(scores, device_mask, torch.tensor(live, device=scores.device))
+        return apply_token_bitmask_inplace(scores, device_mask, torch.tensor(live, dtype=torch.long, device=scores.device))

@@ -86,34 +86,46 @@ class _Rules:
         self.lines.append(text.rstrip("\n"))
         return prefix + "root"
 
-    def free_text(self, triggers):
-        """Any text in which no trigger begins (the text before a triggered tag)."""
-        if not triggers:
+    def text_without(self, words):
+        """Any text in which none of ``words`` occurs."""
+        words = [w for w in words if w]
+        if not words:
             return self.new(".*")
-        banned = " | ".join(gbnf_literal(t) for t in triggers)
+        banned = " | ".join(gbnf_literal(w) for w in words)
         return self.new(f"~( .* ( {banned} ) .* )")
 
-    def format(self, fmt):
+    def format(self, fmt, end=()):
+        """The rule of ``fmt``; ``end``: what ends the enclosing tag (free text stops
+        before it)."""
         if not isinstance(fmt, dict) or "type" not in fmt:
             raise corral.GrammarError(f"structural_tag: a format is an object with a type, not {fmt!r}")
         t = fmt["type"]
         if t == "const_string":
-            return self.new(gbnf_literal(fmt["value"]))
+            return self.new(gbnf_literal(_text(fmt, "value")))
         if t == "json_schema":
             return self.schema(fmt)
         if t == "any_text":
-            return self.new(".*")
+            for key in ("max_tokens", "max_chars"):
+                if fmt.get(key) is not None:
+                    raise corral.GrammarError(f"structural_tag: any_text's {key} is not served")
+            return self.text_without([*end, *fmt.get("excludes", [])])
         if t == "sequence":
-            parts = [self.format(e) for e in fmt["elements"]]
+            parts = [self.format(e) for e in fmt["elements"][:-1]]
+            parts += [self.format(e, end) for e in fmt["elements"][-1:]]
             return self.new(" ".join(parts) if parts else '""')
         if t == "or":
-            parts = [self.format(e) for e in fmt["elements"]]
+            parts = [self.format(e, end) for e in fmt["elements"]]
             if not parts:
                 raise corral.GrammarError("structural_tag: an empty `or`")
             return self.new(" | ".join(parts))
         if t == "tag":
-            content = self.format(fmt["content"])
-            return self.new(f"{gbnf_literal(fmt['begin'])} {content} {gbnf_literal(fmt['end'])}")
+            ends = fmt["end"] if isinstance(fmt["end"], list) else [fmt["end"]]
+            ends = [_text({"end": e}, "end") for e in ends]
+            if not ends:
+                raise corral.GrammarError("structural_tag: a tag without an end")
+            content = self.format(fmt["content"], tuple(ends))
+            closing = " | ".join(gbnf_literal(e) for e in ends)
+            return self.new(f"{gbnf_literal(_text(fmt, 'begin'))} {content} ( {closing} )")
         if t in ("tags_with_separator", "triggered_tags"):
             tags = [self.format(e) for e in fmt["tags"]]
             if not tags:
@@ -122,24 +134,41 @@ class _Rules:
             first = bool(fmt.get("stop_after_first", False))
             least = bool(fmt.get("at_least_one", False))
             if t == "tags_with_separator":
-                sep = gbnf_literal(fmt.get("separator", ""))
+                sep = gbnf_literal(_text(fmt, "separator", ""))
                 many = one if first else self.new(f"{one} ( {sep} {one} )*")
-            else:
-                text = self.free_text(fmt.get("triggers", []))
-                many = self.new(f"{one} {text}") if first else self.new(f"( {one} {text} )+")
-                many = self.new(f"{text} {many}")
-                if not least:
-                    return self.new(f"{many} | {text}")
-                return many
-            return many if least else self.new(f"( {many} )?")
+                return many if least else self.new(f"( {many} )?")
+            text = self.text_without([*_texts(fmt, "triggers"), *end])
+            if least and first:
+                return one
+            if least:
+                return self.new(f"{one} ( {text} {one} )* {text}")
+            if first:
+                return self.new(f"{text} {one} | {text}")
+            return self.new(f"{text} ( {one} {text} )*")
         raise corral.GrammarError(f"structural_tag: format type {t!r} is not served")
+
+
+def _text(fmt, key, default=None):
+    value = fmt.get(key, default)
+    if not isinstance(value, str):
+        raise corral.GrammarError(f"structural_tag: {key} must be a string, not {value!r}")
+    return value
+
+
+def _texts(fmt, key):
+    values = fmt.get(key, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise corral.GrammarError(f"structural_tag: {key} must be a list of strings")
+    return values
 
 
 def structural_tag_gbnf(spec, whitespace=None):
     """A vLLM / XGrammar structural tag (``{"type": "structural_tag", "format": ...}``, or
     the older ``{"structures": [...], "triggers": [...]}``) as a GBNF grammar. Served
-    formats: const_string, json_schema (style "json"), any_text, sequence, or, tag,
-    tags_with_separator and triggered_tags; others are refused by name."""
+    formats: const_string, json_schema (style "json"), any_text (with excludes; inside a
+    tag it stops before the tag's end), sequence, or, tag (an end or a list of ends),
+    tags_with_separator and triggered_tags, with XGrammar's meaning of at_least_one and
+    stop_after_first; others are refused by name."""
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -147,17 +176,20 @@ def structural_tag_gbnf(spec, whitespace=None):
             raise corral.GrammarError(f"structural_tag: not JSON: {e}") from None
     if not isinstance(spec, dict):
         raise corral.GrammarError("structural_tag: a JSON object is needed")
-    if "structures" in spec:
-        fmt = {
-            "type": "triggered_tags",
-            "triggers": spec.get("triggers", []),
-            "tags": [
-                {"type": "tag", "begin": s["begin"], "content": {"type": "json_schema", "json_schema": s["schema"]}, "end": s["end"]}
-                for s in spec["structures"]
-            ],
-        }
-    else:
-        fmt = spec.get("format")
     rules = _Rules(whitespace)
-    top = rules.format(fmt)
+    try:
+        if "structures" in spec:
+            fmt = {
+                "type": "triggered_tags",
+                "triggers": spec.get("triggers", []),
+                "tags": [
+                    {"type": "tag", "begin": s["begin"], "content": {"type": "json_schema", "json_schema": s["schema"]}, "end": s["end"]}
+                    for s in spec["structures"]
+                ],
+            }
+        else:
+            fmt = spec.get("format")
+        top = rules.format(fmt)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise corral.GrammarError(f"structural_tag: not a structural tag's shape ({type(e).__name__}: {e})") from None
     return f"root ::= {top}\n" + "\n".join(rules.lines) + "\n"

@@ -156,7 +156,11 @@ class CorralGrammar:
     which the grammar allows once its output is complete (vLLM's contract: they are
     masked until then, and taking one terminates the grammar). The matcher's tokenizer has
     the model's end token (``eos``) as its own; the request's other stop tokens are added
-    to its masks here, and the end token taken out if the request does not stop on it."""
+    to its masks here, and the end token taken out if the request does not stop on it.
+
+    A resource limit reached while generating (a lexeme's automaton outgrowing its bound)
+    makes the grammar ``failed``: only stop tokens are allowed from then on, and the next
+    token is refused, which makes vLLM end the request with an error."""
 
     matcher: object
     stop: frozenset
@@ -164,51 +168,45 @@ class CorralGrammar:
     terminated: bool = False
     # The terminating stop token was not one the matcher took (it knows only `eos`).
     stop_outside: bool = field(default=False, repr=False)
+    failed: str = field(default="", repr=False)
 
-    def _stop(self, t):
-        """Takes `t` as the stop token that ends the output, if it is one here."""
-        if t in self.stop and self.matcher.is_accepting():
-            self.terminated = True
-            self.stop_outside = True
-            return True
-        return False
+    def _feed(self, matcher, t):
+        return (t in self.stop or t not in self.eos) and t >= 0 and matcher.accept_token(t)
 
     def accept_tokens(self, request_id, tokens):
         if self.terminated:
             return True
         for t in tokens:
-            if (t in self.stop or t not in self.eos) and self.matcher.accept_token(t):
+            if not self.failed and self._feed(self.matcher, t):
                 if self.matcher.is_finished():
                     self.terminated = True
                     self.stop_outside = False
                     return True
                 continue
-            if self._stop(t):
+            if not self.failed and t in self.stop and self.matcher.is_accepting():
+                self.terminated = True
+                self.stop_outside = True
                 return True
-            why = self.matcher.error or f"token {t} is not allowed here"
+            why = self.failed or self.matcher.error or f"token {t} is not allowed here"
             logger.error("corral: request %s: %s", request_id, why)
             return False
         return True
 
     def validate_tokens(self, tokens):
-        if self.terminated:
+        if self.terminated or self.failed:
             return []
+        # On a copy: a limit reached while checking must not touch this state.
+        m = self.matcher.fork()
         accepted = []
-        fed = 0
         for t in tokens:
-            if t < 0:
-                break
-            if (t in self.stop or t not in self.eos) and self.matcher.accept_token(t):
+            if self._feed(m, t):
                 accepted.append(t)
-                fed += 1
-                if self.matcher.is_finished():
+                if m.is_finished():
                     break
                 continue
-            if t in self.stop and self.matcher.is_accepting():
+            if t in self.stop and m.is_accepting():
                 accepted.append(t)
             break
-        if fed:
-            self.matcher.rollback(fed)
         return accepted
 
     def rollback(self, num_tokens):
@@ -220,23 +218,30 @@ class CorralGrammar:
                 # Counted as a step by vLLM, never fed to the matcher.
                 num_tokens -= 1
         if num_tokens:
-            self.matcher.rollback(num_tokens)
+            try:
+                self.matcher.rollback(num_tokens)
+            except ValueError as e:  # the matcher's error sticks
+                self.failed = self.failed or str(e)
 
     def fill_bitmask(self, bitmask, idx):
         row = bitmask[idx]
-        try:
-            self.matcher.fill_next_token_bitmask(bitmask, idx)
-        except ValueError as e:
-            # A limit reached (a lexeme's automaton outgrew its bound): the error sticks,
-            # the next token is refused and vLLM ends this request with an error. Until
-            # then only the stop tokens are allowed, so nothing invalid is written.
-            logger.error("corral: %s", e)
+        if not self.failed:
+            try:
+                self.matcher.fill_next_token_bitmask(bitmask, idx)
+            except ValueError as e:
+                self.failed = str(e)
+                logger.error("corral: %s", e)
+        if self.failed:
             row.zero_()
             _set_bits(row, self.stop, True)
             return
-        if self.stop != self.eos and self.matcher.is_accepting():
-            _set_bits(row, self.stop - self.eos, True)
-            _set_bits(row, self.eos - self.stop, False)
+        if self.stop != self.eos:
+            if self.matcher.is_accepting():
+                _set_bits(row, self.stop - self.eos, True)
+                _set_bits(row, self.eos - self.stop, False)
+            else:
+                # A stop token that is also text would end the output unfinished.
+                _set_bits(row, self.stop - self.eos, False)
 
     def is_terminated(self):
         return self.terminated
@@ -245,6 +250,7 @@ class CorralGrammar:
         self.matcher.reset()
         self.terminated = False
         self.stop_outside = False
+        self.failed = ""
 
 
 def _grammar_base():
@@ -365,13 +371,19 @@ def _patch_validation():
             request_type, spec = get_structured_output_key(so)
         except ValueError as e:
             raise VLLMValidationError(str(e)) from None
-        if request_type == StructuredOutputOptions.JSON:
-            from vllm.sampling_params import check_json_nesting
+        if getattr(tokenizer, "backend_tokenizer", None) is None:
+            raise VLLMValidationError(
+                f"the corral backend needs a Hugging Face fast tokenizer (tokenizer.json), not {type(tokenizer).__name__}"
+            )
+        from vllm.sampling_params import check_json_nesting
 
+        if request_type == StructuredOutputOptions.JSON:
             check_json_nesting(so.json)
+        elif request_type == StructuredOutputOptions.STRUCTURAL_TAG:
+            check_json_nesting(so.structural_tag, structural_tag=True)
         try:
             compile_request(request_type, spec)
-        except corral.GrammarError as e:
+        except ValueError as e:  # corral.GrammarError included
             raise VLLMValidationError(str(e)) from None
         so.__post_init__()
 
@@ -414,19 +426,23 @@ def _name_once():
 
 def register():
     """Adds the backend ``corral`` to this process's vLLM (idempotent; see the module's
-    docs for what it patches)."""
+    docs for what it patches). vLLM does not catch a general plugin's exceptions, so a
+    failure here is logged and vLLM starts without the backend (choosing it then fails)."""
     global _registered
-    _name_once()
     with _lock:
         if _registered:
             return
-        refuse = untested_reason()
-        if refuse:
-            logger.warning("%s", refuse)
-        else:
-            _patch_validation()
-            _patch_manager()
         _registered = True
+        try:
+            refuse = untested_reason()
+            if refuse:
+                logger.warning("%s", refuse)
+            else:
+                _patch_validation()
+                _patch_manager()
+            _name_once()
+        except Exception:
+            logger.exception("corral: registering the vLLM backend failed")
 
 
 def platform_hook():
@@ -491,7 +507,8 @@ def _make_processor():
             from vllm.tokenizers import cached_tokenizer_from_config
 
             self.device = device
-            self.rows = {}  # batch index -> [CorralGrammar, output token list]
+            # batch index -> [CorralGrammar, output token list, tokens fed, (kind, spec)]
+            self.rows = {}
             self.tokenizer = None
             self.vllm_config = vllm_config
             if vllm_config.model_config.skip_tokenizer_init:
@@ -507,23 +524,45 @@ def _make_processor():
 
         def _new_row(self, params, output):
             spec = _xargs_spec(params)
-            if spec is None or self.tokenizer is None:
+            if spec is None:
+                return None
+            if self.tokenizer is None or getattr(self.tokenizer, "backend_tokenizer", None) is None:
+                # A processor cannot fail a request: the row stays free, and says so.
+                logger.error("corral: a grammar in extra_args needs a Hugging Face fast tokenizer; the row is not constrained")
                 return None
             if self.corral_tokenizer is None:
                 self.corral_tokenizer = _tokenizers.get(self.tokenizer, self.width, self.eos)
             stop = frozenset(params.all_stop_token_ids or ()) or self.eos
-            grammar = _grammars.get(*spec)
-            return [CorralGrammar(corral.Matcher(grammar, self.corral_tokenizer), stop, self.eos), output, 0]
+            return [self._grammar(spec, stop), output, 0, spec]
+
+        def _grammar(self, spec, stop):
+            return CorralGrammar(corral.Matcher(_grammars.get(*spec), self.corral_tokenizer), stop, self.eos)
+
+        def _catch_up(self, row):
+            """Feeds the row's grammar the output tokens it has not seen. Under async
+            scheduling the list ends with -1 placeholders until the tokens are known, and
+            it may be cut back (a rejected speculative token): then the grammar restarts."""
+            grammar, output, seen, spec = row
+            if len(output) < seen:
+                row[0] = grammar = self._grammar(spec, grammar.stop)
+                seen = 0
+            new = []
+            for t in output[seen:]:
+                if t < 0:
+                    break
+                new.append(t)
+            if new and not grammar.accept_tokens("", new) and not grammar.failed:
+                grammar.failed = f"token {new[-1]} was refused"
+            row[2] = seen + len(new)
 
         def update_state(self, batch_update: BatchUpdate | None):
             if batch_update is not None:
                 for index in batch_update.removed:
                     self.rows.pop(index, None)
                 for index, params, _prompt, output in batch_update.added:
+                    self.rows.pop(index, None)
                     row = self._new_row(params, output)
-                    if row is None:
-                        self.rows.pop(index, None)
-                    else:
+                    if row is not None:
                         self.rows[index] = row
                 for a, b, direction in batch_update.moved:
                     ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
@@ -531,21 +570,20 @@ def _make_processor():
                         self.rows[b] = ra
                     if direction == MoveDirectionality.SWAP and rb is not None:
                         self.rows[a] = rb
-            # The output lists grow in place: feed each grammar what it has not seen.
-            for row in self.rows.values():
-                grammar, output, seen = row
-                if len(output) > seen:
-                    grammar.accept_tokens("", list(output[seen:]))
-                    row[2] = len(output)
 
         def apply(self, logits):
             if not self.rows:
                 return logits
+            # The output lists grow in place: feed each grammar what it has not seen.
+            for row in self.rows.values():
+                self._catch_up(row)
             n = logits.shape[0]
             words = corral.bitmask_words(self.width)
             if self.bitmask is None or self.bitmask.shape[0] < n:
                 self.bitmask = torch.full((max(n, 8), words), -1, dtype=torch.int32)
             rows = sorted(i for i in self.rows if i < n)
+            if not rows:
+                return logits
             for i in rows:
                 grammar = self.rows[i][0]
                 if grammar.terminated:
@@ -555,7 +593,7 @@ def _make_processor():
             from corral.torch import apply_token_bitmask_inplace
 
             mask = self.bitmask[rows].to(logits.device, non_blocking=True)
-            apply_token_bitmask_inplace(logits, mask, torch.tensor(rows, device=logits.device))
+            apply_token_bitmask_inplace(logits, mask, torch.tensor(rows, dtype=torch.long, device=logits.device))
             return logits
 
     return LogitsProcessor

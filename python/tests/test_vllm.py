@@ -237,3 +237,33 @@ def test_structural_tags_as_vllm_sends_them_for_tools(llm, tokenizer):
         out = llm.generate([prompt], params(temperature=0.8, seed=seed, max_tokens=120, structured_outputs=StructuredOutputsParams(structural_tag=json.dumps(auto))), use_tqdm=False)[0].outputs[0]
         args, free = calls_in(out.text)
         assert len(args) <= 1 and all("<tool_call>" not in f for f in free), out.text
+
+
+def test_speculative_decoding_accepts_then_rolls_back_once(llm, tokenizer):
+    """vLLM's manager with draft tokens: accept each draft token while filling its row, then
+    one rollback of them all; the state, and the stop token's handling, come back exactly."""
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    backend = corral.vllm.CorralBackend(
+        llm.llm_engine.vllm_config, tokenizer=tokenizer, vocab_size=llm.llm_engine.model_config.get_vocab_size()
+    )
+    eos = tokenizer.eos_token_id
+    g = backend.compile_grammar(StructuredOutputOptions.CHOICE, json.dumps(["Paris", "Rome"]), stop_token_ids={eos})
+    text = tokenizer.encode("Paris", add_special_tokens=False)
+    masks = backend.allocate_token_bitmask(len(text) + 2)
+    g.fill_bitmask(masks, 0)
+    first = masks[0].clone()
+    assert g.validate_tokens(text + [eos, 5]) == text + [eos]
+    for i, t in enumerate(text + [eos]):
+        g.fill_bitmask(masks, i + 1)
+        assert g.accept_tokens("r", [t])
+    assert g.is_terminated()
+    # The stop bit is set only where the output is complete.
+    word, bit = eos >> 5, eos & 31
+    assert (int(masks[len(text) + 1, word]) >> bit) & 1 == 1
+    assert (int(masks[1, word]) >> bit) & 1 == 0
+    g.rollback(len(text) + 1)
+    assert not g.is_terminated()
+    g.fill_bitmask(masks, 0)
+    assert torch.equal(masks[0], first)
+    assert g.accept_tokens("r", text + [eos]) and g.is_terminated()
