@@ -126,6 +126,7 @@ impl DeferredDfa {
                 LexemeDfa::build_in(&hir, limit, cache.as_ref())
             });
             built.unwrap_or_else(|e| {
+                crate::lexeme::note_failure();
                 let _ = self.error.set(e);
                 Arc::new(LexemeDfa::never())
             })
@@ -187,6 +188,9 @@ impl Grammar {
     /// lazily built one needed a state past it ([`LexemeDfa::overflowed`]): recognition is
     /// then no longer exact.
     pub fn overflow(&self) -> Option<crate::RecognizeError> {
+        if !crate::lexeme::any_failed() {
+            return None;
+        }
         self.lexemes.iter().any(|l| l.dfa.failed()).then(|| {
             crate::RecognizeError::limit(
                 "the states of a lexeme's automaton",

@@ -195,6 +195,22 @@ pub struct LexemeDfa {
 }
 
 /// Numbers the lazily built DFAs (see [`LexemeDfa::numbering`]).
+/// Set once any lexeme DFA of the process outgrew its size limit or failed to build. Until
+/// then a refused byte cannot be a DFA's failure, and [`crate::Grammar::overflow`] answers
+/// without looking at each lexeme (it is asked at every refusal, which brute-force checks
+/// make on nearly every token).
+static ANY_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Records that some lexeme DFA overflowed or failed to build.
+pub(crate) fn note_failure() {
+    ANY_FAILED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether some lexeme DFA of the process has ever overflowed or failed to build.
+pub(crate) fn any_failed() -> bool {
+    ANY_FAILED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 static LAZY_NUMBERING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl LexemeDfa {
@@ -562,6 +578,7 @@ impl LexemeDfa {
                 let mut row = vec![DEAD; self.stride];
                 if sub.row(index, &mut row).is_err() {
                     lazy.overflow.store(true, Relaxed);
+                    note_failure();
                     return DEAD;
                 }
                 let tag = |i: u32| {

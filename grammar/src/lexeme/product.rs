@@ -225,6 +225,7 @@ impl LazyProduct {
         };
         t.unwrap_or_else(|Overflow| {
             self.overflow.store(true, Relaxed);
+            super::note_failure();
             DEAD
         })
     }
