@@ -817,6 +817,11 @@ impl RobustConstrainedAdapter {
                 .any(|r| self.c.ref_matches(r, token))
     }
 
+    /// Whether the grammar expects some token reference next (which may name any id).
+    pub fn expects_any_reference(&self) -> bool {
+        self.error.is_none() && !self.finished && !self.rec.expected_tokens().is_empty()
+    }
+
     /// Feeds raw bytes (text that reached the output other than as a sampled token, such as
     /// what a token carried after a trigger): all of them or none; `Ok(false)` if refused.
     /// Rolls back like one token.

@@ -139,24 +139,35 @@ pub fn replay_observed<E>(
     Ok(report)
 }
 
-/// The mask by brute force: every token is stepped on a fork of `a` (and so rolled back),
-/// EOS and stop tokens are allowed when the output is complete or the grammar names them by
-/// reference. Independent of the mask computation (no caches, no trie walk): what
+/// The mask by brute force: every token's bytes are pushed on a fork of `a` and rolled
+/// back; EOS and stop tokens are allowed when the output is complete or the grammar names
+/// them by reference. Independent of the mask computation (no caches, no trie walk): what
 /// [`RobustConstrainedAdapter::compute_mask`] must equal. Runs in parallel over the
 /// vocabulary.
+///
+/// Text tokens are taken in byte order and pushed a byte at a time, so a prefix that
+/// neighbours share is pushed once, and a refused prefix refuses every token that starts
+/// with it (a byte the recognizer refuses stays refused whatever follows). Where the grammar
+/// expects a token reference, which may name any id, every id is stepped whole with
+/// [`RobustConstrainedAdapter::step_with_token`]; so are ids without bytes (end and special
+/// tokens) and empty ones.
 pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSet {
     use rayon::prelude::*;
     let space = a.constraint().space().clone();
+    let vocab = space.vocab();
     let width = space.width();
-    const CHUNK: usize = 4096;
-    let parts: Vec<Vec<TokenId>> = (0..width.div_ceil(CHUNK))
-        .into_par_iter()
+    let by_reference = a.expects_any_reference();
+    let whole: Vec<TokenId> = (0..width as u32)
+        .map(TokenId)
+        .filter(|&t| by_reference || vocab.token_bytes(t).is_none_or(|b| b.is_empty()))
+        .collect();
+    const CHUNK: usize = 2048;
+    let mut parts: Vec<Vec<TokenId>> = whole
+        .par_chunks(CHUNK)
         .map(|chunk| {
             let mut fork = a.fork();
             let mut allowed = Vec::new();
-            for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(width) {
-                let t = TokenId(t as u32);
-                // End tokens too: taken where the grammar accepts, or names them.
+            for &t in chunk {
                 if fork.step_with_token(t).is_ok() {
                     allowed.push(t);
                     fork.rollback(1).expect("rollback after a step");
@@ -165,9 +176,59 @@ pub fn brute_force_mask(a: &RobustConstrainedAdapter) -> corral_trie::FixedBitSe
             allowed
         })
         .collect();
+    if !by_reference {
+        let sorted = space.text_tokens_by_bytes();
+        let ranges: Vec<usize> = (0..sorted.len()).step_by(CHUNK).collect();
+        parts.par_extend(
+            ranges
+                .into_par_iter()
+                .map(|lo| by_prefix(a, sorted, lo, (lo + CHUNK).min(sorted.len()))),
+        );
+    }
     let mut mask = corral_trie::FixedBitSet::with_capacity(width);
     parts.iter().flatten().for_each(|&t| mask.insert(t.index()));
     mask
+}
+
+/// The tokens `lo..hi` of `sorted` (text tokens in byte order) whose bytes a fork of `a`
+/// takes, pushed one byte per step so that neighbours share their common prefix; a refused
+/// prefix skips the run of tokens that start with it.
+fn by_prefix(
+    a: &RobustConstrainedAdapter,
+    sorted: &corral_trie::SortedTokens,
+    lo: usize,
+    hi: usize,
+) -> Vec<TokenId> {
+    let mut fork = a.fork();
+    let mut allowed = Vec::new();
+    // The bytes pushed on the fork, one step each.
+    let mut path: Vec<u8> = Vec::new();
+    let mut i = lo;
+    while i < hi {
+        let bytes = sorted.bytes(i);
+        let common = path.iter().zip(bytes).take_while(|(x, y)| x == y).count();
+        fork.rollback(path.len() - common)
+            .expect("rollback of pushed bytes");
+        path.truncate(common);
+        let mut taken = !bytes.is_empty();
+        for &b in &bytes[common..] {
+            if fork.push_bytes(&[b]).unwrap_or(false) {
+                path.push(b);
+            } else {
+                taken = false;
+                break;
+            }
+        }
+        if taken {
+            allowed.push(sorted.id(i));
+            i += 1;
+        } else if bytes.is_empty() {
+            i += 1;
+        } else {
+            i = sorted.run_end(i, hi, &bytes[..path.len() + 1]);
+        }
+    }
+    allowed
 }
 
 /// Where a computed mask and the brute-force mask first differed.

@@ -5,6 +5,7 @@
 //! token-segment grammar cases run with the other grammar cases, in the root crate's
 //! tests/llama_cpp_conformance.rs.)
 
+use corral_engine::replay::brute_force_mask;
 use corral_engine::{AdapterError, Constraint, RobustConstrainedAdapter};
 use corral_grammar::{CompileOptions, compile_gbnf};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
@@ -35,6 +36,42 @@ fn brute_force(a: &RobustConstrainedAdapter) -> Vec<u32> {
     (0..128u32)
         .filter(|&t| a.fork().step_with_token(TokenId(t)).is_ok())
         .collect()
+}
+
+fn ids(mask: &corral_trie::FixedBitSet) -> Vec<u32> {
+    mask.ones().map(|t| t as u32).collect()
+}
+
+/// `replay::brute_force_mask` (bytes pushed in prefix order, whole ids where a token
+/// reference is expected) equals stepping every id whole, before, at and after references.
+#[test]
+fn prefix_order_brute_force_equals_stepping_every_token() {
+    let words: &[&[u8]] = &[b"a", b"ab", b"abc", b"b", b"ba", b"", b"c", b"cb", b"x"];
+    for grammar in [
+        r#"root ::= "a" !<[2]> "b""#,
+        r#"root ::= [a-c]+ <[3]> "x""#,
+        r#"root ::= ("ab" | "ba")* "c""#,
+    ] {
+        let mut a = adapter(grammar, words);
+        let mut steps = 0;
+        loop {
+            assert_eq!(
+                ids(&brute_force_mask(&a)),
+                brute_force(&a),
+                "{grammar} after {:?}",
+                String::from_utf8_lossy(a.output())
+            );
+            let Some(&t) = brute_force(&a).iter().find(|&&t| t != EOS) else {
+                break;
+            };
+            a.step_with_token(TokenId(t)).unwrap();
+            steps += 1;
+            if steps == 6 {
+                break;
+            }
+        }
+        assert!(steps > 0, "{grammar}: no token allowed at the start");
+    }
 }
 
 fn mask(a: &mut RobustConstrainedAdapter) -> Vec<u32> {
@@ -351,7 +388,9 @@ proptest! {
         let mut a = adapter(JSON, JSON_WORDS);
         for &t in &tokens {
             let m = mask(&mut a);
-            prop_assert_eq!(&m, &brute_force(&a), "doc {:?} at {:?}", doc, String::from_utf8_lossy(a.output()));
+            let brute = brute_force(&a);
+            prop_assert_eq!(&m, &brute, "doc {:?} at {:?}", doc, String::from_utf8_lossy(a.output()));
+            prop_assert_eq!(&ids(&brute_force_mask(&a)), &brute, "replay's brute force (bytes in prefix order) at {:?}", String::from_utf8_lossy(a.output()));
             prop_assert!(m.contains(&t), "token {} refused in {:?} at {:?}", t, doc, String::from_utf8_lossy(a.output()));
             a.step_with_token(TokenId(t)).unwrap();
         }

@@ -41,8 +41,8 @@ pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
-pub use slice::{Alphabet, CharSlice, SuffixId, is_slice_char};
-pub use space::TokenSpace;
+pub use slice::{Alphabet, CharSlice, SuffixId, Tail, is_slice_char};
+pub use space::{SortedTokens, TokenSpace};
 pub use token::TokenId;
 pub use trie::{ByteRecognizer, Node, NodeId, TokenTrie};
 pub use vocab::{ByteEncoding, Vocabulary, continuation_tokenizer};

@@ -22,6 +22,8 @@ pub struct TokenSpace {
     slices: [OnceLock<CharSlice>; 2],
     /// The most bytes of a text token (computed on first use).
     longest: OnceLock<usize>,
+    /// Text tokens sorted by their bytes (computed on first use).
+    by_bytes: OnceLock<SortedTokens>,
 }
 
 impl TokenSpace {
@@ -44,6 +46,7 @@ impl TokenSpace {
             whitespace: OnceLock::new(),
             slices: [OnceLock::new(), OnceLock::new()],
             longest: OnceLock::new(),
+            by_bytes: OnceLock::new(),
         }
     }
 
@@ -95,7 +98,7 @@ impl TokenSpace {
         self.slices[alphabet.index()].get_or_init(|| {
             let mut slice = CharSlice::with_alphabet(&self.vocab, self.width, alphabet);
             if alphabet == Alphabet::Strings {
-                slice.index_trie(&self.trie);
+                slice.index_trie(&self.trie, &self.vocab);
             }
             slice
         })
@@ -117,6 +120,26 @@ impl TokenSpace {
                 .map(|(_, b)| b.len())
                 .max()
                 .unwrap_or(0)
+        })
+    }
+
+    /// The text tokens sorted by their bytes, so that tokens sharing a prefix are
+    /// neighbours: for checks that walk the vocabulary without the trie.
+    pub fn text_tokens_by_bytes(&self) -> &SortedTokens {
+        self.by_bytes.get_or_init(|| {
+            let mut v: Vec<(TokenId, &[u8])> = self.vocab.text_tokens().collect();
+            v.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(&b.0)));
+            let mut sorted = SortedTokens {
+                ids: Vec::with_capacity(v.len()),
+                ends: Vec::with_capacity(v.len()),
+                bytes: Vec::new(),
+            };
+            for (t, b) in v {
+                sorted.ids.push(t);
+                sorted.bytes.extend_from_slice(b);
+                sorted.ends.push(sorted.bytes.len());
+            }
+            sorted
         })
     }
 
@@ -143,6 +166,52 @@ impl TokenSpace {
         self.width = width.max(self.vocab.len());
         self.slices = [OnceLock::new(), OnceLock::new()];
         self
+    }
+}
+
+/// Text tokens in byte order, their bytes laid out one after another (a scan reads memory
+/// in order).
+#[derive(Clone, Debug, Default)]
+pub struct SortedTokens {
+    ids: Vec<TokenId>,
+    /// Where each token's bytes end in `bytes`.
+    ends: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl SortedTokens {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The `i`th token in byte order.
+    pub fn id(&self, i: usize) -> TokenId {
+        self.ids[i]
+    }
+
+    /// The bytes of the `i`th token in byte order.
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// The end of the run of tokens from `i` (below `end`) that start with `prefix`, which
+    /// the `i`th does (they are neighbours in byte order).
+    pub fn run_end(&self, i: usize, end: usize, prefix: &[u8]) -> usize {
+        let (mut lo, mut hi) = (i, end);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.bytes(mid).starts_with(prefix) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 }
 
