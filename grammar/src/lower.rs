@@ -46,7 +46,7 @@ const CHUNK_COMPOSED_UNITS: usize = 1 << 16;
 /// [`BIG_REPEAT_UNITS`]) is lowered: a lexeme of `k` copies of `x` (a *chunk*) repeated by
 /// the Earley grammar, and lexemes `x{0,t}` for the rest. `x{0,n}` with `n = k·q + r` is
 /// `chunk{0,q} x{0,r} | chunk{0,q-1} x{r+1,k-1}` (the count's remainder mod `k` picks the
-/// branch). Inside, the chunk's DFA states recur for every chunk, so their mask caches do
+/// branch); a lower bound adds its remainder mod `k` to both last lexemes. Inside, the chunk's DFA states recur for every chunk, so their mask caches do
 /// too. `None`: not big, one automaton as usual; and never for an `x` that matches the
 /// empty string (chains of nullable chunks would make every prediction closure quadratic).
 fn chunking(
@@ -697,15 +697,16 @@ impl Lowerer<'_> {
         for _ in 0..min / k {
             out.push(chunk);
         }
-        let rest = max.map(|n| n - min);
-        if min % k > 0 || rest == Some(0) {
-            out.extend(lexeme(self, min % k, Some(min % k), rest == Some(0))?);
-        }
-        let Some(rest) = rest else {
-            out.extend(lexeme(self, 0, None, true)?);
+        // The lower bound's remainder goes into the last lexeme (`x{m} x{a,b}` is
+        // `x{m+a,m+b}`): a lexeme of exactly `m` copies would end after `m`, and the
+        // token sets of its states (each a step nearer that end) could not be sliced.
+        let m = min % k;
+        let Some(rest) = max.map(|n| n - min) else {
+            out.extend(lexeme(self, m, None, true)?);
             return Ok(());
         };
         if rest == 0 {
+            out.extend(lexeme(self, m, Some(m), true)?);
             return Ok(());
         }
         let (q, r) = (rest / k, rest % k);
@@ -725,13 +726,13 @@ impl Lowerer<'_> {
         }
         let alt_rule = self.anon_rule(lhs);
         let mut first: Vec<Sym> = chains[q as usize].map(Sym::Rule).into_iter().collect();
-        first.extend(lexeme(self, 0, Some(r), true)?);
+        first.extend(lexeme(self, m, Some(m + r), true)?);
         self.b
             .add_production(alt_rule, first)
             .map_err(|kind| (kind, e.span))?;
         if q > 0 && r + 1 < k {
             let mut second: Vec<Sym> = chains[q as usize - 1].map(Sym::Rule).into_iter().collect();
-            second.extend(lexeme(self, r + 1, Some(k - 1), true)?);
+            second.extend(lexeme(self, m + r + 1, Some(m + k - 1), true)?);
             self.b
                 .add_production(alt_rule, second)
                 .map_err(|kind| (kind, e.span))?;

@@ -298,3 +298,40 @@ fn one_pass_matching_collects_sets_without_changing_verdicts() {
         MatchOutcome::Accepted
     );
 }
+
+/// A repetition too big for one automaton is cut into chunks; a lower bound that is not a
+/// multiple of the chunk goes into the last lexeme. Counts below, at and past both bounds,
+/// and across chunk boundaries.
+#[test]
+fn chunked_repetition_keeps_both_bounds() {
+    let g = grammar(r#"root ::= ("a" | "ab"){22,6000} ".""#);
+    let doc = |n: usize| format!("{}.", "a".repeat(n));
+    for (n, ok) in [
+        (0, false),
+        (21, false),
+        (22, true),
+        (23, true),
+        (700, true),
+        (1500, true),
+        (6000, true),
+        (6001, false),
+    ] {
+        assert_eq!(
+            match_bytes(&g, doc(n).as_bytes()).unwrap() == MatchOutcome::Accepted,
+            ok,
+            "{n} copies"
+        );
+    }
+    assert_eq!(
+        match_bytes(&g, format!("{}.", "ab".repeat(22)).as_bytes()).unwrap(),
+        MatchOutcome::Accepted
+    );
+    let g = grammar(r#"root ::= ("a" | "ab"){7000,} ".""#);
+    for (n, ok) in [(6999, false), (7000, true), (9000, true)] {
+        assert_eq!(
+            match_bytes(&g, doc(n).as_bytes()).unwrap() == MatchOutcome::Accepted,
+            ok,
+            "{n} copies"
+        );
+    }
+}
