@@ -418,15 +418,27 @@ pub(crate) fn walk_generic(
     let mut subtrees = Vec::new();
     // (end state, (remaining bytes, token)) per group.
     let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
-    // Per depth on the current path: the DFA state, and the first node below the root
-    // where the lexeme could end (NONE if none yet).
-    let mut path: Vec<(u32, u32)> = vec![(start, NONE)];
+    // Per depth on the current path: the DFA state, the first node below the root where
+    // the lexeme could end (NONE if none yet), and the bytes the character under way still
+    // needs (`MISALIGNED`: the token began inside one, so no jumps below).
+    const MISALIGNED: u8 = u8::MAX;
+    let mut path: Vec<(u32, u32, u8)> = vec![(start, NONE, 0)];
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
         let d = n.depth as usize;
         let next = dfa.next(path[d - 1].0, n.byte);
         let ended = path[d - 1].1;
+        // The bytes the character under way needs after this one.
+        let needs = match (path[d - 1].2, n.byte) {
+            (MISALIGNED, _) => MISALIGNED,
+            (0, 0x00..=0x7f) => 0,
+            (0, 0xc2..=0xdf) => 1,
+            (0, 0xe0..=0xef) => 2,
+            (0, 0xf0..=0xf4) => 3,
+            (k @ 1..=3, 0x80..=0xbf) => k - 1,
+            _ => MISALIGNED,
+        };
         if next == DEAD {
             if ended != NONE && nodes[ended as usize].subtree <= MERGE_SUBTREE {
                 // The tokens below need the parser after the lexeme's end at `ended`.
@@ -451,17 +463,38 @@ pub(crate) fn walk_generic(
             }
         }
         trie.mark(i, &mut inside);
-        if here == NONE && n.byte < 0x80 && n.subtree > 1 && jumps && loops.test(dfa, next) {
-            // The body of a string, reached after an ASCII byte (a character boundary):
-            // the subtree's tokens whose rest is slice characters stay there; the few
-            // others are run one by one. No DFA step per node.
+        if here == NONE && needs == 0 && n.subtree > 1 && jumps && loops.test(dfa, next) {
+            // The body of a string, reached at a character boundary (the token's bytes so
+            // far are whole characters, as [`CharSlice::subtree_tails`] reads them): the
+            // subtree's tokens whose rest is slice characters stay there; the few others
+            // are run one by one. No DFA step per node.
             let end = i + n.subtree as usize;
-            for &(t, tail) in slice.subtree_tails(i + 1, end) {
-                if tail as usize <= d {
+            if d == 1
+                && n.byte < 0x80
+                && let Some((rest_in_slice, others)) = slice.below_first_byte(n.byte)
+            {
+                // Below a first byte: the tokens that stay are one precomputed set.
+                inside.union_with(rest_in_slice);
+                for e in others {
+                    let bytes = slice.tail_bytes(e);
+                    match run_suffix(dfa, next, &bytes[d..]) {
+                        Outcome::Alive => inside.insert(e.token.index()),
+                        Outcome::Dead => {}
+                        Outcome::Ending { state, at } => {
+                            group(&mut groups, state).push((bytes[d + at..].to_vec(), e.token))
+                        }
+                    }
+                }
+                i = end;
+                continue;
+            }
+            for e in slice.subtree_tails(i + 1, end) {
+                let t = e.token;
+                if e.tail as usize <= d {
                     inside.insert(t.index());
                     continue;
                 }
-                let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                let bytes = slice.tail_bytes(e);
                 match run_suffix(dfa, next, &bytes[d..]) {
                     Outcome::Alive => inside.insert(t.index()),
                     Outcome::Dead => {}
@@ -474,7 +507,7 @@ pub(crate) fn walk_generic(
             continue;
         }
         path.truncate(d);
-        path.push((next, here));
+        path.push((next, here, needs));
         i += 1;
     }
     subtrees.sort_unstable();

@@ -31,7 +31,7 @@ fn main() {
             let mut slice = CharSlice::with_alphabet(&vocab, vocab.len(), a);
             if a == Alphabet::Strings {
                 // As `TokenSpace` does: the tails of the trie's tokens, in its order.
-                slice.index_trie(&trie);
+                slice.index_trie(&trie, &vocab);
             }
             println!(
                 "  slice by {a:?}: build {:.1} ms, {} suffixes ({} trie nodes), longest run {} characters, longest prefix {}, {:.2} MiB",

@@ -110,10 +110,35 @@ pub struct CharSlice {
     suffixes_at: Vec<u32>,
     /// The tokens of the main trie in its order (a subtree's are a range), each with its
     /// tail (see [`CharSlice::subtree_tails`]); empty until [`CharSlice::index_trie`].
-    tails: Vec<(TokenId, u16)>,
+    tails: Vec<Tail>,
+    /// Per ASCII byte: below the main trie's node for that first byte, the tokens whose
+    /// rest is slice characters (tail at most 1) as a bitset, and the positions in `tails`
+    /// of the others. Empty until [`CharSlice::index_trie`].
+    first_bytes: Vec<Option<FirstByte>>,
+    /// The bytes of the tokens in `tails` whose tail is not 0, one after another in trie
+    /// order: a walk that runs them reads memory in order.
+    tail_bytes: Vec<u8>,
     /// Per main-trie node (and one past the last): where its tokens start in `tails`.
     tails_at: Vec<u32>,
     alphabet: Alphabet,
+}
+
+/// A token of the main trie with its tail (see [`CharSlice::subtree_tails`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tail {
+    pub token: TokenId,
+    /// The byte offset after which every byte is part of a slice character.
+    pub tail: u16,
+    /// Where its bytes are in [`CharSlice::tail_bytes`] (tokens with a tail only).
+    start: u32,
+    len: u16,
+}
+
+/// The tokens below a first byte's node, for [`CharSlice::below_first_byte`].
+#[derive(Clone, Debug)]
+struct FirstByte {
+    rest_in_slice: FixedBitSet,
+    others: Vec<u32>,
 }
 
 /// How a token's bytes split: slice characters started, and where the suffix begins
@@ -291,27 +316,85 @@ impl CharSlice {
             by_id,
             suffix_tails,
             tails: Vec::new(),
+            first_bytes: Vec::new(),
+            tail_bytes: Vec::new(),
             tails_at: Vec::new(),
             alphabet,
         }
     }
 
-    /// Indexes the tokens of `trie` (the trie of the same vocabulary) for
+    /// Indexes the tokens of `trie` (the trie of `vocab`) for
     /// [`CharSlice::subtree_tails`].
-    pub fn index_trie(&mut self, trie: &TokenTrie) {
+    pub fn index_trie(&mut self, trie: &TokenTrie, vocab: &Vocabulary) {
         let nodes = trie.nodes();
         self.tails_at = Vec::with_capacity(nodes.len() + 1);
         self.tails.clear();
+        self.tail_bytes.clear();
         for (i, n) in nodes.iter().enumerate() {
             self.tails_at.push(self.tails.len() as u32);
             if n.token().is_some() {
                 for t in trie.tokens_at(i) {
-                    let at = self.by_id.get(t.index()).copied().unwrap_or(u16::MAX);
-                    self.tails.push((t, at));
+                    let tail = self.by_id.get(t.index()).copied().unwrap_or(u16::MAX);
+                    let start = self.tail_bytes.len() as u32;
+                    let mut len = 0;
+                    if tail > 0 {
+                        let bytes = vocab.token_bytes(t).unwrap_or_default();
+                        len = u16::try_from(bytes.len()).unwrap_or(u16::MAX);
+                        self.tail_bytes.extend_from_slice(&bytes[..len as usize]);
+                    }
+                    self.tails.push(Tail {
+                        token: t,
+                        tail,
+                        start,
+                        len,
+                    });
                 }
             }
         }
         self.tails_at.push(self.tails.len() as u32);
+        let width = self.upto.first().map_or(0, FixedBitSet::len);
+        self.first_bytes = vec![None; 128];
+        for (i, n) in nodes.iter().enumerate() {
+            if n.depth != 1 || n.byte >= 0x80 {
+                continue;
+            }
+            let mut fb = FirstByte {
+                rest_in_slice: FixedBitSet::with_capacity(width),
+                others: Vec::new(),
+            };
+            let (lo, hi) = (self.tails_at[i + 1], self.tails_at[i + n.subtree as usize]);
+            for k in lo..hi {
+                let t = &self.tails[k as usize];
+                if t.tail <= 1 {
+                    fb.rest_in_slice.insert(t.token.index());
+                } else {
+                    fb.others.push(k);
+                }
+            }
+            self.first_bytes[n.byte as usize] = Some(fb);
+        }
+    }
+
+    /// Below the main trie's node for ASCII first byte `byte` (the node itself left out):
+    /// the tokens whose rest is slice characters, and the others (as in
+    /// [`CharSlice::subtree_tails`]). `None` for a byte no token starts with, or before
+    /// [`CharSlice::index_trie`].
+    pub fn below_first_byte(
+        &self,
+        byte: u8,
+    ) -> Option<(&FixedBitSet, impl Iterator<Item = &Tail>)> {
+        let fb = self.first_bytes.get(byte as usize)?.as_ref()?;
+        Some((
+            &fb.rest_in_slice,
+            fb.others.iter().map(|&k| &self.tails[k as usize]),
+        ))
+    }
+
+    /// The bytes of a token of [`CharSlice::subtree_tails`] whose tail is not 0 (empty for
+    /// the others).
+    #[inline]
+    pub fn tail_bytes(&self, t: &Tail) -> &[u8] {
+        &self.tail_bytes[t.start as usize..t.start as usize + t.len as usize]
     }
 
     /// Whether [`CharSlice::index_trie`] was called.
@@ -325,7 +408,7 @@ impl CharSlice {
     /// tail, the rest of the token is slice characters. Empty before
     /// [`CharSlice::index_trie`].
     #[inline]
-    pub fn subtree_tails(&self, lo: usize, hi: usize) -> &[(TokenId, u16)] {
+    pub fn subtree_tails(&self, lo: usize, hi: usize) -> &[Tail] {
         match (self.tails_at.get(lo), self.tails_at.get(hi)) {
             (Some(&a), Some(&b)) => &self.tails[a as usize..b as usize],
             _ => &[],
@@ -407,7 +490,14 @@ impl CharSlice {
             + self.by_id.len() * 2
             + self.suffix_tails.len() * 2
             + self.suffixes_at.len() * 4
-            + self.tails.len() * 8
+            + self.tails.len() * std::mem::size_of::<Tail>()
+            + self.tail_bytes.len()
+            + self
+                .first_bytes
+                .iter()
+                .flatten()
+                .map(|f| f.rest_in_slice.as_slice().len() * 8 + f.others.len() * 4)
+                .sum::<usize>()
             + self.tails_at.len() * 4
             + self.suffixes.memory_usage()
             + self.ranges.len() * 8
