@@ -399,6 +399,22 @@ impl Loops {
     }
 }
 
+/// Runs the rest of a token that leaves a string's body, from `state` there: it stays
+/// (`inside`), dies, or ends the lexeme and needs the parser for what follows (`groups`).
+fn run_leaving(
+    dfa: &LexemeDfa,
+    state: u32,
+    (token, rest): (TokenId, &[u8]),
+    inside: &mut FixedBitSet,
+    groups: &mut Vec<(u32, Vec<Suffix>)>,
+) {
+    match run_suffix(dfa, state, rest) {
+        Outcome::Alive => inside.insert(token.index()),
+        Outcome::Dead => {}
+        Outcome::Ending { state, at } => group(groups, state).push((rest[at..].to_vec(), token)),
+    }
+}
+
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::tail`]).
 pub(crate) fn walk_generic(
@@ -476,31 +492,28 @@ pub(crate) fn walk_generic(
                 // Below a first byte: the tokens that stay are one precomputed set.
                 inside.union_with(rest_in_slice);
                 for e in others {
-                    let bytes = slice.tail_bytes(e);
-                    match run_suffix(dfa, next, &bytes[d..]) {
-                        Outcome::Alive => inside.insert(e.token.index()),
-                        Outcome::Dead => {}
-                        Outcome::Ending { state, at } => {
-                            group(&mut groups, state).push((bytes[d + at..].to_vec(), e.token))
-                        }
-                    }
+                    run_leaving(
+                        dfa,
+                        next,
+                        (e.token, &slice.tail_bytes(e)[d..]),
+                        &mut inside,
+                        &mut groups,
+                    );
                 }
                 i = end;
                 continue;
             }
             for e in slice.subtree_tails(i + 1, end) {
-                let t = e.token;
                 if e.tail as usize <= d {
-                    inside.insert(t.index());
-                    continue;
-                }
-                let bytes = slice.tail_bytes(e);
-                match run_suffix(dfa, next, &bytes[d..]) {
-                    Outcome::Alive => inside.insert(t.index()),
-                    Outcome::Dead => {}
-                    Outcome::Ending { state, at } => {
-                        group(&mut groups, state).push((bytes[d + at..].to_vec(), t))
-                    }
+                    inside.insert(e.token.index());
+                } else {
+                    run_leaving(
+                        dfa,
+                        next,
+                        (e.token, &slice.tail_bytes(e)[d..]),
+                        &mut inside,
+                        &mut groups,
+                    );
                 }
             }
             i = end;
