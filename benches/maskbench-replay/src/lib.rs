@@ -15,7 +15,7 @@ use anyhow::{Context, Result, anyhow};
 use corral_engine::replay::brute_force_mask;
 use corral_engine::{Constraint, RobustConstrainedAdapter};
 use corral_llguidance_compare::{Engines, Source};
-use corral_schema::{JsonSchemaOptions, Whitespace};
+use corral_schema::{JsonSchemaOptions, PropertyOrder, Whitespace};
 use corral_trie::TokenId;
 use serde::Serialize;
 use serde_json::Value;
@@ -482,10 +482,96 @@ fn explain_refusal(e: &Engines, path: &Path, instance: &Value, text: &str) -> Op
     let mut maps = Vec::new();
     property_lists(&schema, &mut maps);
     let reordered = serde_json::to_string(&in_schema_order(instance, &maps)).ok()?;
-    let c = e.cold_constraint(&Source::schema(path).ok()?).ok()?;
-    let mut a = RobustConstrainedAdapter::new(c);
-    (reordered != text && a.push_bytes(reordered.as_bytes()) == Ok(true) && a.is_accepting())
-        .then(|| "property order: taken with its keys in the schema's order".to_string())
+    let takes = |grammar: Arc<corral_grammar::Grammar>, text: &str| {
+        let mut a = RobustConstrainedAdapter::new(Constraint::new(grammar, e.space.clone()));
+        a.push_bytes(text.as_bytes()) == Ok(true) && a.is_accepting()
+    };
+    let text_of_schema = std::fs::read_to_string(path).ok()?;
+    let compiled = corral_schema::compile_json_schema(&text_of_schema, &Default::default()).ok()?;
+    if reordered != text && takes(compiled.grammar.clone(), &reordered) {
+        return Some("property order: taken with its keys in the schema's order".to_string());
+    }
+    // Subschemas merged (`allOf`, `oneOf` branches) order their properties in ways the
+    // reordering above does not follow: search for an order of each object's keys that the
+    // grammar takes.
+    let mut a = RobustConstrainedAdapter::new(Constraint::new(compiled.grammar, e.space.clone()));
+    if push_in_taken_order(&mut a, instance, &mut 10_000) && a.is_accepting() {
+        return Some("property order: taken with each key where the grammar takes it".to_string());
+    }
+    // Or the grammar with any property order takes it (small objects only: it grows as 2^n).
+    let any = JsonSchemaOptions {
+        property_order: PropertyOrder::Any,
+        ..JsonSchemaOptions::default()
+    };
+    let grammar = corral_schema::compile_json_schema(&text_of_schema, &any)
+        .ok()?
+        .grammar;
+    takes(grammar, text).then(|| "property order: taken in any property order".to_string())
+}
+
+/// Pushes `v` (compact) on `a`, each object's keys in an order the grammar takes: at each
+/// member a key whose `"key":` it takes there, the next such key tried when the rest of the
+/// object then fails, within `budget` tries in all. Whether all of it was taken.
+fn push_in_taken_order(a: &mut RobustConstrainedAdapter, v: &Value, budget: &mut u32) -> bool {
+    let push = |a: &mut RobustConstrainedAdapter, s: &str| a.push_bytes(s.as_bytes()) == Ok(true);
+    match v {
+        Value::Object(m) => {
+            let left: Vec<&String> = m.keys().collect();
+            push(a, "{") && members(a, m, &left, true, budget)
+        }
+        Value::Array(xs) => {
+            if !push(a, "[") {
+                return false;
+            }
+            for (i, x) in xs.iter().enumerate() {
+                if (i > 0 && !push(a, ",")) || !push_in_taken_order(a, x, budget) {
+                    return false;
+                }
+            }
+            push(a, "]")
+        }
+        scalar => push(
+            a,
+            &serde_json::to_string(scalar).expect("a JSON value serializes"),
+        ),
+    }
+}
+
+/// The members `left` of object `m`, then its closing brace, for [`push_in_taken_order`].
+fn members(
+    a: &mut RobustConstrainedAdapter,
+    m: &serde_json::Map<String, Value>,
+    left: &[&String],
+    first: bool,
+    budget: &mut u32,
+) -> bool {
+    if left.is_empty() {
+        return a.push_bytes(b"}") == Ok(true);
+    }
+    for (i, k) in left.iter().enumerate() {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let key = serde_json::to_string(k).expect("a string serializes");
+        let head = format!("{}{key}:", if first { "" } else { "," });
+        let mut f = a.fork();
+        if f.push_bytes(head.as_bytes()) != Ok(true) || !push_in_taken_order(&mut f, &m[*k], budget)
+        {
+            continue;
+        }
+        let rest: Vec<&String> = left
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .map(|(_, k)| *k)
+            .collect();
+        if members(&mut f, m, &rest, false, budget) {
+            *a = f;
+            return true;
+        }
+    }
+    false
 }
 
 /// The property names of every `properties` keyword in `schema`, each list in its order.

@@ -153,6 +153,10 @@ fn report_timing(entries: &[Entry], timings: &[SchemaTiming], slowest: usize) {
         refused(|d| d.corral_refused_at.is_some()),
         refused(|d| d.llg_refused_at.is_some())
     );
+    if cold.is_empty() {
+        println!("no document was taken whole by both engines: nothing to compare");
+        return;
+    }
     println!("\n| masks, us | mean | p50 | p90 | p99 | max | vs llguidance (pooled mean) |");
     println!("|---|---|---|---|---|---|---|");
     let n = cold.len();
