@@ -47,6 +47,11 @@ impl Inner {
 
     /// Drops the entries inserted first until the rest, and `room` more, fit.
     fn trim(&mut self, room: usize) {
+        // Unbounded (a compile's private cache): nothing to drop, and summing every entry
+        // at each insertion would make a compile of many lexemes quadratic.
+        if self.max_bytes == usize::MAX {
+            return;
+        }
         let mut bytes = self.bytes();
         while bytes.saturating_add(room) > self.max_bytes {
             let Some(old) = self.order.pop_front() else {
