@@ -460,23 +460,26 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
             }
         }
     }
-    // Byte classes: the common refinement of the segments' classes.
+    // Byte classes: the common refinement of the segments' classes, one segment at a time
+    // (a class so far and the segment's class name the refined class).
     let mut classes = [0u8; 256];
-    let mut reps: Vec<u8> = Vec::new();
-    let mut class_of: FxHashMap<Vec<u8>, u8> = FxHashMap::default();
-    for b in 0..=255u8 {
-        let key: Vec<u8> = segments
-            .iter()
-            .map(|s| match s {
-                Segment::Plain(d, _) => d.classes[b as usize],
-                Segment::Counted { body, .. } => body.classes[b as usize],
-            })
-            .collect();
-        let next = class_of.len();
-        classes[b as usize] = *class_of.entry(key).or_insert_with(|| {
-            reps.push(b);
-            next as u8
-        });
+    let mut reps: Vec<u8> = vec![0];
+    for s in &segments {
+        let of = match s {
+            Segment::Plain(d, _) => &d.classes,
+            Segment::Counted { body, .. } => &body.classes,
+        };
+        let mut refined: FxHashMap<(u8, u8), u8> = FxHashMap::default();
+        reps.clear();
+        for b in 0..=255u8 {
+            let next = refined.len() as u8;
+            classes[b as usize] = *refined
+                .entry((classes[b as usize], of[b as usize]))
+                .or_insert_with(|| {
+                    reps.push(b);
+                    next
+                });
+        }
     }
     let stride = reps.len();
     let mut offset = Vec::with_capacity(k);
@@ -510,9 +513,12 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
         tail: OnceLock::new(),
     };
     let start = composed.tag(composed.offset[0] + composed.segments[0].start());
+    let live: Vec<bool> = (0..stride)
+        .map(|c| composed.next(start & INDEX, c) != DEAD)
+        .collect();
     let mut first = [0u64; 4];
     for b in 0..=255u8 {
-        if composed.next(start & INDEX, classes[b as usize] as usize) != DEAD {
+        if live[classes[b as usize] as usize] {
             first[b as usize / 64] |= 1 << (b % 64);
         }
     }
