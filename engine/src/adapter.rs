@@ -372,7 +372,6 @@ pub struct RobustConstrainedAdapter {
     walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
     /// The same for walks of the slice's suffix trie: the suffixes the parser takes.
     suffix_walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
-    scratch: FixedBitSet,
 }
 
 /// Drives the grammar's recognizer from the trie walk, keeping the first error.
@@ -415,7 +414,6 @@ fn push_end(walker: &mut Walker<'_>, run: Run, end_state: u32) -> bool {
 struct Memos<'a> {
     walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
     suffix_walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
-    scratch: &'a mut FixedBitSet,
 }
 
 /// The tokens of a run in a generic state: its inside set, the suffix tries where its
@@ -428,7 +426,7 @@ fn generic_run(
     sets: &LexTokens,
     mask: &mut FixedBitSet,
 ) {
-    mask.union_with(&sets.inside);
+    sets.inside.union_into(mask);
     // Where the lexeme can end inside a token: continue from there with the recognizer
     // just after the lexeme's end (one push per distinct end state).
     for (end_state, suffixes) in &sets.suffixes {
@@ -440,7 +438,6 @@ fn generic_run(
     let space = c.space();
     let trie = space.trie();
     let nodes = trie.nodes();
-    let width = space.width();
     let mut k = 0;
     while k < sets.subtrees.len() {
         let end_state = sets.subtrees[k].0;
@@ -460,17 +457,15 @@ fn generic_run(
             }
             if *pushed.get_or_insert_with(|| push_end(walker, run, end_state)) {
                 let (lo, n) = (node.index(), nodes[node.index()]);
-                memo.scratch.grow(width);
-                memo.scratch.clear();
-                trie.walk_range(
+                let mut tokens = Vec::new();
+                trie.walk_range_tokens(
                     walker,
-                    memo.scratch,
+                    &mut tokens,
                     lo + 1,
                     lo + n.subtree as usize,
                     n.depth as usize,
                 );
-                let tokens: Vec<TokenId> = memo.scratch.ones().map(|t| TokenId(t as u32)).collect();
-                mask.union_with(memo.scratch);
+                tokens.iter().for_each(|&t| mask.insert(t.index()));
                 if memo.walks.len() >= MAX_REMEMBERED_WALKS {
                     memo.walks.clear();
                 }
@@ -624,7 +619,6 @@ impl RobustConstrainedAdapter {
             key: Vec::new(),
             walks: Default::default(),
             suffix_walks: Default::default(),
-            scratch: FixedBitSet::new(),
         }
     }
 
@@ -688,7 +682,6 @@ impl RobustConstrainedAdapter {
         let mut memo = Memos {
             walks: &mut self.walks,
             suffix_walks: &mut self.suffix_walks,
-            scratch: &mut self.scratch,
         };
         for &run in &self.runs {
             match &**c.tokens(run.lexeme, run.state) {

@@ -156,7 +156,7 @@ impl MaskCache {
         }
         self.get_or(&self.generic, k, || {
             let t = walk_generic(dfa, state, &self.space, self.depth);
-            let bytes = t.inside.as_slice().len() * 8
+            let bytes = t.inside.memory_usage()
                 + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
                 + t.subtrees.len() * 8;
             (Arc::new(t), bytes)

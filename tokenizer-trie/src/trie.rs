@@ -66,6 +66,9 @@ pub struct TokenTrie {
     duplicates: Vec<(u32, TokenId)>,
     /// One past the largest token id in the trie.
     id_bound: usize,
+    /// The root's children: `(byte, node)`. They lie far apart in `nodes` (each after its
+    /// whole subtree), so a walk that tries every first byte reads them from here.
+    root_children: Vec<(u8, u32)>,
 }
 
 impl TokenTrie {
@@ -133,10 +136,17 @@ impl TokenTrie {
         }
         nodes.shrink_to_fit();
         duplicates.shrink_to_fit();
+        let mut root_children = Vec::new();
+        let mut i = 1;
+        while i < nodes.len() {
+            root_children.push((nodes[i].byte, i as u32));
+            i += nodes[i].subtree as usize;
+        }
         TokenTrie {
             nodes,
             duplicates,
             id_bound,
+            root_children,
         }
     }
 
@@ -146,6 +156,12 @@ impl TokenTrie {
         &self.nodes
     }
 
+    /// The root's children, `(byte, node index)` in byte order.
+    #[inline]
+    pub fn root_children(&self) -> &[(u8, u32)] {
+        &self.root_children
+    }
+
     /// One past the largest token id in the trie.
     pub fn id_bound(&self) -> usize {
         self.id_bound
@@ -153,7 +169,9 @@ impl TokenTrie {
 
     /// Heap bytes used.
     pub fn memory_usage(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>() + self.duplicates.capacity() * 8
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.duplicates.capacity() * 8
+            + self.root_children.capacity() * 8
     }
 
     /// Marks the token(s) ending at node `i` in `mask`.
@@ -208,6 +226,33 @@ impl TokenTrie {
         end: usize,
         base_depth: usize,
     ) {
+        self.walk_range_with(r, (start, end), base_depth, |i| self.mark(i, mask));
+    }
+
+    /// [`TokenTrie::walk_range`], appending the tokens found to `out` instead of marking
+    /// them in a bitset (for walks that find few tokens: no pass over a whole mask).
+    pub fn walk_range_tokens<R: ByteRecognizer>(
+        &self,
+        r: &mut R,
+        out: &mut Vec<TokenId>,
+        start: usize,
+        end: usize,
+        base_depth: usize,
+    ) {
+        self.walk_range_with(r, (start, end), base_depth, |i| {
+            out.extend(self.tokens_at(i))
+        });
+    }
+
+    /// The walk of [`TokenTrie::walk_range`], calling `found` with each node `r` accepts.
+    #[inline]
+    fn walk_range_with<R: ByteRecognizer>(
+        &self,
+        r: &mut R,
+        (start, end): (usize, usize),
+        base_depth: usize,
+        mut found: impl FnMut(usize),
+    ) {
         let nodes = &self.nodes;
         let mut depth = base_depth; // bytes pushed (relative to the trie root)
         let mut i = start;
@@ -220,7 +265,7 @@ impl TokenTrie {
             }
             if r.push(n.byte) {
                 depth += 1;
-                self.mark(i, mask);
+                found(i);
                 i += 1;
             } else {
                 i += n.subtree as usize;
@@ -401,6 +446,7 @@ mod tests {
         assert_eq!(bytes, b"abcba\xe6\x97\xa5");
         assert_eq!(n[1].subtree, 3);
         assert_eq!(n[4].subtree, 2);
+        assert_eq!(t.root_children(), &[(b'a', 1), (b'b', 4), (0xe6, 6)]);
         assert_eq!(t.prefix(3), b"abc");
         assert_eq!(t.prefix(8), b"\xe6\x97\xa5");
         assert_eq!(
@@ -419,5 +465,11 @@ mod tests {
         // a, ab (and its duplicate 7), b, ba, both CJK pieces; not abc.
         assert_eq!(got, vec![0, 1, 3, 4, 5, 6, 7]);
         assert!(r.1.is_empty(), "the walk pops everything it pushed");
+        // The same walk listing tokens: each found once, in trie order.
+        let mut listed = Vec::new();
+        t.walk_range_tokens(&mut r, &mut listed, 1, t.nodes().len(), 0);
+        let listed: Vec<usize> = listed.iter().map(|t| t.index()).collect();
+        assert_eq!(listed, vec![0, 1, 7, 3, 4, 5, 6]);
+        assert!(r.1.is_empty());
     }
 }
