@@ -17,8 +17,8 @@
 //! [`ConstraintCache::compile`], and keeps it with [`ConstraintCache::insert`] only once it
 //! is accepted: refused constraints never stay.
 
-use crate::adapter::Constraint;
 use crate::cache::{MaskCache, MaskCacheLimits};
+use crate::constraint::Constraint;
 use corral_grammar::{DfaCache, Grammar};
 use corral_trie::TokenSpace;
 use rustc_hash::FxHashSet;

@@ -7,7 +7,8 @@ mod trigger;
 
 use trigger::token_text;
 
-use crate::adapter::{Completion, Constraint, RobustConstrainedAdapter};
+use crate::adapter::{Completion, RobustConstrainedAdapter};
+use crate::constraint::Constraint;
 use crate::generate::{FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats};
 use crate::logprobs::{TokenLogprob, token_logprob};
 use crate::model::{Logits, ModelError};

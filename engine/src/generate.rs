@@ -23,7 +23,8 @@
 //! completion is appended instead (`budget_completed`). If no completion fits in
 //! `max_tokens` at all, generation refuses to start ([`GenerateError::BudgetTooSmall`]).
 
-use crate::adapter::{AdapterError, Constraint};
+use crate::adapter::AdapterError;
+use crate::constraint::Constraint;
 pub use crate::decoder::{Decoder, Next};
 use crate::logprobs::TokenLogprob;
 use crate::model::{CausalLm, ModelError};

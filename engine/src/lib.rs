@@ -7,7 +7,7 @@
 //!   tokenizer can share.
 //! - [`RobustConstrainedAdapter`]: per decoding step, `compute_mask` then `step_with_token`;
 //!   also `rollback`, `fork`, `forced_bytes` for jump-forward, and `state_info`.
-//! - [`generate`]: the generation loop over any [`CausalLm`] (implemented in corral-models),
+//! - [`generate`](mod@generate): the generation loop over any [`CausalLm`] (implemented in corral-models),
 //!   with [`Sampler`] and streaming text deltas.
 //!
 //! ```
@@ -37,6 +37,7 @@
 pub mod adapter;
 pub mod cache;
 mod classes;
+pub mod constraint;
 pub mod constraints;
 mod decoder;
 pub mod generate;
@@ -49,10 +50,10 @@ pub mod tokens;
 mod utf8;
 
 pub use adapter::{
-    AdapterError, Completion, Constraint, PartialLexeme, RobustConstrainedAdapter, StateInfo,
-    compute_masks,
+    AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
 };
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
+pub use constraint::Constraint;
 pub use constraints::{
     CacheLimits, CacheStats, ConstraintCache, DEFAULT_CACHE_BYTES, DEFAULT_CONSTRAINTS,
 };

@@ -2,7 +2,8 @@
 //! `corral replay`. For every token: compute the mask (timed), check that the token is in
 //! it, step. At the end: is EOS allowed?
 
-use crate::adapter::{Constraint, RobustConstrainedAdapter};
+use crate::adapter::RobustConstrainedAdapter;
+use crate::constraint::Constraint;
 use corral_trie::TokenId;
 use std::sync::Arc;
 use std::time::Instant;

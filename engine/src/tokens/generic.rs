@@ -1,0 +1,246 @@
+//! The generic walk: a lexeme state's token sets found by one walk of the whole token trie
+//! with the DFA alone (see the parent module), for states no slice shifts uniformly.
+
+use super::{Loops, Outcome, run_suffix};
+use corral_grammar::{DEAD, LexemeDfa};
+use corral_trie::{Alphabet, FixedBitSet, NodeId, TokenId, TokenSpace, TokenTrie};
+
+/// The token sets of one `(lexeme, DFA state)` found by walking the whole token trie (the
+/// generic way; see the module docs).
+#[derive(Debug)]
+pub struct LexTokens {
+    pub inside: Inside,
+    /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
+    pub suffixes: Vec<(u32, TokenTrie)>,
+    /// `(end state, main-trie node)`: walk the node's subtree in place. Sorted by state.
+    pub subtrees: Vec<(u32, NodeId)>,
+}
+
+/// The tokens a state keeps its lexeme going with: a list where they are few (most states
+/// of short lexemes: keys, separators, literals), so that neither building nor using the
+/// set touches a bit per token of the vocabulary.
+#[derive(Debug)]
+pub enum Inside {
+    Few(Box<[TokenId]>),
+    Many(FixedBitSet),
+}
+
+impl Inside {
+    /// At most this many tokens per 64-bit word of a whole mask are kept as a list.
+    const FEW_PER_WORD: usize = 4;
+
+    /// The tokens of `set` (which the caller then clears), as a list where they are few.
+    fn take(set: &FixedBitSet) -> Inside {
+        let words = set.as_slice().len();
+        let mut few = Vec::new();
+        for t in set.ones() {
+            if few.len() * Inside::FEW_PER_WORD >= words {
+                return Inside::Many(set.clone());
+            }
+            few.push(TokenId(t as u32));
+        }
+        Inside::Few(few.into_boxed_slice())
+    }
+
+    /// Adds these tokens to `mask`.
+    pub fn union_into(&self, mask: &mut FixedBitSet) {
+        match self {
+            Inside::Few(ts) => ts.iter().for_each(|t| mask.insert(t.index())),
+            Inside::Many(set) => mask.union_with(set),
+        }
+    }
+
+    /// Heap bytes held.
+    pub fn memory_usage(&self) -> usize {
+        match self {
+            Inside::Few(ts) => ts.len() * 4,
+            Inside::Many(set) => set.as_slice().len() * 8,
+        }
+    }
+}
+
+thread_local! {
+    /// The set a generic walk marks its tokens in (cleared after each walk): one per
+    /// thread rather than a zeroed allocation of a whole mask per walk.
+    static INSIDE: std::cell::RefCell<FixedBitSet> = const { std::cell::RefCell::new(FixedBitSet::new()) };
+}
+
+/// The bytes of a token after a lexeme's end, and the token.
+type Suffix = (Vec<u8>, TokenId);
+
+/// Ending nodes with at most this many nodes below them are merged into suffix tries.
+const MERGE_SUBTREE: u32 = 256;
+
+/// The suffixes of tokens that need the parser after the lexeme ends in `state`.
+fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
+    let g = match groups.iter().position(|g| g.0 == state) {
+        Some(g) => g,
+        None => {
+            groups.push((state, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    &mut groups[g].1
+}
+
+/// Runs the rest of a token that leaves a string's body, from `state` there: it stays
+/// (`inside`), dies, or ends the lexeme and needs the parser for what follows (`groups`).
+fn run_leaving(
+    dfa: &LexemeDfa,
+    state: u32,
+    (token, rest): (TokenId, &[u8]),
+    inside: &mut FixedBitSet,
+    groups: &mut Vec<(u32, Vec<Suffix>)>,
+) {
+    match run_suffix(dfa, state, rest) {
+        Outcome::Alive => inside.insert(token.index()),
+        Outcome::Dead => {}
+        Outcome::Ending { state, at } => group(groups, state).push((rest[at..].to_vec(), token)),
+    }
+}
+
+/// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
+/// a string's body: there the slice's tails decide (see [`CharSlice::tail`]).
+pub(crate) fn walk_generic(
+    dfa: &LexemeDfa,
+    start: u32,
+    space: &TokenSpace,
+    depth: usize,
+) -> LexTokens {
+    INSIDE.with_borrow_mut(|inside| {
+        // Exactly this space's width: a set kept from a wider space would widen the masks
+        // it is unioned into.
+        if inside.len() != space.width() {
+            *inside = FixedBitSet::with_capacity(space.width());
+        }
+        let tokens = walk_generic_into(dfa, start, space, depth, inside);
+        inside.clear();
+        tokens
+    })
+}
+
+/// [`walk_generic`], marking the inside tokens in `inside` (empty) and leaving them there.
+fn walk_generic_into(
+    dfa: &LexemeDfa,
+    start: u32,
+    space: &TokenSpace,
+    depth: usize,
+    inside: &mut FixedBitSet,
+) -> LexTokens {
+    const NONE: u32 = u32::MAX;
+    let trie = space.trie();
+    let nodes = trie.nodes();
+    let vocab = space.vocab();
+    let slice = space.slice_of(Alphabet::Strings);
+    let mut loops = Loops::new(Alphabet::Strings, depth);
+    let jumps = slice.indexes_trie();
+    let mut subtrees = Vec::new();
+    // (end state, (remaining bytes, token)) per group.
+    let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
+    // Per depth on the current path: the DFA state, the first node below the root where
+    // the lexeme could end (NONE if none yet), and the bytes the character under way still
+    // needs (`MISALIGNED`: the token began inside one, so no jumps below).
+    const MISALIGNED: u8 = u8::MAX;
+    let mut path: Vec<(u32, u32, u8)> = vec![(start, NONE, 0)];
+    // The root's children one by one, skipping those the DFA refuses at once (a walk
+    // from the root would read each of them far apart in the node array).
+    for &(first_byte, first) in trie.root_children() {
+        if dfa.next(start, first_byte) == DEAD {
+            continue;
+        }
+        let mut i = first as usize;
+        let end = i + nodes[i].subtree as usize;
+        while i < end {
+            let n = nodes[i];
+            let d = n.depth as usize;
+            let next = dfa.next(path[d - 1].0, n.byte);
+            let ended = path[d - 1].1;
+            // The bytes the character under way needs after this one.
+            let needs = match (path[d - 1].2, n.byte) {
+                (MISALIGNED, _) => MISALIGNED,
+                (0, 0x00..=0x7f) => 0,
+                (0, 0xc2..=0xdf) => 1,
+                (0, 0xe0..=0xef) => 2,
+                (0, 0xf0..=0xf4) => 3,
+                (k @ 1..=3, 0x80..=0xbf) => k - 1,
+                _ => MISALIGNED,
+            };
+            if next == DEAD {
+                if ended != NONE && nodes[ended as usize].subtree <= MERGE_SUBTREE {
+                    // The tokens below need the parser after the lexeme's end at `ended`.
+                    let a = ended as usize;
+                    let k = nodes[a].depth as usize;
+                    let g = group(&mut groups, path[k].0);
+                    for j in i..i + n.subtree as usize {
+                        for t in trie.tokens_at(j) {
+                            let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                            g.push((bytes[k..].to_vec(), t));
+                        }
+                    }
+                }
+                i += n.subtree as usize;
+                continue;
+            }
+            let mut here = ended;
+            if here == NONE && dfa.is_accepting(next) {
+                here = i as u32;
+                if n.subtree > MERGE_SUBTREE {
+                    subtrees.push((next, NodeId(i as u32)));
+                }
+            }
+            trie.mark(i, inside);
+            if here == NONE && needs == 0 && n.subtree > 1 && jumps && loops.test(dfa, next) {
+                // The body of a string, reached at a character boundary (the token's bytes so
+                // far are whole characters, as [`CharSlice::subtree_tails`] reads them): the
+                // subtree's tokens whose rest is slice characters stay there; the few others
+                // are run one by one. No DFA step per node.
+                let end = i + n.subtree as usize;
+                if d == 1
+                    && n.byte < 0x80
+                    && let Some((rest_in_slice, others)) = slice.below_first_byte(n.byte)
+                {
+                    // Below a first byte: the tokens that stay are one precomputed set.
+                    inside.union_with(rest_in_slice);
+                    for e in others {
+                        run_leaving(
+                            dfa,
+                            next,
+                            (e.token, &slice.tail_bytes(e)[d..]),
+                            inside,
+                            &mut groups,
+                        );
+                    }
+                    i = end;
+                    continue;
+                }
+                for e in slice.subtree_tails(i + 1, end) {
+                    if e.tail as usize <= d {
+                        inside.insert(e.token.index());
+                    } else {
+                        run_leaving(
+                            dfa,
+                            next,
+                            (e.token, &slice.tail_bytes(e)[d..]),
+                            inside,
+                            &mut groups,
+                        );
+                    }
+                }
+                i = end;
+                continue;
+            }
+            path.truncate(d);
+            path.push((next, here, needs));
+            i += 1;
+        }
+    }
+    subtrees.sort_unstable();
+    LexTokens {
+        inside: Inside::take(inside),
+        suffixes: groups
+            .into_iter()
+            .map(|(state, entries)| (state, TokenTrie::from_entries(entries)))
+            .collect(),
+        subtrees,
+    }
+}
