@@ -26,6 +26,10 @@ use corral_maskbench_replay::{
 use serde::Serialize;
 use std::time::Instant;
 
+const USAGE: &str = "usage: corral-maskbench-replay [--tokenizer llama3_1|qwen3|gemma3] \
+[--sample N] [--seed S] [--schema Collection/file.json] [--instances N] [--brute N] \
+[--no-timing] [--warm N] [--json FILE] [--slowest N] [--reps N]";
+
 struct Args {
     tokenizer: String,
     sample: Option<usize>,
@@ -72,7 +76,11 @@ fn args() -> Result<Args> {
             "--json" => a.json = it.next(),
             "--slowest" => a.slowest = num(it.next(), "--slowest")?,
             "--reps" => a.reps = num(it.next(), "--reps")?.max(1),
-            other => return Err(anyhow!("unknown argument {other}")),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(anyhow!("unknown argument {other}\n{USAGE}")),
         }
     }
     Ok(a)
