@@ -3,7 +3,7 @@
 
 use super::{Loops, Outcome, run_suffix};
 use corral_grammar::{DEAD, LexemeDfa};
-use corral_trie::{Alphabet, FixedBitSet, NodeId, TokenId, TokenSpace, TokenTrie};
+use corral_trie::{Alphabet, FixedBitSet, NodeId, Tail, TokenId, TokenSpace, TokenTrie};
 
 /// The token sets of one `(lexeme, DFA state)` found by walking the whole token trie (the
 /// generic way; see the module docs).
@@ -195,35 +195,29 @@ fn walk_generic_into(
                 // subtree's tokens whose rest is slice characters stay there; the few others
                 // are run one by one. No DFA step per node.
                 let end = i + n.subtree as usize;
+                let mut leave = |e: &Tail, inside: &mut FixedBitSet| {
+                    run_leaving(
+                        dfa,
+                        next,
+                        (e.token, &slice.tail_bytes(e)[d..]),
+                        inside,
+                        &mut groups,
+                    )
+                };
                 if d == 1
                     && n.byte < 0x80
                     && let Some((rest_in_slice, others)) = slice.below_first_byte(n.byte)
                 {
                     // Below a first byte: the tokens that stay are one precomputed set.
                     inside.union_with(rest_in_slice);
-                    for e in others {
-                        run_leaving(
-                            dfa,
-                            next,
-                            (e.token, &slice.tail_bytes(e)[d..]),
-                            inside,
-                            &mut groups,
-                        );
-                    }
-                    i = end;
-                    continue;
-                }
-                for e in slice.subtree_tails(i + 1, end) {
-                    if e.tail as usize <= d {
-                        inside.insert(e.token.index());
-                    } else {
-                        run_leaving(
-                            dfa,
-                            next,
-                            (e.token, &slice.tail_bytes(e)[d..]),
-                            inside,
-                            &mut groups,
-                        );
+                    others.for_each(|e| leave(e, inside));
+                } else {
+                    for e in slice.subtree_tails(i + 1, end) {
+                        if e.tail as usize <= d {
+                            inside.insert(e.token.index());
+                        } else {
+                            leave(e, inside);
+                        }
                     }
                 }
                 i = end;
