@@ -47,6 +47,7 @@ pub mod chat;
 pub mod device;
 pub mod gguf_llama;
 pub mod gguf_tokenizer;
+pub mod harmony;
 pub mod hf_folder;
 pub mod hub;
 pub mod llama;

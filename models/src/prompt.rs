@@ -20,6 +20,9 @@ use aho_corasick::{AhoCorasick, MatchKind};
 const OPEN: char = '\u{F8F0}';
 /// Closes a marker.
 const CLOSE: char = '\u{F8F1}';
+/// A break between two stretches tokenized apart ([`Prompt::push_break`]): a marker with
+/// no number, which escaping never writes.
+const BREAK: &str = "\u{F8F0}\u{F8F1}";
 
 /// A prompt under construction: trusted text with user text escaped in it. See the module
 /// docs.
@@ -59,6 +62,14 @@ impl Prompt {
         let escaped = specials.escape(text, &mut self.escaped);
         self.text.push_str(&escaped);
         self.len += text.len();
+    }
+
+    /// Ends the current stretch of text: what follows is tokenized apart from what came
+    /// before, as if a control token stood between them (a tokenizer's pre-tokenization
+    /// could otherwise join characters across the two). For formats whose reference
+    /// tokenizes pieces of a message one by one (harmony). It adds no text.
+    pub fn push_break(&mut self) {
+        self.text.push_str(BREAK);
     }
 
     /// The text as rendered, markers in place of the escaped names (for templates and
@@ -177,8 +188,10 @@ impl SpecialTokens {
             if piece.is_empty() {
                 return Ok(());
             }
-            let piece = unescape(piece, &prompt.escaped);
-            ids.extend_from_slice(self.plain.encode(piece.as_str(), false)?.get_ids());
+            for part in piece.split(BREAK).filter(|p| !p.is_empty()) {
+                let part = unescape(part, &prompt.escaped);
+                ids.extend_from_slice(self.plain.encode(part.as_str(), false)?.get_ids());
+            }
             Ok(())
         };
         let mut at = 0;
@@ -194,8 +207,8 @@ impl SpecialTokens {
     }
 }
 
-/// `text` with every marker replaced by what it stands for (a marker that names nothing
-/// stays as it is: it cannot come from escaping).
+/// `text` with every marker replaced by what it stands for, and breaks removed (a marker
+/// that names nothing stays as it is: it cannot come from escaping).
 fn unescape(text: &str, escaped: &[String]) -> String {
     if !text.contains(OPEN) {
         return text.to_string();
@@ -205,6 +218,10 @@ fn unescape(text: &str, escaped: &[String]) -> String {
     while let Some(i) = rest.find(OPEN) {
         out.push_str(&rest[..i]);
         let after = &rest[i + OPEN.len_utf8()..];
+        if let Some(next) = after.strip_prefix(CLOSE) {
+            rest = next;
+            continue;
+        }
         let number = after
             .find(CLOSE)
             .and_then(|j| after[..j].parse::<usize>().ok().map(|n| (n, j)));
@@ -295,5 +312,28 @@ mod tests {
         // A rendered template that kept the markers where it put the user's text.
         let r = p.rendered(format!("<s>{}</s>", p.escaped_text()));
         assert_eq!(r.text(), format!("<s>{}</s>", p.text()));
+    }
+
+    #[test]
+    fn a_break_tokenizes_apart_and_adds_no_text() {
+        let t = tokenizer();
+        let sp = SpecialTokens::new(&t);
+        let ids = |s: &str| t.encode(s, false).unwrap().get_ids().to_vec();
+        let mut p = Prompt::default();
+        p.push_user(&sp, "hi");
+        p.push_break();
+        p.push_user(&sp, "there!");
+        p.push_break();
+        p.push_break();
+        assert_eq!(p.text(), "hithere!");
+        assert_eq!(p.len(), p.text().len());
+        // Together the words are one unknown word (id 0); apart, each is its own token.
+        assert_eq!(ids("hithere!"), [0, 7]);
+        let apart = [ids("hi"), ids("there!")].concat();
+        assert_eq!(sp.encode(&p).unwrap(), apart);
+        // A marker character the user wrote is not a break.
+        let mut q = Prompt::default();
+        q.push_user(&sp, "hi\u{F8F0}\u{F8F1}there");
+        assert_eq!(q.text(), "hi\u{F8F0}\u{F8F1}there");
     }
 }

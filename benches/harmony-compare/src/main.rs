@@ -5,7 +5,10 @@
 //!
 //! openai-harmony needs `o200k_base.tiktoken`; it is rebuilt here, exactly, from the gpt-oss
 //! `tokenizer.json` (one line per token: base64 of its bytes and its id) and its sha256 is
-//! checked against the one the crate expects.
+//! checked against the one the crate expects (`encoding.rs`).
+//!
+//! The other binary, `render`, checks corral's harmony prompts against openai-harmony's
+//! (see `src/bin/render.rs`).
 //!
 //! Run: `cargo run --release --manifest-path benches/harmony-compare/Cargo.toml [TOKENS] [--plain]`
 //! (`--plain`: analysis and final messages only, no tool calls; `--long`: one long
@@ -14,16 +17,13 @@
 #[path = "../../../tests/support/streams.rs"]
 #[allow(dead_code)]
 mod streams;
+mod encoding;
 
-use base64::Engine;
 use corral_split::generate::Utf8Stream;
 use corral_split::{HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter};
 use corral_trie::Vocabulary;
-use sha2::Digest;
 use std::path::Path;
 use std::time::Instant;
-
-const TIKTOKEN_SHA256: &str = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d";
 
 fn main() {
     let target_tokens: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
@@ -33,22 +33,7 @@ fn main() {
     let tok = tokenizers::Tokenizer::from_file(&tok_path).expect("gpt-oss tokenizer.json (scripts/fetch-assets)");
     let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
 
-    // o200k_base.tiktoken from the vocabulary.
-    let dir = std::env::temp_dir().join("corral-tiktoken");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut file = String::new();
-    for id in 0..199_998u32 {
-        let b = vocab.token_bytes(id).expect("text token");
-        file.push_str(&base64::engine::general_purpose::STANDARD.encode(b));
-        file.push(' ');
-        file.push_str(&id.to_string());
-        file.push('\n');
-    }
-    let sha = format!("{:x}", sha2::Sha256::digest(file.as_bytes()));
-    assert_eq!(sha, TIKTOKEN_SHA256, "rebuilt o200k_base.tiktoken differs");
-    std::fs::write(dir.join("o200k_base.tiktoken"), &file).unwrap();
-    // SAFETY: set before any other thread exists; openai-harmony reads it when loading.
-    unsafe { std::env::set_var("TIKTOKEN_ENCODINGS_BASE", &dir) };
+    let enc = encoding::load(&vocab);
 
     // The stream, as gpt-oss token ids (markers become their special tokens).
     let long = std::env::args().any(|a| a == "--long");
@@ -71,7 +56,6 @@ fn main() {
     let bytes: usize = ids.iter().map(|&i| vocab.token_bytes(i).map_or(0, <[u8]>::len)).sum();
     println!("stream: {} tokens, {} bytes of text", ids.len(), bytes);
 
-    let enc = openai_harmony::load_harmony_encoding(openai_harmony::HarmonyEncodingName::HarmonyGptOss).expect("harmony encoding");
     let markers = HarmonyMarkers::GPT_OSS;
     let mut best = (f64::MAX, f64::MAX);
     let (mut ours_out, mut theirs_out) = (0usize, 0usize);
