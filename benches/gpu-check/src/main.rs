@@ -396,18 +396,37 @@ fn against_exact(
         Ok(l.forward(&input, pos)?.flatten_all()?.to_vec1::<f32>()?)
     };
     let (mut own, mut theirs, mut gpu) = (Diff::new(0.0), Diff::new(0.0), Diff::new(0.0));
+    let mut references = Vec::with_capacity(tokens.len());
     for (pos, &t) in tokens.iter().enumerate() {
         let reference = run(&mut exact, t, pos)?;
         own.add(&reference, &host(cpu.lm().forward(&[t], pos)?)?);
         theirs.add(&reference, &run(&mut candle, t, pos)?);
         gpu.add(&reference, &host(dev.lm().forward(&[t], pos)?)?);
+        references.push(reference);
     }
+    // The same on the device through candle's dequantizing kernels (activations kept in
+    // f32), to tell the quantized kernels' rounding from anything else.
+    #[cfg(feature = "cuda")]
+    let dequantizing = {
+        candle_core::quantized::cuda::set_force_dmmv(true);
+        let mut d = Diff::new(0.0);
+        for (pos, (&t, reference)) in tokens.iter().zip(&references).enumerate() {
+            d.add(reference, &host(dev.lm().forward(&[t], pos)?)?);
+        }
+        candle_core::quantized::cuda::set_force_dmmv(false);
+        format!(
+            "; {device} through candle's dequantizing kernels {:.1e}",
+            d.max_nmse
+        )
+    };
+    #[cfg(not(feature = "cuda"))]
+    let dequantizing = String::new();
     let bar = QUANTIZED_FACTOR * own.max_nmse.max(theirs.max_nmse);
     Ok(Row {
         check: "Q8_0/Q4_1: distance from the exact function (f32 weights), one token at a time"
             .into(),
         figure: format!(
-            "{} positions, NMSE at most: corral's CPU kernel {:.1e}, candle's CPU kernel {:.1e}, {device} {:.1e}",
+            "{} positions, NMSE at most: corral's CPU kernel {:.1e}, candle's CPU kernel {:.1e}, {device} {:.1e}{dequantizing}",
             gpu.positions, own.max_nmse, theirs.max_nmse, gpu.max_nmse
         ),
         bar: format!("{device} at most {QUANTIZED_FACTOR}x the worse CPU kernel ({bar:.1e})"),
