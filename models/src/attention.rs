@@ -37,6 +37,26 @@ pub(crate) struct Heads {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    pub rope: Rope,
+}
+
+/// Which pairs of a head's values RoPE turns together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rope {
+    /// `(x[2i], x[2i+1])`, as candle's `rope_i` (llama.cpp's GGUF llama layout).
+    Interleaved,
+    /// `(x[i], x[i + head_dim/2])`, as transformers' `rotate_half` (gpt-oss).
+    Halves,
+}
+
+/// What a layer's attention adds to plain causal attention (gpt-oss; llama has neither).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Span<'a> {
+    /// Each row sees only its last `window` positions (its own included).
+    pub window: Option<usize>,
+    /// One learned logit per query head, in the softmax's denominator only: a head may
+    /// give part of its weight to no position.
+    pub sinks: Option<&'a [f32]>,
 }
 
 impl Heads {
@@ -131,7 +151,10 @@ pub(crate) fn push_step(
         .chunks_exact_mut(heads.head_dim)
         .chain(k.chunks_exact_mut(heads.head_dim))
     {
-        rotate(head, cos, sin);
+        match heads.rope {
+            Rope::Interleaved => rotate(head, cos, sin),
+            Rope::Halves => rotate_halves(head, cos, sin),
+        }
     }
     ck.extend_from_slice(k);
     cv.extend_from_slice(v);
@@ -142,12 +165,14 @@ pub(crate) fn push_step(
 /// positions of cache `views[i].0` (its own position and those before it: several rows of
 /// one sequence each see their own prefix). `q` holds each row's rotated queries
 /// (`heads x head_dim` each, in the order of `views`), `out` gets each one's attention
-/// output in the same layout. The work is split by (row, key-value head) among candle's
-/// pool of threads; each part reads its keys and values once for the query heads that
-/// share them. A row's result does not depend on the other rows of the batch.
+/// output in the same layout; `span` narrows what each row sees. The work is split by
+/// (row, key-value head) among candle's pool of threads; each part reads its keys and
+/// values once for the query heads that share them. A row's result does not depend on the
+/// other rows of the batch.
 pub(crate) fn attend_steps(
     views: &[(&KvCache, usize)],
     heads: &Heads,
+    span: Span,
     q: &[f32],
     out: &mut [f32],
 ) -> Result<()> {
@@ -159,7 +184,8 @@ pub(crate) fn attend_steps(
     for &(cache, seen) in views {
         match cache {
             KvCache::Host { k, v } if seen * row <= k.len() => {
-                host.push((&k[..seen * row], &v[..seen * row]))
+                let first = span.window.map_or(0, |w| seen.saturating_sub(w));
+                host.push((&k[first * row..seen * row], &v[first * row..seen * row]))
             }
             KvCache::Host { k, .. } => {
                 return Err(candle_core::Error::Msg(format!(
@@ -173,6 +199,13 @@ pub(crate) fn attend_steps(
                 ));
             }
         }
+    }
+    if span.sinks.is_some_and(|s| s.len() != heads.heads) {
+        return Err(candle_core::Error::Msg(format!(
+            "{} heads, {} attention sinks",
+            heads.heads,
+            span.sinks.map_or(0, <[f32]>::len)
+        )));
     }
     if q.len() != views.len() * qn || out.len() != q.len() {
         return Err(candle_core::Error::Msg(format!(
@@ -192,7 +225,8 @@ pub(crate) fn attend_steps(
         // key-value head g, which no other part writes; `out` outlives the call
         // (execute_chunked returns when every part is done).
         let o = unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(at), len) };
-        attend_group(host[i], heads, g, &q[at..at + len], o);
+        let sinks = span.sinks.map(|s| &s[g * groups..(g + 1) * groups]);
+        attend_group(host[i], heads, g, sinks, &q[at..at + len], o);
     };
     if parts == 1 {
         part(0);
@@ -203,8 +237,16 @@ pub(crate) fn attend_steps(
 }
 
 /// Attention of the query heads sharing key-value head `g` (`q` and `out`: those heads'
-/// `groups x head_dim` values) over one sequence's cache.
-fn attend_group((ck, cv): (&[f32], &[f32]), heads: &Heads, g: usize, q: &[f32], out: &mut [f32]) {
+/// `groups x head_dim` values, `sinks`: their sink logits) over the positions of one
+/// sequence's cache it sees.
+fn attend_group(
+    (ck, cv): (&[f32], &[f32]),
+    heads: &Heads,
+    g: usize,
+    sinks: Option<&[f32]>,
+    q: &[f32],
+    out: &mut [f32],
+) {
     let d = heads.head_dim;
     let row = heads.row();
     let n = ck.len() / row;
@@ -220,10 +262,17 @@ fn attend_group((ck, cv): (&[f32], &[f32]), heads: &Heads, g: usize, q: &[f32], 
     }
     let mut totals = vec![0f32; groups];
     for (r, s) in scores.chunks_exact_mut(n).enumerate() {
-        let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let sink = sinks.map(|k| k[r]);
+        let max = s
+            .iter()
+            .chain(&sink)
+            .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         for x in s.iter_mut() {
             *x = (*x - max).exp();
             totals[r] += *x;
+        }
+        if let Some(sink) = sink {
+            totals[r] += (sink - max).exp();
         }
     }
     out.fill(0.0);
@@ -244,6 +293,16 @@ fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (pair[0], pair[1]);
         pair[0] = a * c - b * s;
         pair[1] = a * s + b * c;
+    }
+}
+
+/// RoPE on one head, halves: `(x[i], x[i + d/2])` turned by angle `i`.
+fn rotate_halves(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let (a, b) = x.split_at_mut(x.len() / 2);
+    for ((a, b), (&c, &s)) in a.iter_mut().zip(b).zip(cos.iter().zip(sin)) {
+        let (x1, x2) = (*a, *b);
+        *a = x1 * c - x2 * s;
+        *b = x2 * c + x1 * s;
     }
 }
 

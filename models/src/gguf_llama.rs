@@ -1,9 +1,11 @@
-//! Quantized llama-family models from GGUF files (candle-transformers `quantized_llama`):
-//! Llama, SmolLM2, Mistral and the other architectures llama.cpp stores as `llama`.
+//! Models from GGUF files: the llama family (Llama, SmolLM2, Mistral and the other
+//! architectures llama.cpp stores as `llama`) and gpt-oss ([`crate::gpt_oss`]).
 
 use crate::LoadError;
 use crate::candle_lm::CandleLm;
 use crate::gguf_tokenizer::{GgufTokenizerInfo, tokenizer_from_gguf};
+use crate::gpt_oss::GptOss;
+use crate::gpt_oss::gguf::GgufFile;
 use crate::llama::{GgufNet, Llama};
 use candle_core::Device;
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -27,21 +29,33 @@ pub fn load(
     device: &Device,
 ) -> Result<(CandleLm<GgufNet>, tokenizers::Tokenizer, GgufTokenizerInfo), LoadError> {
     let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
-    let content = Content::read(&mut file).map_err(|e| {
-        LoadError::candle(format!("{}: not a readable GGUF file", path.display()), e)
+    // corral's header reader: candle's stops at MXFP4 tensors (gpt-oss).
+    let header = GgufFile::read(&mut file).map_err(|e| {
+        LoadError::Format(format!("{}: not a readable GGUF file: {e}", path.display()))
     })?;
-    let arch = content
+    let arch = header
+        .content
         .metadata
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .cloned()
         .unwrap_or_default();
+    if arch == "gpt-oss" {
+        return load_gpt_oss(path, &header, &mut file, device);
+    }
     if arch != "llama" {
         return Err(LoadError::Format(format!(
-            "{}: GGUF architecture {arch:?} is not supported (llama family only)",
+            "{}: GGUF architecture {arch:?} is not supported (llama family and gpt-oss)",
             path.display()
         )));
     }
+    if let Some(name) = header.mxfp4.keys().next() {
+        return Err(LoadError::Format(format!(
+            "{}: tensor {name} is MXFP4, which llama-family files are not read with",
+            path.display()
+        )));
+    }
+    let content = header.content;
     // Everything needed from the metadata first: `from_gguf` takes the content by value.
     let (tokenizer, info) = tokenizer_from_gguf(&content)?;
     let vocab =
@@ -56,5 +70,28 @@ pub fn load(
     .map_err(|e| LoadError::candle(format!("{}: cannot load the weights", path.display()), e))?;
     // quantized_llama's RoPE table stops at MAX_SEQ_LEN, whatever the file says.
     let lm = CandleLm::new(weights, device.clone(), vocab, context.min(MAX_SEQ_LEN));
+    Ok((lm, tokenizer, info))
+}
+
+/// A gpt-oss GGUF file: on the CPU only ([`crate::gpt_oss`]).
+fn load_gpt_oss(
+    path: &Path,
+    header: &GgufFile,
+    file: &mut std::fs::File,
+    device: &Device,
+) -> Result<(CandleLm<GgufNet>, tokenizers::Tokenizer, GgufTokenizerInfo), LoadError> {
+    if !device.is_cpu() {
+        return Err(LoadError::Format(format!(
+            "{}: gpt-oss runs on the CPU only in this build",
+            path.display()
+        )));
+    }
+    let (tokenizer, info) = tokenizer_from_gguf(&header.content)?;
+    let net = GptOss::from_gguf(header, file).map_err(|e| {
+        LoadError::candle(format!("{}: cannot load the weights", path.display()), e)
+    })?;
+    let c = net.config();
+    let (vocab, positions) = (c.vocab, c.max_positions);
+    let lm = CandleLm::new(GgufNet::GptOss(net), Device::Cpu, vocab, positions);
     Ok((lm, tokenizer, info))
 }

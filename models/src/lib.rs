@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `gguf_llama.rs`, `llama.rs` | quantized llama family (Llama, SmolLM2, ...) | a GGUF file |
 //! | `safetensors.rs` | Llama, Mistral, Qwen2 / Qwen2.5, Qwen3 | safetensors folder or Hub repo |
+//! | `gpt_oss/` | gpt-oss (mixture of experts in MXFP4, CPU) | safetensors folder, Hub repo or GGUF file |
 //!
 //! Each is a [`candle_lm::CandleNet`] (how to run the network and clear its cache); the
 //! one generic [`candle_lm::CandleLm`] makes it a `CausalLm`.
@@ -47,6 +48,7 @@ pub mod chat;
 pub mod device;
 pub mod gguf_llama;
 pub mod gguf_tokenizer;
+pub mod gpt_oss;
 pub mod harmony;
 pub mod hf_folder;
 pub mod hub;

@@ -13,8 +13,9 @@
 //!
 //! Mixture-of-experts GGUFs keep candle-transformers' model ([`GgufNet::Experts`]).
 
-use crate::attention::{Heads, KvCache, attend_steps, push_step};
+use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
+use crate::gpt_oss::GptOss;
 use crate::quant::WeightType;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -41,13 +42,15 @@ pub const STEP_MAX_POSITIONS: usize = 128;
 /// dequantized, 200 tokens at 215-280 against 336.
 pub const KERNEL_GEMM_MIN_ROWS: usize = 128;
 
-/// A GGUF llama-family network.
+/// A GGUF network.
 #[derive(Clone)]
 pub enum GgufNet {
-    /// Dense models (Llama, SmolLM2, Mistral, ...): [`Llama`].
+    /// Dense llama-family models (Llama, SmolLM2, Mistral, ...): [`Llama`].
     Dense(Llama),
-    /// Mixture-of-experts models: candle-transformers' `quantized_llama`.
+    /// Llama-family mixture-of-experts models: candle-transformers' `quantized_llama`.
     Experts(Box<ModelWeights>),
+    /// gpt-oss ([`crate::gpt_oss`]).
+    GptOss(GptOss),
 }
 
 impl CandleNet for GgufNet {
@@ -55,6 +58,7 @@ impl CandleNet for GgufNet {
         match self {
             GgufNet::Dense(m) => m.forward(input, pos),
             GgufNet::Experts(m) => m.forward(input, pos),
+            GgufNet::GptOss(m) => CandleNet::forward(m, input, pos),
         }
     }
 
@@ -66,6 +70,7 @@ impl CandleNet for GgufNet {
                 m.clear_kv_cache();
                 GgufNet::Experts(m)
             }
+            GgufNet::GptOss(m) => GgufNet::GptOss(m.fresh()),
         }
     }
 
@@ -77,16 +82,21 @@ impl CandleNet for GgufNet {
     ) -> Result<Tensor> {
         let n = nets.len();
         let mut dense = Vec::with_capacity(n);
+        let mut gpt_oss = Vec::with_capacity(n);
         for net in nets.iter_mut() {
             match &mut **net {
                 GgufNet::Dense(m) => dense.push(m),
+                GgufNet::GptOss(m) => gpt_oss.push(m),
                 GgufNet::Experts(_) => break,
             }
         }
         if dense.len() == n {
             return Llama::forward_batch(&mut dense, tokens, pos);
         }
-        drop(dense);
+        if gpt_oss.len() == n {
+            return GptOss::forward_batch(&mut gpt_oss, tokens, pos);
+        }
+        drop((dense, gpt_oss));
         crate::candle_lm::forward_one_by_one(nets, tokens, pos, device)
     }
 
@@ -94,6 +104,7 @@ impl CandleNet for GgufNet {
         match self {
             GgufNet::Dense(m) => m.clear_kv_cache(),
             GgufNet::Experts(m) => m.clear_kv_cache(),
+            GgufNet::GptOss(m) => m.clear_kv_cache(),
         }
     }
 }
@@ -374,7 +385,7 @@ impl Layer {
             .zip(seqs)
             .flat_map(|(c, &(pos, n))| (pos..pos + n).map(move |p| (&**c, p + 1)))
             .collect();
-        attend_steps(&views, shape, &q, &mut y)?;
+        attend_steps(&views, shape, Span::default(), &q, &mut y)?;
         let y = Tensor::from_vec(y, (r, 1, qn), x.device())?;
         self.o.forward_rows(&y)
     }
@@ -466,6 +477,7 @@ impl Llama {
                 heads,
                 kv_heads,
                 head_dim,
+                rope: Rope::Interleaved,
             },
             cos_host: host(&cos)?,
             sin_host: host(&sin)?,

@@ -1,6 +1,6 @@
 //! Safetensors models from a Hugging Face folder: the llama family (Llama, Mistral) and
 //! the Qwen2 and Qwen3 families, each a [`CandleNet`] over candle-transformers' own
-//! implementation.
+//! implementation; gpt-oss over corral's ([`crate::gpt_oss`]).
 
 use crate::LoadError;
 use crate::candle_lm::{CandleLm, CandleNet};
@@ -100,9 +100,10 @@ pub fn load(
                 config.max_position_embeddings,
             ))
         }
+        "gpt_oss" => crate::gpt_oss::load_hf(folder, device)?,
         other => {
             return Err(LoadError::Format(format!(
-                "{}: model_type {other:?} is not supported (llama, mistral, qwen2, qwen3; or a GGUF llama-family file)",
+                "{}: model_type {other:?} is not supported (llama, mistral, qwen2, qwen3, gpt_oss; or a GGUF llama-family or gpt-oss file)",
                 folder.name
             )));
         }

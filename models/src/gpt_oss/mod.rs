@@ -1,0 +1,527 @@
+//! gpt-oss, OpenAI's open-weight mixture-of-experts model, on the CPU.
+//!
+//! Each layer is attention then a mixture of experts, each behind an RMS norm and a
+//! residual:
+//! - **attention**: grouped-query, with biases on every projection, RoPE on halves with
+//!   YaRN's frequencies and scale ([`config::Config::rope_frequencies`]), and a learned
+//!   *sink* logit per head in the softmax's denominator; even layers see only their last
+//!   `sliding_window` positions (128 in the published models), odd layers everything;
+//! - **experts**: a router (linear, with bias) picks the `top_k` highest-scoring experts of
+//!   a position and weighs them by a softmax over those scores; an expert is a clamped
+//!   SwiGLU, `(clamp(up, ±limit) + 1) * g * sigmoid(alpha * g)` with `g = min(gate,
+//!   limit)`, between two MXFP4 matrices with biases, kept packed ([`mxfp4`]).
+//!
+//! Every pass runs row by row: a prompt's positions, a decoding step, or the steps of
+//! several sequences together ([`GptOss::forward_batch`]); each row attends to its own
+//! sequence's KV cache up to its own position ([`crate::attention`]), so a position's
+//! result is the same however it is batched. Dense weights (attention, router, embeddings,
+//! output) are f32 and multiply through candle.
+//!
+//! Loads the Hugging Face layout (`config.json`, safetensors with `*_blocks` / `*_scales`)
+//! and llama.cpp's GGUF layout ([`gguf`]).
+
+pub mod config;
+pub mod gguf;
+pub mod mxfp4;
+
+use crate::LoadError;
+use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
+use crate::candle_lm::CandleNet;
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::Linear;
+use config::Config;
+use mxfp4::Matrix;
+use std::path::Path;
+use std::sync::Arc;
+
+/// One layer's weights.
+#[derive(Clone)]
+struct Layer {
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    sinks: Vec<f32>,
+    window: Option<usize>,
+    router: Linear,
+    /// Per expert, `2 * intermediate` rows: gate and up interleaved (row `2j` is gate
+    /// `j`, row `2j + 1` up `j`), as the Hugging Face checkpoint stores them.
+    gate_up: Vec<Matrix>,
+    gate_up_bias: Vec<f32>,
+    /// Per expert, `hidden` rows of `intermediate` values.
+    down: Vec<Matrix>,
+    down_bias: Vec<f32>,
+}
+
+/// The weights, shared by every sequence.
+struct Weights {
+    config: Config,
+    embeddings: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    output: Linear,
+    heads: Heads,
+    inv_freq: Vec<f32>,
+    rope_scale: f32,
+}
+
+/// A gpt-oss network: the weights (shared: [`CandleNet::fresh`] makes another sequence
+/// over them) and one sequence's KV cache per layer.
+#[derive(Clone)]
+pub struct GptOss {
+    weights: Arc<Weights>,
+    caches: Vec<KvCache>,
+}
+
+impl GptOss {
+    /// From a Hugging Face folder's `config.json` and safetensors files.
+    pub fn from_hf(config: &serde_json::Value, files: &[impl AsRef<Path>]) -> Result<GptOss> {
+        let config = Config::from_hf(config).map_err(candle_core::Error::Msg)?;
+        // SAFETY: the files are mapped read-only and must not change while they are read
+        // here (every tensor is copied out before this returns).
+        let st = unsafe { MmapedSafetensors::multi(files)? };
+        let cpu = Device::Cpu;
+        let f32s = |name: &str| st.load(name, &cpu)?.to_dtype(DType::F32);
+        let host = |name: &str| f32s(name)?.flatten_all()?.to_vec1::<f32>();
+        let bytes = |name: &str| st.load(name, &cpu)?.flatten_all()?.to_vec1::<u8>();
+        let linear = |name: &str| -> Result<Linear> {
+            Ok(Linear::new(
+                f32s(&format!("{name}.weight"))?,
+                Some(f32s(&format!("{name}.bias"))?),
+            ))
+        };
+        let (e, inter, hidden) = (config.experts, config.intermediate, config.hidden);
+        let experts = |name: &str, rows: usize, cols: usize| -> Result<Vec<Matrix>> {
+            let codes = bytes(&format!("{name}_blocks"))?;
+            let scales = bytes(&format!("{name}_scales"))?;
+            let (cn, sn) = (codes.len() / e.max(1), scales.len() / e.max(1));
+            (0..e)
+                .map(|x| {
+                    Matrix::from_hf(
+                        rows,
+                        cols,
+                        codes[x * cn..(x + 1) * cn].to_vec(),
+                        scales[x * sn..(x + 1) * sn].to_vec(),
+                    )
+                    .map_err(|m| candle_core::Error::Msg(format!("{name}: {m}")))
+                })
+                .collect()
+        };
+        let mut layers = Vec::with_capacity(config.windows.len());
+        for (i, &window) in config.windows.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let x = format!("{p}.mlp.experts");
+            layers.push(Layer {
+                attn_norm: f32s(&format!("{p}.input_layernorm.weight"))?,
+                ffn_norm: f32s(&format!("{p}.post_attention_layernorm.weight"))?,
+                q: linear(&format!("{p}.self_attn.q_proj"))?,
+                k: linear(&format!("{p}.self_attn.k_proj"))?,
+                v: linear(&format!("{p}.self_attn.v_proj"))?,
+                o: linear(&format!("{p}.self_attn.o_proj"))?,
+                sinks: host(&format!("{p}.self_attn.sinks"))?,
+                window,
+                router: linear(&format!("{p}.mlp.router"))?,
+                gate_up: experts(&format!("{x}.gate_up_proj"), 2 * inter, hidden)?,
+                gate_up_bias: host(&format!("{x}.gate_up_proj_bias"))?,
+                down: experts(&format!("{x}.down_proj"), hidden, inter)?,
+                down_bias: host(&format!("{x}.down_proj_bias"))?,
+            });
+        }
+        let embeddings = f32s("model.embed_tokens.weight")?;
+        let output = match st.get("lm_head.weight") {
+            Ok(_) => f32s("lm_head.weight")?,
+            Err(_) => embeddings.clone(),
+        };
+        GptOss::assemble(
+            config,
+            embeddings,
+            layers,
+            f32s("model.norm.weight")?,
+            output,
+        )
+    }
+
+    /// Checks every tensor's shape against `config` and builds the network.
+    fn assemble(
+        config: Config,
+        embeddings: Tensor,
+        layers: Vec<Layer>,
+        norm: Tensor,
+        output: Tensor,
+    ) -> Result<GptOss> {
+        let c = &config;
+        let (qn, kn) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let mut want: Vec<(String, Vec<usize>, Vec<usize>)> = vec![
+            (
+                "embeddings".into(),
+                embeddings.dims().to_vec(),
+                vec![c.vocab, c.hidden],
+            ),
+            (
+                "output".into(),
+                output.dims().to_vec(),
+                vec![c.vocab, c.hidden],
+            ),
+            ("norm".into(), norm.dims().to_vec(), vec![c.hidden]),
+        ];
+        for (i, l) in layers.iter().enumerate() {
+            let dims = |t: &Tensor| t.dims().to_vec();
+            let bias = |lin: &Linear| lin.bias().map(dims).unwrap_or_default();
+            let mut add = |what: &str, got: Vec<usize>, expected: Vec<usize>| {
+                want.push((format!("layer {i} {what}"), got, expected))
+            };
+            add("attention norm", dims(&l.attn_norm), vec![c.hidden]);
+            add("experts norm", dims(&l.ffn_norm), vec![c.hidden]);
+            for (what, lin, out, inp) in [
+                ("q", &l.q, qn, c.hidden),
+                ("k", &l.k, kn, c.hidden),
+                ("v", &l.v, kn, c.hidden),
+                ("o", &l.o, c.hidden, qn),
+                ("router", &l.router, c.experts, c.hidden),
+            ] {
+                add(what, dims(lin.weight()), vec![out, inp]);
+                add(&format!("{what} bias"), bias(lin), vec![out]);
+            }
+            add("sinks", vec![l.sinks.len()], vec![c.heads]);
+            add("gate/up experts", vec![l.gate_up.len()], vec![c.experts]);
+            add("down experts", vec![l.down.len()], vec![c.experts]);
+            for m in &l.gate_up {
+                add(
+                    "gate/up expert",
+                    vec![m.rows(), m.cols()],
+                    vec![2 * c.intermediate, c.hidden],
+                );
+            }
+            for m in &l.down {
+                add(
+                    "down expert",
+                    vec![m.rows(), m.cols()],
+                    vec![c.hidden, c.intermediate],
+                );
+            }
+            add(
+                "gate/up bias",
+                vec![l.gate_up_bias.len()],
+                vec![c.experts * 2 * c.intermediate],
+            );
+            add(
+                "down bias",
+                vec![l.down_bias.len()],
+                vec![c.experts * c.hidden],
+            );
+        }
+        for (what, got, expected) in want {
+            if got != expected {
+                return Err(candle_core::Error::Msg(format!(
+                    "gpt-oss weights: {what} has shape {got:?}, the config says {expected:?}"
+                )));
+            }
+        }
+        let (inv_freq, rope_scale) = config.rope_frequencies();
+        let heads = Heads {
+            heads: config.heads,
+            kv_heads: config.kv_heads,
+            head_dim: config.head_dim,
+            rope: Rope::Halves,
+        };
+        let caches = vec![KvCache::new(true); layers.len()];
+        Ok(GptOss {
+            weights: Arc::new(Weights {
+                config,
+                embeddings,
+                layers,
+                norm,
+                output: Linear::new(output, None),
+                heads,
+                inv_freq,
+                rope_scale,
+            }),
+            caches,
+        })
+    }
+
+    /// The network's shape.
+    pub fn config(&self) -> &Config {
+        &self.weights.config
+    }
+
+    /// The logits of every one of `tokens`' positions (`(tokens, vocabulary)`), which sit
+    /// at positions `pos..` of this sequence; position 0 starts a new sequence.
+    pub fn forward_all(&mut self, tokens: &[u32], pos: usize) -> Result<Tensor> {
+        GptOss::run(&mut [self], &[tokens], &[pos], true)
+    }
+
+    /// Several sequences' new positions as one pass: sequence i (`nets[i]`) runs
+    /// `tokens[i]` from position `pos[i]` on its own cache. The logits of each one's last
+    /// position, `(sequences, vocabulary)`.
+    pub fn forward_batch(
+        nets: &mut [&mut GptOss],
+        tokens: &[&[u32]],
+        pos: &[usize],
+    ) -> Result<Tensor> {
+        GptOss::run(nets, tokens, pos, false)
+    }
+
+    /// The pass behind both: the logits of every row (`every`) or of each sequence's last.
+    fn run(
+        nets: &mut [&mut GptOss],
+        tokens: &[&[u32]],
+        pos: &[usize],
+        every: bool,
+    ) -> Result<Tensor> {
+        let n = nets.len();
+        let Some(first) = nets.first() else {
+            return Err(candle_core::Error::Msg("an empty batch".into()));
+        };
+        let w = first.weights.clone();
+        if tokens.len() != n || pos.len() != n || tokens.iter().any(|t| t.is_empty()) {
+            return Err(candle_core::Error::Msg(format!(
+                "{n} sequences, {} inputs (each with tokens) and {} positions",
+                tokens.len(),
+                pos.len()
+            )));
+        }
+        if nets.iter().any(|m| !Arc::ptr_eq(&m.weights, &w)) {
+            return Err(candle_core::Error::Msg(
+                "a batch's sequences must share one model's weights".into(),
+            ));
+        }
+        let c = &w.config;
+        // Every input is checked before any cache changes, so that a refused batch leaves
+        // each sequence as it was.
+        for ((m, &p), t) in nets.iter().zip(pos).zip(tokens) {
+            if p + t.len() > c.max_positions {
+                return Err(candle_core::Error::Msg(format!(
+                    "positions {p}..{}: the model's positions end at {}",
+                    p + t.len(),
+                    c.max_positions
+                )));
+            }
+            if let Some(bad) = t.iter().find(|&&id| id as usize >= c.vocab) {
+                return Err(candle_core::Error::Msg(format!(
+                    "token {bad} is outside the model's vocabulary of {}",
+                    c.vocab
+                )));
+            }
+            let held = m.caches.first().map_or(Ok(0), |k| k.len(&w.heads))?;
+            if p != 0 && held != p {
+                return Err(candle_core::Error::Msg(format!(
+                    "the KV cache holds {held} positions, not the {p} before this input"
+                )));
+            }
+        }
+        for (m, &p) in nets.iter_mut().zip(pos) {
+            if p == 0 {
+                m.clear_kv_cache();
+            }
+        }
+        let ids: Vec<u32> = tokens.iter().flat_map(|t| t.iter().copied()).collect();
+        let rows = ids.len();
+        let positions: Vec<usize> = pos
+            .iter()
+            .zip(tokens)
+            .flat_map(|(&p, t)| p..p + t.len())
+            .collect();
+        let (cos, sin) = w.rope_rows(&positions);
+        let half = c.head_dim / 2;
+        let mut x = w
+            .embeddings
+            .index_select(&Tensor::new(ids, &Device::Cpu)?, 0)?;
+        let (qn, kn) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        for (l, layer) in w.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.eps)?;
+            let host = |lin: &Linear| lin.forward(&h)?.flatten_all()?.to_vec1::<f32>();
+            let (mut q, mut k, v) = (host(&layer.q)?, host(&layer.k)?, host(&layer.v)?);
+            let mut r = 0;
+            for (net, t) in nets.iter_mut().zip(tokens) {
+                for _ in 0..t.len() {
+                    push_step(
+                        &mut net.caches[l],
+                        &w.heads,
+                        (
+                            &cos[r * half..(r + 1) * half],
+                            &sin[r * half..(r + 1) * half],
+                        ),
+                        &mut q[r * qn..(r + 1) * qn],
+                        &mut k[r * kn..(r + 1) * kn],
+                        &v[r * kn..(r + 1) * kn],
+                    )?;
+                    r += 1;
+                }
+            }
+            let views: Vec<(&KvCache, usize)> = nets
+                .iter()
+                .zip(pos.iter().zip(tokens))
+                .flat_map(|(net, (&p, t))| (p..p + t.len()).map(move |at| (&net.caches[l], at + 1)))
+                .collect();
+            let mut y = vec![0f32; q.len()];
+            let span = Span {
+                window: layer.window,
+                sinks: Some(&layer.sinks),
+            };
+            attend_steps(&views, &w.heads, span, &q, &mut y)?;
+            let a = layer
+                .o
+                .forward(&Tensor::from_vec(y, (rows, qn), &Device::Cpu)?)?;
+            x = (x + a)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.eps)?;
+            x = (layer.experts(&h, c)? + x)?;
+        }
+        let x = match every {
+            true => x,
+            false => {
+                let mut last = Vec::with_capacity(n);
+                let mut end = 0u32;
+                for t in tokens {
+                    end += t.len() as u32;
+                    last.push(end - 1);
+                }
+                x.index_select(&Tensor::new(last, &Device::Cpu)?, 0)?
+            }
+        };
+        w.output
+            .forward(&candle_nn::ops::rms_norm(&x, &w.norm, c.eps)?)
+    }
+
+    /// Empties every layer's KV cache.
+    pub fn clear_kv_cache(&mut self) {
+        for cache in &mut self.caches {
+            cache.clear();
+        }
+    }
+}
+
+impl Weights {
+    /// RoPE's cosines and sines (`head_dim / 2` each) for each position, row after row,
+    /// in f32 as transformers computes them (angle `position * inv_freq`, then the YaRN
+    /// scale).
+    fn rope_rows(&self, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+        let mut cos = Vec::with_capacity(positions.len() * self.inv_freq.len());
+        let mut sin = Vec::with_capacity(cos.capacity());
+        for &p in positions {
+            for &f in &self.inv_freq {
+                let angle = p as f32 * f;
+                cos.push(angle.cos() * self.rope_scale);
+                sin.push(angle.sin() * self.rope_scale);
+            }
+        }
+        (cos, sin)
+    }
+}
+
+impl Layer {
+    /// The mixture of experts for rows `h` (`(rows, hidden)`).
+    fn experts(&self, h: &Tensor, c: &Config) -> Result<Tensor> {
+        let rows = h.dim(0)?;
+        let scores = self.router.forward(h)?.flatten_all()?.to_vec1::<f32>()?;
+        let hv = h.flatten_all()?.to_vec1::<f32>()?;
+        // Per expert, the rows routed to it and their weights.
+        let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); c.experts];
+        for (r, s) in scores.chunks_exact(c.experts).enumerate() {
+            let mut order: Vec<usize> = (0..c.experts).collect();
+            order.sort_by(|&a, &b| s[b].total_cmp(&s[a]).then(a.cmp(&b)));
+            let chosen = &order[..c.top_k];
+            let max = s[chosen[0]];
+            let exps: Vec<f32> = chosen.iter().map(|&e| (s[e] - max).exp()).collect();
+            let total: f32 = exps.iter().sum();
+            for (&e, x) in chosen.iter().zip(exps) {
+                routed[e].push((r, x / total));
+            }
+        }
+        let (hidden, inter) = (c.hidden, c.intermediate);
+        let mut out = vec![0f32; rows * hidden];
+        for (e, list) in routed.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let m = list.len();
+            let xs: Vec<f32> = list
+                .iter()
+                .flat_map(|&(r, _)| hv[r * hidden..(r + 1) * hidden].iter().copied())
+                .collect();
+            let mut gu = vec![0f32; m * 2 * inter];
+            self.gate_up[e]
+                .matmul(&xs, &mut gu)
+                .map_err(candle_core::Error::Msg)?;
+            let bias = &self.gate_up_bias[e * 2 * inter..(e + 1) * 2 * inter];
+            let act: Vec<f32> = gu
+                .chunks_exact(2 * inter)
+                .flat_map(|row| {
+                    row.chunks_exact(2)
+                        .zip(bias.chunks_exact(2))
+                        .map(|(gu, b)| {
+                            let gate = (gu[0] + b[0]).min(c.swiglu_limit);
+                            let up = (gu[1] + b[1]).clamp(-c.swiglu_limit, c.swiglu_limit);
+                            let glu = gate / (1.0 + (-gate * c.swiglu_alpha).exp());
+                            (up + 1.0) * glu
+                        })
+                })
+                .collect();
+            let mut down = vec![0f32; m * hidden];
+            self.down[e]
+                .matmul(&act, &mut down)
+                .map_err(candle_core::Error::Msg)?;
+            let bias = &self.down_bias[e * hidden..(e + 1) * hidden];
+            for (&(r, weight), y) in list.iter().zip(down.chunks_exact(hidden)) {
+                for ((o, &y), &b) in out[r * hidden..(r + 1) * hidden]
+                    .iter_mut()
+                    .zip(y)
+                    .zip(bias)
+                {
+                    *o += (y + b) * weight;
+                }
+            }
+        }
+        Tensor::from_vec(out, (rows, hidden), &Device::Cpu)
+    }
+}
+
+impl CandleNet for GptOss {
+    fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
+        let tokens = input.flatten_all()?.to_vec1::<u32>()?;
+        GptOss::run(&mut [self], &[&tokens], &[pos], false)
+    }
+
+    fn clear_kv_cache(&mut self) {
+        GptOss::clear_kv_cache(self)
+    }
+
+    fn forward_batch(
+        nets: &mut [&mut GptOss],
+        tokens: &[&[u32]],
+        pos: &[usize],
+        _device: &Device,
+    ) -> Result<Tensor> {
+        GptOss::run(nets, tokens, pos, false)
+    }
+}
+
+/// A gpt-oss Hugging Face folder's network, as a [`corral_engine::CausalLm`]: on the CPU
+/// only (its passes run by hand on host memory).
+pub fn load_hf(
+    folder: &crate::hf_folder::HfFolder,
+    device: &Device,
+) -> std::result::Result<Box<dyn corral_engine::CausalLm>, LoadError> {
+    if !device.is_cpu() {
+        return Err(LoadError::Format(format!(
+            "{}: gpt-oss runs on the CPU only in this build",
+            folder.name
+        )));
+    }
+    let net = GptOss::from_hf(&folder.config, &folder.weights).map_err(|e| {
+        LoadError::candle(
+            format!("{}: cannot build the gpt-oss network", folder.name),
+            e,
+        )
+    })?;
+    let c = net.config().clone();
+    Ok(Box::new(crate::candle_lm::CandleLm::new(
+        net,
+        Device::Cpu,
+        c.vocab,
+        c.max_positions,
+    )))
+}

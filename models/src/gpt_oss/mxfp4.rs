@@ -1,0 +1,316 @@
+//! MXFP4 weight matrices, kept packed, and their multiplication on the CPU.
+//!
+//! MXFP4 (OCP microscaling) stores values in blocks of 32: one E8M0 scale byte (`2^(e -
+//! 127)`) and 32 four-bit E2M1 values (sign, two exponent bits, one mantissa bit: 0, 0.5,
+//! 1, 1.5, 2, 3, 4, 6 and their negatives). gpt-oss ships its experts this way. A matrix
+//! here keeps the Hugging Face checkpoint's order: within a block, byte `j` holds value
+//! `2j` in its low nibble and `2j + 1` in its high one; llama.cpp's GGUF order (value `j`
+//! low, `j + 16` high, the scale first) is repacked into it on loading.
+//!
+//! A multiplication unpacks each block once (a 256-entry table turns a byte into its two
+//! values) and multiplies it with the same 32 inputs of every row, in f32. Output rows are
+//! split in chunks among candle's pool of threads, as [`crate::quant`] does.
+
+/// Values per block.
+pub const BLOCK: usize = 32;
+
+/// The 16 E2M1 values, by code.
+const E2M1: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// Multiply-adds below which a multiplication runs on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 17;
+
+/// `2^(e - 127)` (E8M0; 255 gives infinity, as `ldexp` does).
+pub fn scale(e: u8) -> f32 {
+    match e {
+        0 => f32::from_bits(0x0040_0000),
+        e => f32::from_bits(u32::from(e) << 23),
+    }
+}
+
+/// A `rows x cols` matrix of MXFP4 values.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    rows: usize,
+    cols: usize,
+    /// One per block, row after row.
+    scales: Vec<u8>,
+    /// 16 per block, row after row.
+    codes: Vec<u8>,
+}
+
+impl Matrix {
+    /// From the Hugging Face layout: `codes` holds `rows x cols/32` blocks of 16 bytes,
+    /// `scales` one byte per block.
+    pub fn from_hf(
+        rows: usize,
+        cols: usize,
+        codes: Vec<u8>,
+        scales: Vec<u8>,
+    ) -> Result<Matrix, String> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(format!("{cols} columns is not a multiple of {BLOCK}"));
+        }
+        let blocks = rows * cols / BLOCK;
+        if codes.len() != blocks * 16 || scales.len() != blocks {
+            return Err(format!(
+                "a {rows}x{cols} MXFP4 matrix has {blocks} blocks: {} code bytes and {} scales given",
+                codes.len(),
+                scales.len()
+            ));
+        }
+        Ok(Matrix {
+            rows,
+            cols,
+            scales,
+            codes,
+        })
+    }
+
+    /// From llama.cpp's `block_mxfp4` (17 bytes a block: the scale, then value `j` in the
+    /// low nibble of byte `j` and value `j + 16` in its high one).
+    pub fn from_ggml(rows: usize, cols: usize, raw: &[u8]) -> Result<Matrix, String> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(format!("{cols} columns is not a multiple of {BLOCK}"));
+        }
+        let blocks = rows * cols / BLOCK;
+        if raw.len() != blocks * 17 {
+            return Err(format!(
+                "a {rows}x{cols} MXFP4 matrix takes {} bytes, not {}",
+                blocks * 17,
+                raw.len()
+            ));
+        }
+        let mut scales = Vec::with_capacity(blocks);
+        let mut codes = Vec::with_capacity(blocks * 16);
+        for block in raw.chunks_exact(17) {
+            scales.push(block[0]);
+            let code = |i: usize| match i < 16 {
+                true => block[1 + i] & 0x0F,
+                false => block[1 + i - 16] >> 4,
+            };
+            codes.extend((0..16).map(|j| code(2 * j) | (code(2 * j + 1) << 4)));
+        }
+        Matrix::from_hf(rows, cols, codes, scales)
+    }
+
+    /// The rows of `a` and `b` (of one shape) taken in turn: `a`'s row `i` becomes row
+    /// `2i`, `b`'s row `2i + 1`.
+    pub fn interleave_rows(a: &Matrix, b: &Matrix) -> Result<Matrix, String> {
+        if (a.rows, a.cols) != (b.rows, b.cols) {
+            return Err(format!(
+                "cannot interleave a {}x{} matrix with a {}x{} one",
+                a.rows, a.cols, b.rows, b.cols
+            ));
+        }
+        let per = a.cols / BLOCK;
+        let mut scales = Vec::with_capacity(2 * a.scales.len());
+        let mut codes = Vec::with_capacity(2 * a.codes.len());
+        for r in 0..a.rows {
+            for m in [a, b] {
+                scales.extend_from_slice(&m.scales[r * per..(r + 1) * per]);
+                codes.extend_from_slice(&m.codes[r * per * 16..(r + 1) * per * 16]);
+            }
+        }
+        Matrix::from_hf(2 * a.rows, a.cols, codes, scales)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `r`'s values.
+    pub fn row(&self, r: usize) -> Vec<f32> {
+        let per = self.cols / BLOCK;
+        let mut out = Vec::with_capacity(self.cols);
+        for b in r * per..(r + 1) * per {
+            let d = scale(self.scales[b]);
+            for &byte in &self.codes[b * 16..(b + 1) * 16] {
+                out.push(E2M1[usize::from(byte & 0x0F)] * d);
+                out.push(E2M1[usize::from(byte >> 4)] * d);
+            }
+        }
+        out
+    }
+
+    /// `dst (n x rows) = x (n x cols) * self^T`. Sizes are checked: a mismatch is an
+    /// error, not a panic.
+    pub fn matmul(&self, x: &[f32], dst: &mut [f32]) -> Result<(), String> {
+        if !x.len().is_multiple_of(self.cols) || dst.len() != x.len() / self.cols * self.rows {
+            return Err(format!(
+                "input of {} values and output of {} for a {}x{} matrix",
+                x.len(),
+                dst.len(),
+                self.rows,
+                self.cols
+            ));
+        }
+        let n = x.len() / self.cols;
+        if n == 0 || self.rows == 0 {
+            return Ok(());
+        }
+        // Results row-major by output feature (`cols[f * n + r]`): threads own disjoint
+        // slices.
+        let mut cols = vec![0f32; self.rows * n];
+        if self.rows * self.cols * n < PARALLEL_MIN_WORK {
+            self.features(0, x, n, &mut cols);
+        } else {
+            let per_chunk = 16;
+            let chunks = self.rows.div_ceil(per_chunk);
+            let base = cols.as_mut_ptr() as usize;
+            let len = cols.len();
+            candle_core::utils::barrier_pool().execute_chunked(chunks, |range| {
+                for c in range {
+                    let start = c * per_chunk * n;
+                    let end = len.min(start + per_chunk * n);
+                    // SAFETY: chunk c covers `cols[start..end]`, which no other chunk
+                    // covers, and `cols` outlives the call (execute_chunked returns when
+                    // every chunk is done).
+                    let chunk = unsafe {
+                        std::slice::from_raw_parts_mut((base as *mut f32).add(start), end - start)
+                    };
+                    self.features(c * per_chunk, x, n, chunk);
+                }
+            });
+        }
+        for (f, results) in cols.chunks_exact(n).enumerate() {
+            for (r, &v) in results.iter().enumerate() {
+                dst[r * self.rows + f] = v;
+            }
+        }
+        Ok(())
+    }
+
+    /// Output features `first..` (as many as `out` holds, `n` results each) for the `n`
+    /// rows of `x`.
+    fn features(&self, first: usize, x: &[f32], n: usize, out: &mut [f32]) {
+        let per = self.cols / BLOCK;
+        let table = pair_table();
+        let mut values = [0f32; BLOCK];
+        for (i, results) in out.chunks_exact_mut(n).enumerate() {
+            let f = first + i;
+            results.fill(0.0);
+            for b in 0..per {
+                let block = f * per + b;
+                for (pair, &byte) in values
+                    .chunks_exact_mut(2)
+                    .zip(&self.codes[block * 16..(block + 1) * 16])
+                {
+                    pair.copy_from_slice(&table[usize::from(byte)]);
+                }
+                let d = scale(self.scales[block]);
+                for (r, acc) in results.iter_mut().enumerate() {
+                    let xs = &x[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
+                    *acc += d * dot32(&values, xs);
+                }
+            }
+        }
+    }
+}
+
+/// A byte's two values (low nibble first).
+fn pair_table() -> &'static [[f32; 2]; 256] {
+    static TABLE: std::sync::OnceLock<[[f32; 2]; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| std::array::from_fn(|b| [E2M1[b & 0x0F], E2M1[b >> 4]]))
+}
+
+/// In eight lanes, so that it vectorises.
+fn dot32(a: &[f32; BLOCK], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    /// A random matrix in llama.cpp's layout and its values.
+    fn random(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+        let mut next = rng(seed);
+        let mut raw = Vec::new();
+        let mut values = Vec::new();
+        for _ in 0..rows * cols / BLOCK {
+            let e = 120 + (next() % 14) as u8;
+            let codes: Vec<u8> = (0..BLOCK).map(|_| (next() % 16) as u8).collect();
+            raw.push(e);
+            raw.extend((0..16).map(|j| codes[j] | (codes[j + 16] << 4)));
+            values.extend(codes.iter().map(|&c| E2M1[usize::from(c)] * scale(e)));
+        }
+        (raw, values)
+    }
+
+    #[test]
+    fn scales_are_powers_of_two() {
+        assert_eq!(scale(127), 1.0);
+        assert_eq!(scale(128), 2.0);
+        assert_eq!(scale(120), 2f32.powi(-7));
+        assert_eq!(scale(1), 2f32.powi(-126));
+        assert_eq!(scale(0), 2f32.powi(-127));
+        assert_eq!(scale(255), f32::INFINITY);
+    }
+
+    #[test]
+    fn ggml_blocks_unpack_to_their_values() {
+        let (raw, values) = random(5, 64, 7);
+        let m = Matrix::from_ggml(5, 64, &raw).unwrap();
+        let unpacked: Vec<f32> = (0..5).flat_map(|r| m.row(r)).collect();
+        assert_eq!(unpacked, values);
+    }
+
+    #[test]
+    fn products_match_the_unpacked_values() {
+        // Large enough to run on the pool of threads, and small.
+        for (rows, cols, n) in [(3, 32, 1), (70, 96, 3), (300, 512, 2)] {
+            let (raw, values) = random(rows, cols, (rows * cols) as u64);
+            let m = Matrix::from_ggml(rows, cols, &raw).unwrap();
+            let mut next = rng(99);
+            let x: Vec<f32> = (0..n * cols)
+                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let mut dst = vec![0f32; n * rows];
+            m.matmul(&x, &mut dst).unwrap();
+            for r in 0..n {
+                for f in 0..rows {
+                    let want: f64 = (0..cols)
+                        .map(|c| f64::from(values[f * cols + c]) * f64::from(x[r * cols + c]))
+                        .sum();
+                    let got = f64::from(dst[r * rows + f]);
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_sizes_are_errors() {
+        assert!(Matrix::from_hf(2, 30, vec![], vec![]).is_err());
+        assert!(Matrix::from_hf(2, 32, vec![0; 31], vec![0; 2]).is_err());
+        assert!(Matrix::from_ggml(2, 32, &[0; 33]).is_err());
+        let m = Matrix::from_hf(2, 32, vec![0; 32], vec![127; 2]).unwrap();
+        assert!(m.matmul(&[0.0; 31], &mut [0.0; 2]).is_err());
+        assert!(m.matmul(&[0.0; 32], &mut [0.0; 3]).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! corral's gpt-oss against transformers' `GptOssForCausalLM`, on the tiny random model of
+//! `tests/data/gpt-oss` (4 layers alternating a sliding window of 8 and full attention, 4
+//! experts of which 2 run, grouped-query attention, attention sinks, YaRN RoPE, experts in
+//! MXFP4; written by `scripts/make-gpt-oss-fixture`). Prompts of 24 and 17 tokens, longer
+//! than the window; transformers' logits at every position (f32, eager attention) are in
+//! `expected.safetensors`.
+//!
+//! Both layouts are loaded: the Hugging Face checkpoint (`hf/`) and llama.cpp's GGUF
+//! (`model.gguf`). Each is checked in a prefill of the whole prompt, a prefill in two
+//! chunks, token-by-token decoding, and a batch of the two prompts decoded together.
+
+use candle_core::{Device, Tensor};
+use corral_models::gpt_oss::GptOss;
+use corral_models::gpt_oss::gguf::GgufFile;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// Largest difference allowed between a corral logit and transformers' (logits have a
+/// standard deviation of about 1; both sides compute in f32, in different orders).
+const TOLERANCE: f32 = 1e-4;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/gpt-oss")
+        .join(name)
+}
+
+/// transformers' tokens and logits for prompts `a` and `b`.
+fn expected() -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(fixture("expected.safetensors"), &Device::Cpu).unwrap()
+}
+
+fn prompt(e: &HashMap<String, Tensor>, name: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let tokens = e[&format!("tokens_{name}")].to_vec1::<u32>().unwrap();
+    let logits = e[&format!("logits_{name}")].to_vec2::<f32>().unwrap();
+    assert_eq!(tokens.len(), logits.len());
+    (tokens, logits)
+}
+
+fn from_hf() -> GptOss {
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("hf/config.json")).unwrap()).unwrap();
+    GptOss::from_hf(&config, &[fixture("hf/model.safetensors")]).unwrap()
+}
+
+fn from_gguf() -> GptOss {
+    let mut f = std::fs::File::open(fixture("model.gguf")).unwrap();
+    let file = GgufFile::read(&mut f).unwrap();
+    GptOss::from_gguf(&file, &mut f).unwrap()
+}
+
+fn layouts() -> [(&'static str, GptOss); 2] {
+    [("hf", from_hf()), ("gguf", from_gguf())]
+}
+
+/// The largest difference between `got` (rows of logits) and `want`.
+fn max_diff(got: &Tensor, want: &[Vec<f32>]) -> f32 {
+    let got = got.to_vec2::<f32>().unwrap();
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .flat_map(|(g, w)| {
+            assert_eq!(g.len(), w.len());
+            g.iter().zip(w).map(|(a, b)| (a - b).abs())
+        })
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn prefill_matches_transformers_at_every_position() {
+    let e = expected();
+    for (layout, mut net) in layouts() {
+        for name in ["a", "b"] {
+            let (tokens, want) = prompt(&e, name);
+            let whole = net.forward_all(&tokens, 0).unwrap();
+            let d = max_diff(&whole, &want);
+            eprintln!(
+                "{layout} prefill {name} ({} positions): max |diff| {d:.2e}",
+                tokens.len()
+            );
+            assert!(d <= TOLERANCE, "{layout} {name}: {d}");
+            // In two chunks: the second attends to the first's cache.
+            let first = net.forward_all(&tokens[..10], 0).unwrap();
+            let rest = net.forward_all(&tokens[10..], 10).unwrap();
+            let both = Tensor::cat(&[first, rest], 0).unwrap();
+            let d = max_diff(&both, &want);
+            eprintln!("{layout} chunked prefill {name}: max |diff| {d:.2e}");
+            assert!(d <= TOLERANCE, "{layout} chunked {name}: {d}");
+        }
+    }
+}
+
+#[test]
+fn decoding_token_by_token_matches_transformers() {
+    let e = expected();
+    for (layout, mut net) in layouts() {
+        for name in ["a", "b"] {
+            let (tokens, want) = prompt(&e, name);
+            let mut worst = 0f32;
+            for (i, &t) in tokens.iter().enumerate() {
+                let row = net.forward_all(&[t], i).unwrap();
+                worst = worst.max(max_diff(&row, &want[i..=i]));
+            }
+            eprintln!(
+                "{layout} decode {name} ({} steps): max |diff| {worst:.2e}",
+                tokens.len()
+            );
+            assert!(worst <= TOLERANCE, "{layout} decode {name}: {worst}");
+        }
+    }
+}
+
+#[test]
+fn a_batch_of_two_sequences_matches_transformers() {
+    let e = expected();
+    let (ta, wa) = prompt(&e, "a");
+    let (tb, wb) = prompt(&e, "b");
+    for (layout, net) in layouts() {
+        let (mut a, mut b) = (net.clone(), net.clone());
+        a.clear_kv_cache();
+        b.clear_kv_cache();
+        // A prompt piece of each, then one token each per pass until b ends, then a alone.
+        let mut worst = 0f32;
+        let out =
+            GptOss::forward_batch(&mut [&mut a, &mut b], &[&ta[..5], &tb[..3]], &[0, 0]).unwrap();
+        worst = worst.max(max_diff(&out, &[wa[4].clone(), wb[2].clone()]));
+        let (mut pa, mut pb) = (5, 3);
+        while pa < ta.len() {
+            let out = if pb < tb.len() {
+                let out = GptOss::forward_batch(
+                    &mut [&mut a, &mut b],
+                    &[&ta[pa..=pa], &tb[pb..=pb]],
+                    &[pa, pb],
+                )
+                .unwrap();
+                let d = max_diff(&out, &[wa[pa].clone(), wb[pb].clone()]);
+                pb += 1;
+                (out, d)
+            } else {
+                let out = GptOss::forward_batch(&mut [&mut a], &[&ta[pa..=pa]], &[pa]).unwrap();
+                let d = max_diff(&out, &wa[pa..=pa]);
+                (out, d)
+            };
+            worst = worst.max(out.1);
+            pa += 1;
+        }
+        eprintln!("{layout} batch of two: max |diff| {worst:.2e}");
+        assert!(worst <= TOLERANCE, "{layout} batch: {worst}");
+    }
+}
+
+#[test]
+fn both_layouts_hold_the_same_network() {
+    let e = expected();
+    let (tokens, _) = prompt(&e, "a");
+    let [(_, mut hf), (_, mut gguf)] = layouts();
+    let h = hf
+        .forward_all(&tokens, 0)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let g = gguf
+        .forward_all(&tokens, 0)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    assert_eq!(h, g);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let mut net = from_hf();
+    // Outside the vocabulary of 512.
+    assert!(net.forward_all(&[512], 0).is_err());
+    // The cache holds no position 5.
+    assert!(net.forward_all(&[1], 5).is_err());
+    assert!(net.forward_all(&[], 0).is_err());
+    // A batch whose sequences do not share weights.
+    let mut other = from_hf();
+    assert!(GptOss::forward_batch(&mut [&mut net, &mut other], &[&[1], &[2]], &[0, 0]).is_err());
+}
