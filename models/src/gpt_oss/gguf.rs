@@ -13,12 +13,12 @@
 //! bias. Metadata under `gpt-oss.`.
 
 use super::config::{Config, RopeConfig};
+use super::dense::Dense;
 use super::mxfp4::Matrix;
 use super::{GptOss, Layer};
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value, VersionedMagic};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::Linear;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -286,10 +286,13 @@ impl GptOss {
     pub fn from_gguf<R: Read + Seek>(file: &GgufFile, r: &mut R) -> candle_core::Result<GptOss> {
         let msg = candle_core::Error::Msg;
         let config = file.config().map_err(msg)?;
-        let embeddings = file.dense(r, "token_embd.weight")?;
-        let norm = file.dense(r, "output_norm.weight")?;
+        let embeddings = Dense::new(&file.dense(r, "token_embd.weight")?, None)?;
+        let norm = file
+            .dense(r, "output_norm.weight")?
+            .to_dtype(DType::F32)?
+            .to_vec1::<f32>()?;
         let output = match file.content.tensor_infos.contains_key("output.weight") {
-            true => file.dense(r, "output.weight")?,
+            true => Dense::new(&file.dense(r, "output.weight")?, None)?,
             false => embeddings.clone(),
         };
         let mut layers = Vec::with_capacity(config.windows.len());
@@ -297,11 +300,9 @@ impl GptOss {
         for (i, &window) in config.windows.iter().enumerate() {
             let p = format!("blk.{i}");
             let mut dense = |name: &str| file.dense(r, &format!("{p}.{name}"));
-            let mut linear = |name: &str| -> candle_core::Result<Linear> {
-                Ok(Linear::new(
-                    dense(&format!("{name}.weight"))?,
-                    Some(dense(&format!("{name}.bias"))?),
-                ))
+            let mut linear = |name: &str| -> candle_core::Result<Dense> {
+                let bias = dense(&format!("{name}.bias"))?;
+                Dense::new(&dense(&format!("{name}.weight"))?, Some(&bias))
             };
             let (q, k, v, o) = (
                 linear("attn_q")?,
@@ -312,14 +313,15 @@ impl GptOss {
             let router = linear("ffn_gate_inp")?;
             let mut host = |name: &str| {
                 file.dense(r, &format!("{p}.{name}"))?
+                    .to_dtype(DType::F32)?
                     .flatten_all()?
                     .to_vec1::<f32>()
             };
             let sinks = host("attn_sinks.weight")?;
             let (gate_bias, up_bias) = (host("ffn_gate_exps.bias")?, host("ffn_up_exps.bias")?);
             let down_bias = host("ffn_down_exps.bias")?;
-            let attn_norm = file.dense(r, &format!("{p}.attn_norm.weight"))?;
-            let ffn_norm = file.dense(r, &format!("{p}.post_attention_norm.weight"))?;
+            let attn_norm = host("attn_norm.weight")?;
+            let ffn_norm = host("post_attention_norm.weight")?;
             let gate = file.experts(r, &format!("{p}.ffn_gate_exps.weight"), e, inter, hidden)?;
             let up = file.experts(r, &format!("{p}.ffn_up_exps.weight"), e, inter, hidden)?;
             let down = file.experts(r, &format!("{p}.ffn_down_exps.weight"), e, hidden, inter)?;
@@ -359,13 +361,17 @@ impl GptOss {
 }
 
 impl GgufFile {
-    /// The tensor `name` (of a type candle reads) in f32.
+    /// The tensor `name` (of a type candle reads): bf16 if the file's is, else f32.
     fn dense<R: Read + Seek>(&self, r: &mut R, name: &str) -> candle_core::Result<Tensor> {
         let cpu = Device::Cpu;
-        self.content
-            .tensor(r, name, &cpu)?
-            .dequantize(&cpu)?
-            .to_dtype(DType::F32)
+        let t = self.content.tensor(r, name, &cpu)?;
+        let bf16 = t.dtype() == GgmlDType::BF16;
+        let values = t.dequantize(&cpu)?;
+        // Exact: the values came from bf16.
+        match bf16 {
+            true => values.to_dtype(DType::BF16),
+            false => Ok(values),
+        }
     }
 
     /// The MXFP4 tensor `name`, `(experts, rows, cols)`, as one matrix per expert.

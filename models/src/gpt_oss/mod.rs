@@ -21,6 +21,7 @@
 //! and llama.cpp's GGUF layout ([`gguf`]).
 
 pub mod config;
+pub mod dense;
 pub mod gguf;
 pub mod mxfp4;
 
@@ -28,9 +29,9 @@ use crate::LoadError;
 use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
 use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{DType, Device, Module, Result, Tensor};
-use candle_nn::Linear;
+use candle_core::{DType, Device, Result, Tensor};
 use config::Config;
+use dense::Dense;
 use mxfp4::Matrix;
 use std::path::Path;
 use std::sync::Arc;
@@ -38,15 +39,15 @@ use std::sync::Arc;
 /// One layer's weights.
 #[derive(Clone)]
 struct Layer {
-    attn_norm: Tensor,
-    ffn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    q: Dense,
+    k: Dense,
+    v: Dense,
+    o: Dense,
     sinks: Vec<f32>,
     window: Option<usize>,
-    router: Linear,
+    router: Dense,
     /// Per expert, `2 * intermediate` rows: gate and up interleaved (row `2j` is gate
     /// `j`, row `2j + 1` up `j`), as the Hugging Face checkpoint stores them.
     gate_up: Vec<Matrix>,
@@ -59,10 +60,10 @@ struct Layer {
 /// The weights, shared by every sequence.
 struct Weights {
     config: Config,
-    embeddings: Tensor,
+    embeddings: Dense,
     layers: Vec<Layer>,
-    norm: Tensor,
-    output: Linear,
+    norm: Vec<f32>,
+    output: Dense,
     heads: Heads,
     inv_freq: Vec<f32>,
     rope_scale: f32,
@@ -84,14 +85,16 @@ impl GptOss {
         // here (every tensor is copied out before this returns).
         let st = unsafe { MmapedSafetensors::multi(files)? };
         let cpu = Device::Cpu;
-        let f32s = |name: &str| st.load(name, &cpu)?.to_dtype(DType::F32);
-        let host = |name: &str| f32s(name)?.flatten_all()?.to_vec1::<f32>();
+        let host = |name: &str| {
+            st.load(name, &cpu)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()
+        };
         let bytes = |name: &str| st.load(name, &cpu)?.flatten_all()?.to_vec1::<u8>();
-        let linear = |name: &str| -> Result<Linear> {
-            Ok(Linear::new(
-                f32s(&format!("{name}.weight"))?,
-                Some(f32s(&format!("{name}.bias"))?),
-            ))
+        let linear = |name: &str| -> Result<Dense> {
+            let bias = st.load(&format!("{name}.bias"), &cpu)?;
+            Dense::new(&st.load(&format!("{name}.weight"), &cpu)?, Some(&bias))
         };
         let (e, inter, hidden) = (config.experts, config.intermediate, config.hidden);
         let experts = |name: &str, rows: usize, cols: usize| -> Result<Vec<Matrix>> {
@@ -115,8 +118,8 @@ impl GptOss {
             let p = format!("model.layers.{i}");
             let x = format!("{p}.mlp.experts");
             layers.push(Layer {
-                attn_norm: f32s(&format!("{p}.input_layernorm.weight"))?,
-                ffn_norm: f32s(&format!("{p}.post_attention_layernorm.weight"))?,
+                attn_norm: host(&format!("{p}.input_layernorm.weight"))?,
+                ffn_norm: host(&format!("{p}.post_attention_layernorm.weight"))?,
                 q: linear(&format!("{p}.self_attn.q_proj"))?,
                 k: linear(&format!("{p}.self_attn.k_proj"))?,
                 v: linear(&format!("{p}.self_attn.v_proj"))?,
@@ -130,16 +133,16 @@ impl GptOss {
                 down_bias: host(&format!("{x}.down_proj_bias"))?,
             });
         }
-        let embeddings = f32s("model.embed_tokens.weight")?;
+        let embeddings = Dense::new(&st.load("model.embed_tokens.weight", &cpu)?, None)?;
         let output = match st.get("lm_head.weight") {
-            Ok(_) => f32s("lm_head.weight")?,
+            Ok(_) => Dense::new(&st.load("lm_head.weight", &cpu)?, None)?,
             Err(_) => embeddings.clone(),
         };
         GptOss::assemble(
             config,
             embeddings,
             layers,
-            f32s("model.norm.weight")?,
+            host("model.norm.weight")?,
             output,
         )
     }
@@ -147,34 +150,32 @@ impl GptOss {
     /// Checks every tensor's shape against `config` and builds the network.
     fn assemble(
         config: Config,
-        embeddings: Tensor,
+        embeddings: Dense,
         layers: Vec<Layer>,
-        norm: Tensor,
-        output: Tensor,
+        norm: Vec<f32>,
+        output: Dense,
     ) -> Result<GptOss> {
         let c = &config;
         let (qn, kn) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let shape = |d: &Dense| {
+            let (r, c) = d.shape();
+            vec![r, c]
+        };
         let mut want: Vec<(String, Vec<usize>, Vec<usize>)> = vec![
             (
                 "embeddings".into(),
-                embeddings.dims().to_vec(),
+                shape(&embeddings),
                 vec![c.vocab, c.hidden],
             ),
-            (
-                "output".into(),
-                output.dims().to_vec(),
-                vec![c.vocab, c.hidden],
-            ),
-            ("norm".into(), norm.dims().to_vec(), vec![c.hidden]),
+            ("output".into(), shape(&output), vec![c.vocab, c.hidden]),
+            ("norm".into(), vec![norm.len()], vec![c.hidden]),
         ];
         for (i, l) in layers.iter().enumerate() {
-            let dims = |t: &Tensor| t.dims().to_vec();
-            let bias = |lin: &Linear| lin.bias().map(dims).unwrap_or_default();
             let mut add = |what: &str, got: Vec<usize>, expected: Vec<usize>| {
                 want.push((format!("layer {i} {what}"), got, expected))
             };
-            add("attention norm", dims(&l.attn_norm), vec![c.hidden]);
-            add("experts norm", dims(&l.ffn_norm), vec![c.hidden]);
+            add("attention norm", vec![l.attn_norm.len()], vec![c.hidden]);
+            add("experts norm", vec![l.ffn_norm.len()], vec![c.hidden]);
             for (what, lin, out, inp) in [
                 ("q", &l.q, qn, c.hidden),
                 ("k", &l.k, kn, c.hidden),
@@ -182,8 +183,8 @@ impl GptOss {
                 ("o", &l.o, c.hidden, qn),
                 ("router", &l.router, c.experts, c.hidden),
             ] {
-                add(what, dims(lin.weight()), vec![out, inp]);
-                add(&format!("{what} bias"), bias(lin), vec![out]);
+                add(what, shape(lin), vec![out, inp]);
+                add(&format!("{what} bias"), vec![lin.bias_len()], vec![out]);
             }
             add("sinks", vec![l.sinks.len()], vec![c.heads]);
             add("gate/up experts", vec![l.gate_up.len()], vec![c.experts]);
@@ -234,7 +235,7 @@ impl GptOss {
                 embeddings,
                 layers,
                 norm,
-                output: Linear::new(output, None),
+                output,
                 heads,
                 inv_freq,
                 rope_scale,
@@ -326,15 +327,19 @@ impl GptOss {
             .flat_map(|(&p, t)| p..p + t.len())
             .collect();
         let (cos, sin) = w.rope_rows(&positions);
-        let half = c.head_dim / 2;
-        let mut x = w
-            .embeddings
-            .index_select(&Tensor::new(ids, &Device::Cpu)?, 0)?;
+        let (hidden, half) = (c.hidden, c.head_dim / 2);
+        let mut x = vec![0f32; rows * hidden];
+        for (row, &id) in x.chunks_exact_mut(hidden).zip(&ids) {
+            w.embeddings.row_into(id as usize, row);
+        }
         let (qn, kn) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         for (l, layer) in w.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.eps)?;
-            let host = |lin: &Linear| lin.forward(&h)?.flatten_all()?.to_vec1::<f32>();
-            let (mut q, mut k, v) = (host(&layer.q)?, host(&layer.k)?, host(&layer.v)?);
+            let h = rms_norm(&x, &layer.attn_norm, c.eps);
+            let (mut q, mut k, v) = (
+                layer.q.forward(&h),
+                layer.k.forward(&h),
+                layer.v.forward(&h),
+            );
             let mut r = 0;
             for (net, t) in nets.iter_mut().zip(tokens) {
                 for _ in 0..t.len() {
@@ -363,27 +368,25 @@ impl GptOss {
                 sinks: Some(&layer.sinks),
             };
             attend_steps(&views, &w.heads, span, &q, &mut y)?;
-            let a = layer
-                .o
-                .forward(&Tensor::from_vec(y, (rows, qn), &Device::Cpu)?)?;
-            x = (x + a)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, c.eps)?;
-            x = (layer.experts(&h, c)? + x)?;
+            add(&mut x, &layer.o.forward(&y));
+            let h = rms_norm(&x, &layer.ffn_norm, c.eps);
+            add(&mut x, &layer.experts(&h, c)?);
         }
         let x = match every {
             true => x,
             false => {
-                let mut last = Vec::with_capacity(n);
-                let mut end = 0u32;
+                let mut last = Vec::with_capacity(n * hidden);
+                let mut end = 0;
                 for t in tokens {
-                    end += t.len() as u32;
-                    last.push(end - 1);
+                    end += t.len();
+                    last.extend_from_slice(&x[(end - 1) * hidden..end * hidden]);
                 }
-                x.index_select(&Tensor::new(last, &Device::Cpu)?, 0)?
+                last
             }
         };
-        w.output
-            .forward(&candle_nn::ops::rms_norm(&x, &w.norm, c.eps)?)
+        let logits = w.output.forward(&rms_norm(&x, &w.norm, c.eps));
+        let m = logits.len() / c.vocab;
+        Tensor::from_vec(logits, (m, c.vocab), &Device::Cpu)
     }
 
     /// Empties every layer's KV cache.
@@ -413,11 +416,10 @@ impl Weights {
 }
 
 impl Layer {
-    /// The mixture of experts for rows `h` (`(rows, hidden)`).
-    fn experts(&self, h: &Tensor, c: &Config) -> Result<Tensor> {
-        let rows = h.dim(0)?;
-        let scores = self.router.forward(h)?.flatten_all()?.to_vec1::<f32>()?;
-        let hv = h.flatten_all()?.to_vec1::<f32>()?;
+    /// The mixture of experts for rows `hv` (`rows x hidden`).
+    fn experts(&self, hv: &[f32], c: &Config) -> Result<Vec<f32>> {
+        let rows = hv.len() / c.hidden;
+        let scores = self.router.forward(hv);
         // Per expert, the rows routed to it and their weights.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); c.experts];
         for (r, s) in scores.chunks_exact(c.experts).enumerate() {
@@ -475,7 +477,26 @@ impl Layer {
                 }
             }
         }
-        Tensor::from_vec(out, (rows, hidden), &Device::Cpu)
+        Ok(out)
+    }
+}
+
+/// RMS norm of each row of `x` (`weight.len()` values each), in f32 as transformers
+/// computes it: `x / sqrt(mean(x^2) + eps) * weight`.
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(weight.len()) {
+        let mean = row.iter().map(|v| v * v).sum::<f32>() / weight.len() as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        out.extend(row.iter().zip(weight).map(|(v, w)| v * scale * w));
+    }
+    out
+}
+
+/// `x += y`, element by element.
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! A multiplication unpacks each block once (a 256-entry table turns a byte into its two
 //! values) and multiplies it with the same 32 inputs of every row, in f32. Output rows are
-//! split in chunks among candle's pool of threads, as [`crate::quant`] does.
+//! split in chunks among candle's pool of threads ([`super::dense::by_features`]).
 
 /// Values per block.
 pub const BLOCK: usize = 32;
@@ -18,9 +18,6 @@ pub const BLOCK: usize = 32;
 const E2M1: [f32; 16] = [
     0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
 ];
-
-/// Multiply-adds below which a multiplication runs on the calling thread.
-const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 /// `2^(e - 127)` (E8M0; 255 gives infinity, as `ldexp` does).
 pub fn scale(e: u8) -> f32 {
@@ -117,10 +114,12 @@ impl Matrix {
         Matrix::from_hf(2 * a.rows, a.cols, codes, scales)
     }
 
+    /// Output features.
     pub fn rows(&self) -> usize {
         self.rows
     }
 
+    /// Inputs.
     pub fn cols(&self) -> usize {
         self.cols
     }
@@ -152,38 +151,10 @@ impl Matrix {
             ));
         }
         let n = x.len() / self.cols;
-        if n == 0 || self.rows == 0 {
-            return Ok(());
-        }
-        // Results row-major by output feature (`cols[f * n + r]`): threads own disjoint
-        // slices.
-        let mut cols = vec![0f32; self.rows * n];
-        if self.rows * self.cols * n < PARALLEL_MIN_WORK {
-            self.features(0, x, n, &mut cols);
-        } else {
-            let per_chunk = 16;
-            let chunks = self.rows.div_ceil(per_chunk);
-            let base = cols.as_mut_ptr() as usize;
-            let len = cols.len();
-            candle_core::utils::barrier_pool().execute_chunked(chunks, |range| {
-                for c in range {
-                    let start = c * per_chunk * n;
-                    let end = len.min(start + per_chunk * n);
-                    // SAFETY: chunk c covers `cols[start..end]`, which no other chunk
-                    // covers, and `cols` outlives the call (execute_chunked returns when
-                    // every chunk is done).
-                    let chunk = unsafe {
-                        std::slice::from_raw_parts_mut((base as *mut f32).add(start), end - start)
-                    };
-                    self.features(c * per_chunk, x, n, chunk);
-                }
-            });
-        }
-        for (f, results) in cols.chunks_exact(n).enumerate() {
-            for (r, &v) in results.iter().enumerate() {
-                dst[r * self.rows + f] = v;
-            }
-        }
+        let out = super::dense::by_features(self.rows, n, self.cols, |first, chunk| {
+            self.features(first, x, n, chunk)
+        });
+        dst.copy_from_slice(&out);
         Ok(())
     }
 
@@ -192,23 +163,87 @@ impl Matrix {
     fn features(&self, first: usize, x: &[f32], n: usize, out: &mut [f32]) {
         let per = self.cols / BLOCK;
         let table = pair_table();
+        let simd = simd_available();
         let mut values = [0f32; BLOCK];
+        // Per input row, 32 lanes of sums (independent multiply-adds).
+        let mut lanes = vec![[0f32; BLOCK]; n];
         for (i, results) in out.chunks_exact_mut(n).enumerate() {
             let f = first + i;
-            results.fill(0.0);
+            lanes.iter_mut().for_each(|l| *l = [0.0; BLOCK]);
             for b in 0..per {
                 let block = f * per + b;
-                for (pair, &byte) in values
-                    .chunks_exact_mut(2)
-                    .zip(&self.codes[block * 16..(block + 1) * 16])
-                {
-                    pair.copy_from_slice(&table[usize::from(byte)]);
-                }
                 let d = scale(self.scales[block]);
-                for (r, acc) in results.iter_mut().enumerate() {
-                    let xs = &x[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
-                    *acc += d * dot32(&values, xs);
+                let codes = &self.codes[block * 16..(block + 1) * 16];
+                if simd {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `simd` says the CPU has AVX2; `codes` holds 16 bytes.
+                    unsafe {
+                        avx2::decode(codes, d, &mut values)
+                    };
+                } else {
+                    for (pair, &byte) in values.chunks_exact_mut(2).zip(codes) {
+                        let [lo, hi] = table[usize::from(byte)];
+                        pair[0] = lo * d;
+                        pair[1] = hi * d;
+                    }
                 }
+                for (r, acc) in lanes.iter_mut().enumerate() {
+                    let xs = &x[r * self.cols + b * BLOCK..r * self.cols + (b + 1) * BLOCK];
+                    for j in 0..BLOCK {
+                        acc[j] += values[j] * xs[j];
+                    }
+                }
+            }
+            for (result, acc) in results.iter_mut().zip(&lanes) {
+                *result = acc.iter().sum();
+            }
+        }
+    }
+}
+
+/// Whether [`avx2::decode`] can run here.
+fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// A block's 16 code bytes times its scale `d`, as 32 values: the nibbles are split
+    /// and put in order by byte shuffles, looked up in a table of twice the E2M1 values
+    /// (small integers), widened to f32 and multiplied by `d / 2` (exact: a power of two).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and `codes` must hold 16 bytes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn decode(codes: &[u8], d: f32, out: &mut [f32; super::BLOCK]) {
+        debug_assert!(codes.len() >= 16);
+        let table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        let mask = _mm_set1_epi8(0x0F);
+        // SAFETY: the caller guarantees 16 readable bytes; loadu has no alignment need.
+        let b = unsafe { _mm_loadu_si128(codes.as_ptr().cast()) };
+        let lo = _mm_and_si128(b, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+        let half = _mm256_set1_ps(d * 0.5);
+        let halves = [
+            _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi)),
+            _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi)),
+        ];
+        for (k, v) in halves.into_iter().enumerate() {
+            let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+            let b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+            // SAFETY: `out` holds 32 values; k is 0 or 1, so 16k + 16 <= 32.
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr().add(16 * k), _mm256_mul_ps(a, half));
+                _mm256_storeu_ps(out.as_mut_ptr().add(16 * k + 8), _mm256_mul_ps(b, half));
             }
         }
     }
@@ -218,17 +253,6 @@ impl Matrix {
 fn pair_table() -> &'static [[f32; 2]; 256] {
     static TABLE: std::sync::OnceLock<[[f32; 2]; 256]> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| std::array::from_fn(|b| [E2M1[b & 0x0F], E2M1[b >> 4]]))
-}
-
-/// In eight lanes, so that it vectorises.
-fn dot32(a: &[f32; BLOCK], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum()
 }
 
 #[cfg(test)]
@@ -300,6 +324,30 @@ mod tests {
                         "{got} vs {want}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_simd_decoding_gives_the_table_values() {
+        if !simd_available() {
+            eprintln!("no AVX2 here: the SIMD decoding is not checked");
+            return;
+        }
+        let codes: Vec<u8> = (0..=255u8).collect();
+        for e in [0u8, 1, 120, 127, 130, 254] {
+            for block in codes.chunks_exact(16) {
+                let mut got = [0f32; BLOCK];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX2 was detected; the block holds 16 bytes.
+                unsafe {
+                    avx2::decode(block, scale(e), &mut got)
+                };
+                let want: Vec<f32> = block
+                    .iter()
+                    .flat_map(|&b| pair_table()[usize::from(b)].map(|v| v * scale(e)))
+                    .collect();
+                assert_eq!(got.to_vec(), want, "scale {e}");
             }
         }
     }

@@ -15,7 +15,7 @@ Written into this folder:
 - expected.safetensors: the token ids of two prompts and transformers' logits for each at
   every position.
 
-Run by scripts/make-gpt-oss-fixture, in the venv pinned by requirements.txt here.
+Run by scripts/make-gpt-oss-fixture, in the pinned venv of scripts/test-vllm.
 """
 
 import json
