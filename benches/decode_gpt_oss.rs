@@ -18,8 +18,11 @@ use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use corral::models::gpt_oss::GptOss;
 use corral::models::llama::Llama;
-use std::collections::HashMap;
 use std::time::Instant;
+
+#[path = "../tests/support/random_gpt_oss.rs"]
+mod random_gpt_oss;
+use random_gpt_oss::{GptOssShape, write_random_gpt_oss};
 
 struct Shape {
     name: &'static str,
@@ -74,13 +77,6 @@ impl Rng {
     fn tensor(&mut self, dims: &[usize], scale: f32, offset: f32) -> Tensor {
         let n = dims.iter().product();
         Tensor::from_vec(self.values(n, scale, offset), dims, &Device::Cpu).unwrap()
-    }
-
-    /// The same in bf16, as gpt-oss checkpoints store their dense weights.
-    fn bf16(&mut self, dims: &[usize], scale: f32, offset: f32) -> Tensor {
-        self.tensor(dims, scale, offset)
-            .to_dtype(candle_core::DType::BF16)
-            .unwrap()
     }
 }
 
@@ -150,97 +146,23 @@ fn llama(s: &Shape, rng: &mut Rng) -> Llama {
     Llama::from_gguf(&content, &mut buf, &Device::Cpu).unwrap()
 }
 
-fn gpt_oss(s: &Shape, rng: &mut Rng, dir: &std::path::Path) -> GptOss {
-    let (experts, inter) = (4, s.ffn / 2);
-    let (qn, kn) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
-    let mut t: HashMap<String, Tensor> = HashMap::new();
-    t.insert(
-        "model.embed_tokens.weight".into(),
-        rng.bf16(&[s.vocab, s.width], 1.0, 0.0),
-    );
-    t.insert(
-        "lm_head.weight".into(),
-        rng.bf16(&[s.vocab, s.width], 0.1, 0.0),
-    );
-    t.insert("model.norm.weight".into(), rng.tensor(&[s.width], 0.1, 1.0));
-    let mut bytes = |dims: &[usize], low: u64, span: u64| {
-        let n: usize = dims.iter().product();
-        let v: Vec<u8> = (0..n).map(|_| (low + rng.next() % span) as u8).collect();
-        Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+fn gpt_oss(s: &Shape, dir: &std::path::Path) -> GptOss {
+    let shape = GptOssShape {
+        width: s.width,
+        layers: s.layers,
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        head_dim: s.head_dim,
+        experts: 4,
+        top_k: 2,
+        expert_width: s.ffn / 2,
+        vocab: s.vocab,
+        sliding_window: 128,
     };
-    let mut experts_of = Vec::new();
-    for (name, rows, cols) in [
-        ("gate_up_proj", 2 * inter, s.width),
-        ("down_proj", s.width, inter),
-    ] {
-        experts_of.push((
-            name,
-            bytes(&[experts, rows, cols / 32, 16], 0, 256),
-            bytes(&[experts, rows, cols / 32], 118, 6),
-        ));
-    }
-    for i in 0..s.layers {
-        let p = format!("model.layers.{i}");
-        for name in ["input_layernorm", "post_attention_layernorm"] {
-            t.insert(
-                format!("{p}.{name}.weight"),
-                rng.tensor(&[s.width], 0.1, 1.0),
-            );
-        }
-        for (name, out, inp) in [
-            ("q", qn, s.width),
-            ("k", kn, s.width),
-            ("v", kn, s.width),
-            ("o", s.width, qn),
-        ] {
-            t.insert(
-                format!("{p}.self_attn.{name}_proj.weight"),
-                rng.bf16(&[out, inp], 0.1, 0.0),
-            );
-            t.insert(
-                format!("{p}.self_attn.{name}_proj.bias"),
-                rng.tensor(&[out], 0.1, 0.0),
-            );
-        }
-        t.insert(
-            format!("{p}.self_attn.sinks"),
-            rng.tensor(&[s.heads], 1.0, 0.0),
-        );
-        t.insert(
-            format!("{p}.mlp.router.weight"),
-            rng.bf16(&[experts, s.width], 0.1, 0.0),
-        );
-        t.insert(
-            format!("{p}.mlp.router.bias"),
-            rng.tensor(&[experts], 0.1, 0.0),
-        );
-        t.insert(
-            format!("{p}.mlp.experts.gate_up_proj_bias"),
-            rng.tensor(&[experts, 2 * inter], 0.1, 0.0),
-        );
-        t.insert(
-            format!("{p}.mlp.experts.down_proj_bias"),
-            rng.tensor(&[experts, s.width], 0.1, 0.0),
-        );
-        // The same random experts in every layer: writing them is what takes time here.
-        for (name, codes, scales) in &experts_of {
-            t.insert(format!("{p}.mlp.experts.{name}_blocks"), codes.clone());
-            t.insert(format!("{p}.mlp.experts.{name}_scales"), scales.clone());
-        }
-    }
-    let path = dir.join(format!("gpt-oss-{}.safetensors", s.width));
-    candle_core::safetensors::save(&t, &path).unwrap();
-    let config = serde_json::json!({
-        "vocab_size": s.vocab, "hidden_size": s.width, "intermediate_size": inter,
-        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
-        "num_hidden_layers": s.layers, "num_local_experts": experts, "num_experts_per_tok": 2,
-        "sliding_window": 128, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                         "truncate": false, "original_max_position_embeddings": 4096},
-        "rope_theta": 150000.0
-    });
-    let net = GptOss::from_hf(&config, &[&path]).unwrap();
-    std::fs::remove_file(&path).unwrap();
+    let dir = dir.join(format!("gpt-oss-{}", s.width));
+    let config = write_random_gpt_oss(&dir, &shape, None, 11);
+    let net = GptOss::from_hf(&config, &[dir.join("model.safetensors")]).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     net
 }
 
@@ -279,7 +201,7 @@ fn main() {
     for s in &SHAPES {
         let mut rng = Rng(11);
         let dense = llama(s, &mut rng);
-        let moe = gpt_oss(s, &mut rng, &dir);
+        let moe = gpt_oss(s, &dir);
         let run_dense = |n: &mut [&mut Llama], t: &[&[u32]], p: &[usize]| {
             Llama::forward_batch(n, t, p).unwrap();
         };
