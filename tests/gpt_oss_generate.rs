@@ -14,12 +14,11 @@ use corral::schema::validate::Validator;
 use corral::{DeviceSpec, JsonSchemaOptions, Model, compile_json_schema_value};
 use random_gpt_oss::{GptOssShape, write_random_gpt_oss};
 
-#[test]
-fn a_random_gpt_oss_generates_valid_json_from_a_harmony_prompt() {
-    let Some(tokenizer) = common::asset_tokenizer("gptoss") else {
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("corral-gpt-oss-e2e-{}", std::process::id()));
+/// A random gpt-oss of 2 layers with the real tokenizer, in a folder of its own (`None`:
+/// the tokenizer is missing, which `common::asset_tokenizer` reports).
+fn random_folder(name: &str, seed: u64) -> Option<std::path::PathBuf> {
+    let tokenizer = common::asset_tokenizer("gptoss")?;
+    let dir = std::env::temp_dir().join(format!("corral-gpt-oss-{name}-{}", std::process::id()));
     let shape = GptOssShape {
         width: 64,
         layers: 2,
@@ -32,7 +31,15 @@ fn a_random_gpt_oss_generates_valid_json_from_a_harmony_prompt() {
         vocab: 201_088,
         sliding_window: 128,
     };
-    write_random_gpt_oss(&dir, &shape, Some(&tokenizer), 5);
+    write_random_gpt_oss(&dir, &shape, Some(&tokenizer), seed);
+    Some(dir)
+}
+
+#[test]
+fn a_random_gpt_oss_generates_valid_json_from_a_harmony_prompt() {
+    let Some(dir) = random_folder("e2e", 5) else {
+        return;
+    };
     let mut model = Model::load(dir.to_str().unwrap(), DeviceSpec::Cpu).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(model.max_positions(), 131_072);
@@ -88,4 +95,60 @@ fn a_random_gpt_oss_generates_valid_json_from_a_harmony_prompt() {
     let errors = Validator::new(&schema).unwrap().errors(&value);
     assert!(errors.is_empty(), "{json}: {errors:?}");
     eprintln!("random gpt-oss, greedy, under the schema: {json}");
+}
+
+#[test]
+fn corral_generate_splits_a_gpt_oss_answer_and_constrains_its_final_channel() {
+    let Some(dir) = random_folder("cli", 9) else {
+        return;
+    };
+    let schema = common::temp_file(
+        "gpt-oss-cli.schema.json",
+        r#"{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}"#,
+    );
+    // A random model writes no final-channel header of its own: the reasoning budget
+    // forces it after 6 tokens of analysis, and the schema applies from there.
+    let (code, stdout, stderr) = common::run_corral(
+        &[
+            "generate",
+            "-m",
+            dir.to_str().unwrap(),
+            "--json-schema",
+            &schema,
+            "-p",
+            "Is it ok?",
+            "--temperature",
+            "0",
+            "--reasoning-budget",
+            "6",
+            "--max-tokens",
+            "64",
+            "--stats",
+        ],
+        b"",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("stdout {stdout:?} is not the JSON answer ({e}); stderr {stderr}")
+    });
+    assert!(answer["ok"].is_boolean(), "{answer}");
+    let stats = stderr.lines().last().unwrap();
+    assert!(stats.contains(r#""schema_valid":true"#), "{stats}");
+    eprintln!("answer {stdout:?}; reasoning and stats on stderr: {stderr:?}");
+}
+
+#[test]
+fn corral_serve_refuses_a_gpt_oss_model_it_cannot_serve_yet() {
+    let Some(dir) = random_folder("serve", 3) else {
+        return;
+    };
+    let (code, _, stderr) =
+        common::run_corral(&["serve", "-m", dir.to_str().unwrap(), "--port", "0"], b"");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("gpt-oss (harmony) models are not served yet"),
+        "{stderr}"
+    );
 }

@@ -160,6 +160,9 @@ pub struct ModelText {
     add_bos: bool,
     name: String,
     max_positions: usize,
+    /// The tokenizer is harmony's (gpt-oss): prompts are rendered by [`harmony`], not by a
+    /// chat template.
+    harmony: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -257,17 +260,31 @@ impl Model {
     ) -> Result<Model, LoadError> {
         let vocab =
             Vocabulary::from_tokenizer(&tokenizer).map_err(|e| LoadError::Format(e.to_string()))?;
-        let eos: Vec<TokenId> = if eos.is_empty() {
+        let specials = SpecialTokens::new(&tokenizer);
+        let harmony = harmony::Renderer::new(&specials).is_ok();
+        let mut eos: Vec<TokenId> = if eos.is_empty() {
             vocab.default_eos().into_iter().collect()
         } else {
             eos.into_iter().map(TokenId).collect()
         };
+        if harmony {
+            // A harmony output ends with its answer (`<|return|>`) or a tool call
+            // (`<|call|>`), whatever the config lists.
+            for end in ["<|return|>", "<|call|>"] {
+                if let Some(id) = tokenizer.token_to_id(end).map(TokenId)
+                    && !eos.contains(&id)
+                {
+                    eos.push(id);
+                }
+            }
+        }
         let space = Arc::new(TokenSpace::new(vocab, Some(lm.logit_width()), eos));
         let max_positions = lm.max_positions();
         Ok(Model {
             lm,
             text: Arc::new(ModelText {
-                specials: SpecialTokens::new(&tokenizer),
+                specials,
+                harmony,
                 tokenizer,
                 space,
                 constraints: OnceLock::new(),
@@ -395,13 +412,18 @@ impl ModelText {
 
     /// The prompt: the chat template applied to an optional system message and the user's
     /// message, their text kept as text; or with `raw` (or without a template) the text as
-    /// is, trusted: special tokens' names in it are control tokens.
+    /// is, trusted: special tokens' names in it are control tokens. A harmony model's
+    /// prompt is rendered by [`harmony`] instead of a template: harmony's default system
+    /// message, `system` as the developer's instructions, then the user's message.
     pub fn prompt_text(
         &self,
         system: Option<&str>,
         user: &str,
         raw: bool,
     ) -> Result<Prompt, LoadError> {
+        if self.harmony && !raw {
+            return self.harmony_prompt(system, user);
+        }
         match (&self.chat, raw) {
             (Some(_), false) => {
                 let mut msgs = Vec::new();
@@ -416,6 +438,35 @@ impl ModelText {
                 _ => user.to_string(),
             })),
         }
+    }
+
+    /// Whether prompts are harmony conversations (the tokenizer is gpt-oss's).
+    pub fn is_harmony(&self) -> bool {
+        self.harmony
+    }
+
+    /// [`ModelText::prompt_text`] for a harmony model.
+    fn harmony_prompt(&self, system: Option<&str>, user: &str) -> Result<Prompt, LoadError> {
+        use harmony::{Content, DeveloperContent, Message as Turn, Role, SystemContent};
+        let renderer =
+            harmony::Renderer::new(&self.specials).map_err(|e| LoadError::Format(e.to_string()))?;
+        let mut turns = vec![Turn {
+            content: vec![Content::SystemContent(SystemContent::default())],
+            ..Turn::text(Role::System, "")
+        }];
+        if let Some(s) = system {
+            turns.push(Turn {
+                content: vec![Content::DeveloperContent(DeveloperContent {
+                    instructions: Some(s.to_string()),
+                    tools: None,
+                })],
+                ..Turn::text(Role::Developer, "")
+            });
+        }
+        turns.push(Turn::text(Role::User, user));
+        renderer
+            .for_completion(&turns, Role::Assistant, true)
+            .map_err(|e| LoadError::Format(e.to_string()))
     }
 
     /// Text that is user text throughout (a completion's prompt): special tokens' names in
