@@ -179,3 +179,31 @@ fn bad_inputs_are_errors() {
     let mut other = from_hf();
     assert!(GptOss::forward_batch(&mut [&mut net, &mut other], &[&[1], &[2]], &[0, 0]).is_err());
 }
+
+/// Loads a GGUF file from bytes: header, then weights.
+fn load_gguf_bytes(bytes: &[u8]) -> Result<GptOss, String> {
+    let mut r = std::io::Cursor::new(bytes);
+    let file = GgufFile::read(&mut r)?;
+    GptOss::from_gguf(&file, &mut r).map_err(|e| e.to_string())
+}
+
+#[test]
+fn truncated_or_corrupted_gguf_files_are_errors() {
+    let bytes = std::fs::read(fixture("model.gguf")).unwrap();
+    assert!(load_gguf_bytes(&bytes).is_ok());
+    // Cut anywhere: always an error, never a panic or an allocation of a corrupt size.
+    for end in (0..bytes.len()).step_by(509) {
+        assert!(load_gguf_bytes(&bytes[..end]).is_err(), "cut at {end}");
+    }
+    // Bytes of the header changed, one at a time: an error or a network, never a panic.
+    let header = 4096.min(bytes.len());
+    let mut refused = 0;
+    for at in (0..header).step_by(7) {
+        for value in [0x00, 0xFF, 0x7F] {
+            let mut b = bytes.clone();
+            b[at] = value;
+            refused += usize::from(load_gguf_bytes(&b).is_err());
+        }
+    }
+    assert!(refused > 0);
+}

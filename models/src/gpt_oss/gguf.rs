@@ -159,6 +159,8 @@ impl GgufFile {
         }
         let mut tensor_infos = HashMap::new();
         let mut mxfp4 = HashMap::new();
+        // Each tensor's end, from the data start (`None`: it overflows).
+        let mut extents: Vec<(String, Option<u64>)> = Vec::new();
         for _ in 0..tensors {
             let name = h.string()?;
             let n = h.u32()?;
@@ -171,6 +173,26 @@ impl GgufFile {
             dims.reverse();
             let ty = h.u32()?;
             let offset = h.u64()?;
+            let elements = dims
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .ok_or_else(|| format!("GGUF tensor {name}: its dimensions overflow"))?;
+            // Bytes of the tensor, checked against the file once the data start is known.
+            let (block, block_bytes) = match ty {
+                MXFP4 => (super::mxfp4::BLOCK, 17),
+                _ => {
+                    let t = ggml_type(ty)
+                        .ok_or_else(|| format!("GGUF tensor {name}: type {ty} is not supported"))?;
+                    (t.block_size(), t.type_size())
+                }
+            };
+            if !elements.is_multiple_of(block) {
+                return Err(format!(
+                    "GGUF tensor {name}: {elements} values is not a whole number of blocks"
+                ));
+            }
+            let bytes = (elements / block) as u64 * block_bytes as u64;
+            extents.push((name.clone(), offset.checked_add(bytes)));
             if ty == MXFP4 {
                 mxfp4.insert(name, (dims, offset));
                 continue;
@@ -191,12 +213,18 @@ impl GgufFile {
             Some(Value::U32(a)) if *a > 0 => u64::from(*a),
             _ => 32,
         };
+        let data = position.div_ceil(alignment) * alignment;
+        for (name, end) in extents {
+            if end.is_none_or(|e| e > size.saturating_sub(data)) {
+                return Err(format!("GGUF tensor {name} runs past the end of the file"));
+            }
+        }
         Ok(GgufFile {
             content: Content {
                 magic,
                 metadata,
                 tensor_infos,
-                tensor_data_offset: position.div_ceil(alignment) * alignment,
+                tensor_data_offset: data,
             },
             mxfp4,
         })
