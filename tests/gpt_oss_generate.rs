@@ -137,3 +137,18 @@ fn corral_generate_splits_a_gpt_oss_answer_and_constrains_its_final_channel() {
     assert!(stats.contains(r#""schema_valid":true"#), "{stats}");
     eprintln!("answer {stdout:?}; reasoning and stats on stderr: {stderr:?}");
 }
+
+#[test]
+fn corral_serve_refuses_a_gpt_oss_model_it_cannot_serve_yet() {
+    let Some(dir) = random_folder("serve", 3) else {
+        return;
+    };
+    let (code, _, stderr) =
+        common::run_corral(&["serve", "-m", dir.to_str().unwrap(), "--port", "0"], b"");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("gpt-oss (harmony) models are not served yet"),
+        "{stderr}"
+    );
+}

@@ -445,14 +445,6 @@ impl ModelText {
         self.harmony
     }
 
-    /// The harmony renderer over this model's control tokens (`None`: not a harmony
-    /// model).
-    pub fn harmony_renderer(&self) -> Option<harmony::Renderer<'_>> {
-        self.harmony
-            .then(|| harmony::Renderer::new(&self.specials).ok())
-            .flatten()
-    }
-
     /// [`ModelText::prompt_text`] for a harmony model.
     fn harmony_prompt(&self, system: Option<&str>, user: &str) -> Result<Prompt, LoadError> {
         use harmony::{Content, DeveloperContent, Message as Turn, Role, SystemContent};

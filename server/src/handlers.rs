@@ -377,14 +377,9 @@ async fn start(
     };
     let prepared = prepared?;
     let reply = Reply::new(&st.config.model_name, kind, &prepared);
-    let shaper = Shaper::new(
-        prepared.format,
-        prepared.harmony,
-        &prepared.prefix,
-        &reply.id,
-    )
-    .map_err(ApiError::internal)?
-    .trim_leading_content(prepared.trim_answer);
+    let shaper = Shaper::new(prepared.format, &prepared.prefix, &reply.id)
+        .map_err(ApiError::internal)?
+        .trim_leading_content(prepared.trim_answer);
     let stopped = Arc::new(AtomicBool::new(false));
     let events = enqueue(
         st,

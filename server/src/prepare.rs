@@ -48,8 +48,6 @@ pub struct Prepared {
     pub logprobs: Option<usize>,
     /// `parallel_tool_calls: false`: the output ends after its first tool call.
     pub single_call: bool,
-    /// The output is a harmony stream (gpt-oss), split by channel.
-    pub harmony: bool,
 }
 
 /// What the output must match.
@@ -80,15 +78,6 @@ pub fn chat(
             "messages must hold at least one message",
         ));
     }
-    if text.is_harmony() {
-        return chat_harmony(text, config, metrics, req);
-    }
-    if req.reasoning_effort.is_some() {
-        return Err(ApiError::invalid_param(
-            "reasoning_effort",
-            "reasoning effort applies to harmony models (gpt-oss); this model takes `reasoning_budget` (tokens)",
-        ));
-    }
     let template = text.chat_template().map(|t| t.source());
     let tools = tools::parse(
         req.common.tools.as_ref(),
@@ -99,7 +88,14 @@ pub fn chat(
     for (i, m) in req.messages.iter().enumerate() {
         let role = role(&m.role, template)
             .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?;
-        let mut content = message_text(i, m)?;
+        let mut content = match (&m.content, &m.refusal) {
+            (Some(c), _) => c
+                .text()
+                .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?,
+            // An assistant's earlier refusal is what it said.
+            (None, Some(r)) => r.clone(),
+            (None, None) => String::new(),
+        };
         // Earlier calls go back into the text as the model wrote them.
         for call in m.tool_calls.iter().flatten() {
             let f = &call["function"];
@@ -189,139 +185,6 @@ pub fn chat(
     p.trim_answer = after_reasoning && p.decoder.is_constrained();
     p.format = format;
     p.prefix = prefix;
-    Ok(p)
-}
-
-/// A message's text: its content, or an assistant's earlier refusal (what it said).
-fn message_text(i: usize, m: &crate::api::ChatMessage) -> Result<String, ApiError> {
-    match (&m.content, &m.refusal) {
-        (Some(c), _) => c
-            .text()
-            .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}"))),
-        (None, Some(r)) => Ok(r.clone()),
-        (None, None) => Ok(String::new()),
-    }
-}
-
-/// Harmony's header of the final channel: a constraint applies after it.
-const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
-
-/// A chat request to a harmony model (gpt-oss): the conversation rendered by
-/// `corral_models::harmony` (harmony's system message with the request's reasoning effort,
-/// system and developer messages as the developer's instructions, earlier assistant turns
-/// as final answers with their reasoning as analysis, dropped as harmony drops it), the
-/// output split by channel (analysis: reasoning, final: content), and a constraint applied
-/// in the final channel. Tools are refused: harmony's tool calls are not served yet.
-fn chat_harmony(
-    text: &ModelText,
-    config: &ServeConfig,
-    metrics: &Metrics,
-    req: ChatRequest,
-) -> Result<Prepared, ApiError> {
-    use corral_models::harmony::{
-        Content as Part, DeveloperContent, Message as Turn, ReasoningEffort, Role, SystemContent,
-    };
-    let refuse = |field: &'static str| {
-        ApiError::invalid_param(
-            field,
-            format!("`{field}` with a harmony model (gpt-oss) is not served yet"),
-        )
-    };
-    if req.common.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(refuse("tools"));
-    }
-    if req
-        .common
-        .tool_choice
-        .as_ref()
-        .is_some_and(|c| !c.is_null())
-    {
-        return Err(refuse("tool_choice"));
-    }
-    let effort = match req.reasoning_effort.as_deref() {
-        None | Some("medium") => ReasoningEffort::Medium,
-        Some("low") => ReasoningEffort::Low,
-        Some("high") => ReasoningEffort::High,
-        Some(other) => {
-            return Err(ApiError::invalid_param(
-                "reasoning_effort",
-                format!("reasoning_effort {other:?}: low, medium or high"),
-            ));
-        }
-    };
-    let Some(renderer) = text.harmony_renderer() else {
-        return Err(ApiError::internal("the harmony renderer is missing"));
-    };
-    let system = SystemContent {
-        reasoning_effort: Some(effort),
-        ..SystemContent::default()
-    };
-    let mut turns = vec![Turn {
-        content: vec![Part::SystemContent(system)],
-        ..Turn::text(Role::System, "")
-    }];
-    let mut instructions: Vec<String> = Vec::new();
-    for (i, m) in req.messages.iter().enumerate() {
-        let at = |e: &str| ApiError::invalid_param("messages", format!("messages[{i}]: {e}"));
-        let content = message_text(i, m)?;
-        match m.role.as_str() {
-            "system" | "developer" => instructions.push(content),
-            "user" => turns.push(Turn::text(Role::User, content)),
-            "assistant" => {
-                if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
-                    return Err(at("tool calls with a harmony model are not served yet"));
-                }
-                if let Some(r) = m.reasoning_content.as_ref().filter(|r| !r.is_empty()) {
-                    turns.push(Turn::text(Role::Assistant, r.clone()).with_channel("analysis"));
-                }
-                turns.push(Turn::text(Role::Assistant, content).with_channel("final"));
-            }
-            "tool" => return Err(at("tool results with a harmony model are not served yet")),
-            other => {
-                return Err(at(&format!(
-                    "role {other:?}: system, developer, user or assistant"
-                )));
-            }
-        }
-    }
-    if !instructions.is_empty() {
-        let developer = DeveloperContent {
-            instructions: Some(instructions.join("\n\n")),
-            tools: None,
-        };
-        turns.insert(
-            1,
-            Turn {
-                content: vec![Part::DeveloperContent(developer)],
-                ..Turn::text(Role::Developer, "")
-            },
-        );
-    }
-    let prompt = renderer
-        .for_completion(&turns, Role::Assistant, true)
-        .map_err(|e| ApiError::invalid_param("messages", e.to_string()))?;
-    let budget = req
-        .common
-        .reasoning_budget
-        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
-    let endpoint = Endpoint {
-        chat: true,
-        tool_call: None,
-        scope: Scope::After {
-            trigger: HARMONY_FINAL.into(),
-            budget,
-        },
-    };
-    let mut p = prepare(
-        text,
-        config,
-        metrics,
-        Input::Text(prompt),
-        req.common,
-        endpoint,
-    )?;
-    p.trim_answer = p.decoder.is_constrained();
-    p.harmony = true;
     Ok(p)
 }
 
@@ -534,7 +397,6 @@ fn prepare(
         logprobs,
         single_call: c.parallel_tool_calls == Some(false),
         trim_answer: false,
-        harmony: false,
     })
 }
 

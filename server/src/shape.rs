@@ -1,9 +1,7 @@
 //! The output's shape: with a tool-call format, the text streams through corral-split's
 //! splitter into content, reasoning and tool calls; without one, all of it is content.
 
-use corral_split::{
-    Format, GenericParser, HarmonyMode, HarmonyParser, SplitEvent, Splitter, ToolCallEvent,
-};
+use corral_split::{Format, GenericParser, SplitEvent, Splitter, ToolCallEvent};
 use serde_json::{Value, json};
 
 /// A piece of the response, in stream order.
@@ -52,7 +50,7 @@ pub struct Call {
 
 /// Splits a response's text as it streams.
 pub struct Shaper {
-    splitter: Option<Box<dyn Splitter + Send>>,
+    splitter: Option<GenericParser>,
     id: String,
     calls: Vec<Call>,
     /// Whitespace at the start of the content is dropped (set while none but whitespace
@@ -63,22 +61,12 @@ pub struct Shaper {
 
 impl Shaper {
     /// `prefix`: what the prompt already opened (a call's marker), fed to the splitter
-    /// first. `id` names the response (call ids derive from it). `harmony`: the output is
-    /// a harmony stream, split by channel (`format` is then not used).
-    pub fn new(
-        format: Option<Format>,
-        harmony: bool,
-        prefix: &str,
-        id: &str,
-    ) -> Result<Shaper, String> {
-        let splitter: Option<Box<dyn Splitter + Send>> = match harmony {
-            true => Some(Box::new(HarmonyParser::new(HarmonyMode::Lenient))),
-            false => format
-                .map(GenericParser::new)
-                .transpose()
-                .map_err(|e| format!("tool-call format: {e}"))?
-                .map(|p| Box::new(p) as Box<dyn Splitter + Send>),
-        };
+    /// first. `id` names the response (call ids derive from it).
+    pub fn new(format: Option<Format>, prefix: &str, id: &str) -> Result<Shaper, String> {
+        let splitter = format
+            .map(GenericParser::new)
+            .transpose()
+            .map_err(|e| format!("tool-call format: {e}"))?;
         let mut s = Shaper {
             splitter,
             id: id.to_string(),
@@ -193,7 +181,7 @@ mod tests {
     use super::*;
 
     fn run(format: Option<Format>, prefix: &str, chunks: &[&str]) -> (Vec<Piece>, Vec<Call>) {
-        let mut s = Shaper::new(format, false, prefix, "x").unwrap();
+        let mut s = Shaper::new(format, prefix, "x").unwrap();
         let mut pieces = Vec::new();
         for c in chunks {
             pieces.extend(s.push(c));
