@@ -66,8 +66,7 @@ pub struct GenerateArgs {
     overlap_mask: bool,
     /// Split the output as it streams: the answer goes to standard output, reasoning to
     /// standard error, each tool call as a JSON line to standard output. `generic` takes
-    /// its tool-call syntax from --tool-format. A harmony model (gpt-oss) gets `harmony`
-    /// unless --raw.
+    /// its tool-call syntax from --tool-format.
     #[arg(long, value_enum)]
     format: Option<SplitFormat>,
     /// Tool-call syntax of the generic format: hermes, llama3, mistral, qwen3-coder.
@@ -94,14 +93,9 @@ pub enum ScopeArg {
     ToolCalls,
 }
 
-/// The splitter and the grammar's scope for `--format` (a harmony model's prompt, not
-/// raw, selects harmony without it).
-fn split_setup(
-    args: &GenerateArgs,
-    harmony_model: bool,
-) -> anyhow::Result<(Option<Box<dyn Splitter>>, Scope)> {
-    let auto = (harmony_model && !args.raw).then_some(SplitFormat::Harmony);
-    let Some(format) = args.format.or(auto) else {
+/// The splitter and the grammar's scope for `--format`.
+fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>, Scope)> {
+    let Some(format) = args.format else {
         return Ok((None, Scope::Whole));
     };
     match format {
@@ -212,7 +206,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         scope: Scope::Whole,
         logprobs: None,
     };
-    let (mut splitter, scope) = split_setup(args, model.is_harmony())?;
+    let (mut splitter, scope) = split_setup(args)?;
     let options = corral::GenerateOptions { scope, ..options };
     let prompt = Prompt {
         user: read_prompt(args)?,
