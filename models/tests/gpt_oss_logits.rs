@@ -207,3 +207,25 @@ fn truncated_or_corrupted_gguf_files_are_errors() {
     }
     assert!(refused > 0);
 }
+
+#[test]
+fn bad_configs_are_errors() {
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("hf/config.json")).unwrap()).unwrap();
+    let weights = [fixture("hf/model.safetensors")];
+    for (key, value) in [
+        ("num_hidden_layers", serde_json::json!(1u64 << 60)),
+        ("num_hidden_layers", serde_json::json!(0)),
+        ("sliding_window", serde_json::json!(0)),
+        ("num_experts_per_tok", serde_json::json!(9)),
+        ("hidden_size", serde_json::json!(65)),
+    ] {
+        let mut c = config.clone();
+        c[key] = value.clone();
+        if key == "num_hidden_layers" {
+            c.as_object_mut().unwrap().remove("layer_types");
+        }
+        let err = GptOss::from_hf(&c, &weights).err();
+        assert!(err.is_some(), "{key} = {value} was accepted");
+    }
+}

@@ -3,6 +3,10 @@
 
 use serde::Deserialize;
 
+/// Most layers a config may declare (the published models have 24 and 36): a corrupt count
+/// is an error before anything is sized by it.
+pub const MAX_LAYERS: usize = 1024;
+
 /// What the network needs to know about its shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -89,6 +93,12 @@ impl Config {
     pub fn from_hf(json: &serde_json::Value) -> Result<Config, String> {
         let c: HfConfig = serde_json::from_value(json.clone())
             .map_err(|e| format!("config.json does not describe a gpt-oss model: {e}"))?;
+        if c.num_hidden_layers == 0 || c.num_hidden_layers > MAX_LAYERS {
+            return Err(format!(
+                "gpt-oss shape not supported: {} layers (1 to {MAX_LAYERS})",
+                c.num_hidden_layers
+            ));
+        }
         if c.attention_bias == Some(false) {
             return Err("gpt-oss without attention biases is not supported".into());
         }
@@ -180,6 +190,9 @@ impl Config {
             if n == 0 || !n.is_multiple_of(super::mxfp4::BLOCK) {
                 return bad(format!("{what} {n} (MXFP4 needs a multiple of 32)"));
             }
+        }
+        if let Some(w) = self.windows.iter().flatten().find(|&&w| w == 0) {
+            return bad(format!("sliding window {w}"));
         }
         if self.vocab == 0 || self.max_positions == 0 {
             return bad(format!(

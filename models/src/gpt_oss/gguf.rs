@@ -191,8 +191,8 @@ impl GgufFile {
                     "GGUF tensor {name}: {elements} values is not a whole number of blocks"
                 ));
             }
-            let bytes = (elements / block) as u64 * block_bytes as u64;
-            extents.push((name.clone(), offset.checked_add(bytes)));
+            let bytes = ((elements / block) as u64).checked_mul(block_bytes as u64);
+            extents.push((name.clone(), bytes.and_then(|b| offset.checked_add(b))));
             if ty == MXFP4 {
                 mxfp4.insert(name, (dims, offset));
                 continue;
@@ -254,6 +254,12 @@ impl GgufFile {
     /// The network's shape from the metadata.
     fn config(&self) -> Result<Config, String> {
         let layers = self.usize("block_count")?;
+        if layers == 0 || layers > super::config::MAX_LAYERS {
+            return Err(format!(
+                "gpt-oss shape not supported: {layers} layers (1 to {})",
+                super::config::MAX_LAYERS
+            ));
+        }
         let window = self.usize("attention.sliding_window")?;
         let embeddings = self
             .content
@@ -267,7 +273,11 @@ impl GgufFile {
         let heads = self.usize("attention.head_count")?;
         let hidden = self.usize("embedding_length")?;
         let config = Config {
-            vocab: embeddings.shape.dims()[0],
+            vocab: *embeddings
+                .shape
+                .dims()
+                .first()
+                .ok_or("GGUF token_embd.weight has no dimensions")?,
             hidden,
             intermediate: self
                 .usize("expert_feed_forward_length")
@@ -319,10 +329,8 @@ impl GptOss {
             .dense(r, "output_norm.weight")?
             .to_dtype(DType::F32)?
             .to_vec1::<f32>()?;
-        let output = match file.content.tensor_infos.contains_key("output.weight") {
-            true => Dense::new(&file.dense(r, "output.weight")?, None)?,
-            false => embeddings.clone(),
-        };
+        // gpt-oss does not tie its output to its embeddings: llama.cpp requires `output`.
+        let output = Dense::new(&file.dense(r, "output.weight")?, None)?;
         let mut layers = Vec::with_capacity(config.windows.len());
         let (e, inter, hidden) = (config.experts, config.intermediate, config.hidden);
         for (i, &window) in config.windows.iter().enumerate() {

@@ -80,6 +80,7 @@ pub struct GptOss {
 impl GptOss {
     /// From a Hugging Face folder's `config.json` and safetensors files.
     pub fn from_hf(config: &serde_json::Value, files: &[impl AsRef<Path>]) -> Result<GptOss> {
+        let config_json = config;
         let config = Config::from_hf(config).map_err(candle_core::Error::Msg)?;
         // SAFETY: the files are mapped read-only and must not change while they are read
         // here (every tensor is copied out before this returns).
@@ -134,9 +135,12 @@ impl GptOss {
             });
         }
         let embeddings = Dense::new(&st.load("model.embed_tokens.weight", &cpu)?, None)?;
-        let output = match st.get("lm_head.weight") {
-            Ok(_) => Dense::new(&st.load("lm_head.weight", &cpu)?, None)?,
-            Err(_) => embeddings.clone(),
+        // Tied only where the config says so (gpt-oss's is not).
+        let tied = config_json["tie_word_embeddings"].as_bool() == Some(true);
+        let output = match (st.get("lm_head.weight"), tied) {
+            (Ok(_), _) => Dense::new(&st.load("lm_head.weight", &cpu)?, None)?,
+            (Err(_), true) => embeddings.clone(),
+            (Err(e), false) => return Err(e),
         };
         GptOss::assemble(
             config,
