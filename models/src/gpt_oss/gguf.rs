@@ -53,10 +53,12 @@ impl<R: Read> Header<'_, R> {
     }
 
     fn take(&mut self, n: u64) -> Result<(), String> {
-        self.left = self
-            .left
-            .checked_sub(n)
-            .ok_or("GGUF header: a length runs past the end of the file")?;
+        self.left = self.left.checked_sub(n).ok_or_else(|| {
+            format!(
+                "GGUF header: {n} more bytes needed, {} remaining in the file",
+                self.left
+            )
+        })?;
         Ok(())
     }
 
@@ -214,9 +216,13 @@ impl GgufFile {
             _ => 32,
         };
         let data = position.div_ceil(alignment) * alignment;
+        let remaining = size.saturating_sub(data);
         for (name, end) in extents {
-            if end.is_none_or(|e| e > size.saturating_sub(data)) {
-                return Err(format!("GGUF tensor {name} runs past the end of the file"));
+            if end.is_none_or(|e| e > remaining) {
+                return Err(format!(
+                    "GGUF tensor {name} runs past the end of the file: it ends at byte {} of the tensor data, {remaining} bytes remaining",
+                    end.map_or("beyond 2^64".to_string(), |e| e.to_string())
+                ));
             }
         }
         Ok(GgufFile {
