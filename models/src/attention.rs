@@ -131,6 +131,34 @@ impl KvCache {
     }
 }
 
+/// The weights a batch's sequences share, once the batch is checked: at least one
+/// sequence, one input (with tokens) and one position per sequence, and one set of weights
+/// (`weights`: each sequence's).
+pub(crate) fn batch_weights<'a, W: 'a>(
+    weights: impl ExactSizeIterator<Item = &'a std::sync::Arc<W>>,
+    tokens: &[&[u32]],
+    pos: &[usize],
+) -> Result<std::sync::Arc<W>> {
+    let n = weights.len();
+    let mut weights = weights;
+    let Some(first) = weights.next() else {
+        return Err(candle_core::Error::Msg("an empty batch".into()));
+    };
+    if tokens.len() != n || pos.len() != n || tokens.iter().any(|t| t.is_empty()) {
+        return Err(candle_core::Error::Msg(format!(
+            "{n} sequences, {} inputs (each with tokens) and {} positions",
+            tokens.len(),
+            pos.len()
+        )));
+    }
+    if weights.any(|w| !std::sync::Arc::ptr_eq(w, first)) {
+        return Err(candle_core::Error::Msg(
+            "a batch's sequences must share one model's weights".into(),
+        ));
+    }
+    Ok(first.clone())
+}
+
 /// The first half of a decoding step of one sequence's layer on the CPU: rotates `q`
 /// (`heads x head_dim`) and `k` (`kv_heads x head_dim`) for their position with the
 /// tables' row `cos`/`sin` (`head_dim / 2` each), and appends `k` and `v` to the cache.

@@ -571,22 +571,7 @@ impl Llama {
         pos: &[usize],
     ) -> Result<Tensor> {
         let n = nets.len();
-        let Some(first) = nets.first() else {
-            return Err(candle_core::Error::Msg("an empty batch".into()));
-        };
-        let w = first.weights.clone();
-        if tokens.len() != n || pos.len() != n || tokens.iter().any(|t| t.is_empty()) {
-            return Err(candle_core::Error::Msg(format!(
-                "{n} sequences, {} inputs (each with tokens) and {} positions",
-                tokens.len(),
-                pos.len()
-            )));
-        }
-        if nets.iter().any(|m| !Arc::ptr_eq(&m.weights, &w)) {
-            return Err(candle_core::Error::Msg(
-                "a batch's sequences must share one model's weights".into(),
-            ));
-        }
+        let w = crate::attention::batch_weights(nets.iter().map(|m| &m.weights), tokens, pos)?;
         let dev = w.embeddings.device();
         if !dev.is_cpu() || w.attention == Attention::Candle {
             // The step by hand needs the caches on the host: one sequence at a time,

@@ -278,22 +278,7 @@ impl GptOss {
         every: bool,
     ) -> Result<Tensor> {
         let n = nets.len();
-        let Some(first) = nets.first() else {
-            return Err(candle_core::Error::Msg("an empty batch".into()));
-        };
-        let w = first.weights.clone();
-        if tokens.len() != n || pos.len() != n || tokens.iter().any(|t| t.is_empty()) {
-            return Err(candle_core::Error::Msg(format!(
-                "{n} sequences, {} inputs (each with tokens) and {} positions",
-                tokens.len(),
-                pos.len()
-            )));
-        }
-        if nets.iter().any(|m| !Arc::ptr_eq(&m.weights, &w)) {
-            return Err(candle_core::Error::Msg(
-                "a batch's sequences must share one model's weights".into(),
-            ));
-        }
+        let w = crate::attention::batch_weights(nets.iter().map(|m| &m.weights), tokens, pos)?;
         let c = &w.config;
         // Every input is checked before any cache changes, so that a refused batch leaves
         // each sequence as it was.
