@@ -3,10 +3,7 @@
 //! business (corral-split), resolved here once into a value.
 
 use corral_engine::Scope;
-use corral_split::{Format, RegionKind};
-
-/// Harmony's header of the final channel (gpt-oss): the answer follows it.
-pub const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
+use corral_split::{FINAL_HEADER, FORCED_FINAL, Format, RegionKind};
 
 /// The answer of a reasoning model: after the format's closing reasoning marker, with at
 /// most `budget` free tokens of reasoning before the marker is forced. `None` if the format
@@ -19,14 +16,17 @@ pub fn answer(format: &Format, budget: Option<usize>) -> Option<Scope> {
     Some(Scope::After {
         trigger: r.close.clone()?,
         budget,
+        forced: None,
     })
 }
 
-/// Harmony's final channel.
+/// Harmony's final channel: forced, it closes the message under way and opens a final
+/// one.
 pub fn harmony_answer(budget: Option<usize>) -> Scope {
     Scope::After {
-        trigger: HARMONY_FINAL.to_string(),
+        trigger: FINAL_HEADER.to_string(),
         budget,
+        forced: Some(FORCED_FINAL.to_string()),
     }
 }
 
@@ -53,7 +53,8 @@ mod tests {
             answer(&f, Some(5)),
             Some(Scope::After {
                 trigger: "</think>".into(),
-                budget: Some(5)
+                budget: Some(5),
+                forced: None,
             })
         );
         assert_eq!(

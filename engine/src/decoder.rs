@@ -28,6 +28,32 @@ enum Phase {
     Constrained(Box<RobustConstrainedAdapter>),
 }
 
+/// A piece of the output as it streams ([`Decoder::advance_emitting`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit<'a> {
+    /// Text, whole characters.
+    Text(&'a str),
+    /// A control token (one with no bytes of its own): sampled, forced, or the end token
+    /// that stopped the output (which is not one of the output's tokens). `named`: the
+    /// grammar names it by reference, so it is part of the grammar's output and its name
+    /// is in the text.
+    Control {
+        token: TokenId,
+        name: &'a str,
+        named: bool,
+    },
+}
+
+impl<'a> Emit<'a> {
+    /// The piece as text: text, or a named control token's name.
+    pub fn as_text(self) -> Option<&'a str> {
+        match self {
+            Emit::Text(t) => Some(t),
+            Emit::Control { name, named, .. } => named.then_some(name),
+        }
+    }
+}
+
 /// What to do after [`Decoder::advance`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -244,17 +270,28 @@ impl Decoder {
     }
 
     /// One step from the logits of the last position fed: a token (and what jump-forward
-    /// appends after it), or the end. `on_delta` gets the text as it completes.
+    /// appends after it), or the end. `on_delta` gets the text as it completes (a control
+    /// token only where the grammar names it, as its name).
     pub fn advance(
         &mut self,
         logits: &dyn Logits,
         on_delta: &mut dyn FnMut(&str),
     ) -> Result<Next, GenerateError> {
+        self.advance_emitting(logits, &mut |e| e.as_text().map_or((), &mut *on_delta))
+    }
+
+    /// [`Decoder::advance`], with the output as [`Emit`] pieces: text, and control tokens
+    /// by id (a format whose structure is in control tokens, harmony, reads them so).
+    pub fn advance_emitting(
+        &mut self,
+        logits: &dyn Logits,
+        out: &mut dyn FnMut(Emit<'_>),
+    ) -> Result<Next, GenerateError> {
         if self.tokens.len() >= self.max_tokens {
             return Ok(Next::Done(FinishReason::Length));
         }
         if let Some(forced) = self.reasoning_budget_spent() {
-            return Ok(self.force_trigger(forced, on_delta));
+            return Ok(self.force_trigger(forced, out));
         }
         let masked = match self.mask_for_sampling()? {
             Sampling::Masked => true,
@@ -271,7 +308,7 @@ impl Decoder {
         }
         self.sampler.adjust(&mut v, &self.history, &self.tokens);
         if let Some(t) = self.completing.pop() {
-            return self.append_completion(&v, t, on_delta);
+            return self.append_completion(&v, t, out);
         }
         let tok = self.sample(&mut v)?;
         // An end token ends the output, unless the grammar names it here by reference.
@@ -281,13 +318,14 @@ impl Decoder {
             // stopped inside its reasoning): the answer is still owed, so the trigger is
             // appended instead and the grammar applies from there.
             if let Some(trigger) = self.trigger_still_owed() {
-                return Ok(self.force_trigger(trigger, on_delta));
+                return Ok(self.force_trigger(trigger, out));
             }
             self.record_logprob(&v, tok);
+            self.emit_end(tok, out);
             return Ok(Next::Done(FinishReason::Stop));
         }
         let stepped = match masked {
-            true => self.step_constraint(tok, on_delta)?,
+            true => self.step_constraint(tok, out)?,
             false => Stepped::Kept,
         };
         let (tok, named) = match stepped {
@@ -296,18 +334,24 @@ impl Decoder {
             Stepped::Replaced { token, named } => (token, named),
         };
         self.record_logprob(&v, tok);
+        if named && self.space.eos().contains(&tok) && matches!(stepped, Stepped::Kept) {
+            // An end token the grammar named ends the output once the grammar took it.
+            self.emit_as(tok, named, out);
+            self.push(tok);
+            return Ok(Next::Done(FinishReason::Stop));
+        }
         if matches!(stepped, Stepped::Replaced { .. }) {
-            self.emit_forced(tok, named, on_delta);
+            self.emit_forced(tok, named, out);
             if self.completing.is_empty() {
                 return Ok(Next::Done(FinishReason::BudgetCompleted));
             }
         } else {
-            self.emit_as(tok, named, on_delta);
+            self.emit_as(tok, named, out);
             self.push(tok);
         }
         let mut feed = vec![tok];
         if self.opts.jump_forward {
-            self.jump_forward(&mut feed, on_delta)?;
+            self.jump_forward(&mut feed, out)?;
         }
         Ok(self.feed(feed))
     }
@@ -320,16 +364,19 @@ impl Decoder {
     }
 
     /// The end: the text held back, the statistics.
-    pub fn finish(
+    pub fn finish(self, finish_reason: FinishReason, on_delta: &mut dyn FnMut(&str)) -> Generation {
+        self.finish_emitting(finish_reason, &mut |e| {
+            e.as_text().map_or((), &mut *on_delta)
+        })
+    }
+
+    /// [`Decoder::finish`], with the rest as [`Emit`] pieces.
+    pub fn finish_emitting(
         mut self,
         finish_reason: FinishReason,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Generation {
-        let rest = self.stream.finish();
-        if !rest.is_empty() {
-            on_delta(&rest);
-            self.text.push_str(&rest);
-        }
+        self.flush(out);
         let mut st = self.stats;
         st.generated_tokens = self.tokens.len();
         let logprobs = std::mem::take(&mut self.logprobs);
@@ -370,16 +417,47 @@ impl Decoder {
 
     /// Streams a token's text; a token the grammar named by reference is part of the
     /// grammar's output, so a special one streams as its name.
-    fn emit_as(&mut self, t: TokenId, named: bool, on_delta: &mut dyn FnMut(&str)) {
-        let text = match self.space.vocab().token_bytes(t) {
-            Some(b) => b.to_vec(),
-            None if named => token_text(&self.space, t),
-            None => return,
+    fn emit_as(&mut self, t: TokenId, named: bool, out: &mut dyn FnMut(Emit<'_>)) {
+        let Some(bytes) = self.space.vocab().token_bytes(t) else {
+            self.flush(out);
+            let name = String::from_utf8_lossy(&token_text(&self.space, t)).into_owned();
+            if named {
+                self.text.push_str(&name);
+            }
+            out(Emit::Control {
+                token: t,
+                name: &name,
+                named,
+            });
+            return;
         };
-        let delta = self.stream.push(&text);
+        let delta = self.stream.push(bytes);
         if !delta.is_empty() {
-            on_delta(&delta);
+            out(Emit::Text(&delta));
             self.text.push_str(&delta);
+        }
+    }
+
+    /// Reports the end token that stopped the output (it is not one of the output's
+    /// tokens): a format that closes its messages with end tokens (harmony's `<|call|>`)
+    /// reads which one it was.
+    fn emit_end(&mut self, t: TokenId, out: &mut dyn FnMut(Emit<'_>)) {
+        self.flush(out);
+        let name = String::from_utf8_lossy(&token_text(&self.space, t)).into_owned();
+        out(Emit::Control {
+            token: t,
+            name: &name,
+            named: false,
+        });
+    }
+
+    /// Streams the bytes held back (an incomplete character becomes U+FFFD): before a
+    /// control token, and at the end.
+    fn flush(&mut self, out: &mut dyn FnMut(Emit<'_>)) {
+        let rest = self.stream.finish();
+        if !rest.is_empty() {
+            out(Emit::Text(&rest));
+            self.text.push_str(&rest);
         }
     }
 

@@ -25,7 +25,7 @@
 
 use crate::adapter::AdapterError;
 use crate::constraint::Constraint;
-pub use crate::decoder::{Decoder, Next};
+pub use crate::decoder::{Decoder, Emit, Next};
 use crate::logprobs::TokenLogprob;
 use crate::model::{CausalLm, ModelError};
 use crate::sampling::{SamplingError, SamplingOptions};

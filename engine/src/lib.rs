@@ -58,7 +58,7 @@ pub use constraints::{
     CacheLimits, CacheStats, ConstraintCache, DEFAULT_CACHE_BYTES, DEFAULT_CONSTRAINTS,
 };
 pub use generate::{
-    Decoder, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
+    Decoder, Emit, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate,
 };
 pub use logprobs::TokenLogprob;

@@ -20,6 +20,10 @@ pub enum Scope {
         trigger: String,
         /// Free tokens before the trigger is forced (`None`: no limit).
         budget: Option<usize>,
+        /// What is appended when the trigger is forced (`None`: the trigger). A special
+        /// token's name in it is that token. Harmony forces the end of the analysis
+        /// message and a new final one, where the trigger is the final header alone.
+        forced: Option<String>,
     },
     Each {
         open: String,

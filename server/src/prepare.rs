@@ -156,6 +156,7 @@ pub fn chat(
                 scope = Scope::After {
                     trigger: THINK_CLOSE.into(),
                     budget,
+                    forced: None,
                 };
             }
             format = Some(format.unwrap_or_else(Format::hermes).prefilled(true));

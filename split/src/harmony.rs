@@ -36,6 +36,20 @@ const RETURN: usize = 4;
 const CALL: usize = 5;
 const CONSTRAIN: usize = 6;
 
+/// The header of the final channel: an answer's constraint applies after it.
+pub const FINAL_HEADER: &str = "<|channel|>final<|message|>";
+
+/// What ends the message under way and opens a final one: appended when the answer is
+/// forced (a reasoning budget spent, or the model ending without an answer).
+pub const FORCED_FINAL: &str = "<|end|><|start|>assistant<|channel|>final<|message|>";
+
+/// The start of a commentary header: a tool call's recipient (` to=functions.NAME`)
+/// follows it.
+pub const COMMENTARY: &str = "<|channel|>commentary";
+
+/// What ends the message under way and opens a commentary one (a call that is owed).
+pub const FORCED_COMMENTARY: &str = "<|end|><|start|>assistant<|channel|>commentary";
+
 /// How malformed streams are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HarmonyMode {

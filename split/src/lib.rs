@@ -38,7 +38,10 @@ mod scanner;
 pub mod toolcall;
 
 pub use generic::{BodyKind, DEFAULT_MAX_CALL_BYTES, Format, GenericParser, Region, RegionKind};
-pub use harmony::{DEFAULT_MAX_HEADER, HarmonyMarkers, HarmonyMode, HarmonyParser};
+pub use harmony::{
+    COMMENTARY, DEFAULT_MAX_HEADER, FINAL_HEADER, FORCED_COMMENTARY, FORCED_FINAL, HarmonyMarkers,
+    HarmonyMode, HarmonyParser,
+};
 pub use scanner::{MarkerError, MarkerScanner};
 
 /// Why the stream asked to stop.

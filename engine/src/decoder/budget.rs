@@ -3,7 +3,7 @@
 //! what is left; if not, the completion is appended instead. Jump-forward appends what the
 //! grammar forces, as much of it as leaves room to complete.
 
-use super::{Decoder, Phase, Stepped};
+use super::{Decoder, Emit, Phase, Stepped};
 use crate::adapter::Completion;
 use crate::generate::{FinishReason, GenerateError, Next};
 use crate::scope::Scope;
@@ -17,7 +17,7 @@ impl Decoder {
     pub(super) fn step_constraint(
         &mut self,
         tok: TokenId,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Result<Stepped, GenerateError> {
         let Phase::Constrained(a) = &mut self.phase else {
             return Ok(Stepped::Kept);
@@ -54,7 +54,7 @@ impl Decoder {
             });
         }
         for &t in &completion {
-            self.append(t, on_delta)?;
+            self.append(t, out)?;
         }
         Ok(Stepped::Completed)
     }
@@ -64,20 +64,20 @@ impl Decoder {
     pub(super) fn append(
         &mut self,
         t: TokenId,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Result<(), GenerateError> {
         let named = self.names_token(t);
         if let Phase::Constrained(a) = &mut self.phase {
             a.step_with_token(t)?;
         }
-        self.emit_forced(t, named, on_delta);
+        self.emit_forced(t, named, out);
         Ok(())
     }
 
     /// A token the engine appended without sampling it (jump-forward, a trigger, a
     /// completion): streamed, kept in the output and the history, counted as forced.
-    pub(super) fn emit_forced(&mut self, t: TokenId, named: bool, on_delta: &mut dyn FnMut(&str)) {
-        self.emit_as(t, named, on_delta);
+    pub(super) fn emit_forced(&mut self, t: TokenId, named: bool, out: &mut dyn FnMut(Emit<'_>)) {
+        self.emit_as(t, named, out);
         self.push(t);
         self.stats.forced_tokens += 1;
     }
@@ -87,7 +87,7 @@ impl Decoder {
     pub(super) fn jump_forward(
         &mut self,
         feed: &mut Vec<TokenId>,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Result<(), GenerateError> {
         let room = self.max_tokens.saturating_sub(self.tokens.len());
         let Phase::Constrained(a) = &mut self.phase else {
@@ -111,7 +111,7 @@ impl Decoder {
         }
         a.step_with_tokens(&forced)?;
         for f in forced {
-            self.emit_forced(f, false, on_delta);
+            self.emit_forced(f, false, out);
             feed.push(f);
         }
         Ok(())
@@ -123,10 +123,10 @@ impl Decoder {
         &mut self,
         v: &[f32],
         tok: TokenId,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Result<Next, GenerateError> {
         self.record_logprob(v, tok);
-        self.append(tok, on_delta)?;
+        self.append(tok, out)?;
         if self.completing.is_empty() {
             return Ok(Next::Done(FinishReason::BudgetCompleted));
         }

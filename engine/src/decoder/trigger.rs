@@ -3,7 +3,7 @@
 //! token brings after it, and forces it when a reasoning budget is spent or the model
 //! would end without an answer.
 
-use super::{Decoder, Phase};
+use super::{Decoder, Emit, Phase};
 use crate::generate::{FinishReason, GenerateError, Next};
 use crate::scope::Scope;
 use corral_trie::{TokenId, TokenSpace};
@@ -12,8 +12,7 @@ impl Decoder {
     /// The trigger's tokens, if a reasoning budget is used up in free text.
     pub(super) fn reasoning_budget_spent(&self) -> Option<Vec<TokenId>> {
         let Scope::After {
-            trigger,
-            budget: Some(b),
+            budget: Some(b), ..
         } = &self.opts.scope
         else {
             return None;
@@ -21,38 +20,68 @@ impl Decoder {
         if !matches!(self.phase, Phase::Free) || self.triggered || self.free_tokens < *b {
             return None;
         }
-        Some(self.trigger_tokens(trigger))
+        Some(self.forced_trigger_tokens())
     }
 
     /// The trigger's tokens, if a grammar is to apply after a trigger not seen yet.
     pub(super) fn trigger_still_owed(&self) -> Option<Vec<TokenId>> {
-        let Scope::After { trigger, .. } = &self.opts.scope else {
-            return None;
-        };
-        if !matches!(self.phase, Phase::Free) || self.constraint.is_none() {
+        if !matches!(self.opts.scope, Scope::After { .. })
+            || !matches!(self.phase, Phase::Free)
+            || self.constraint.is_none()
+        {
             return None;
         }
-        Some(self.trigger_tokens(trigger))
+        Some(self.forced_trigger_tokens())
     }
 
-    pub(super) fn trigger_tokens(&self, trigger: &str) -> Vec<TokenId> {
-        match self.space.vocab().token_by_text(trigger) {
-            Some(id) => vec![id],
-            None => self.space.trie().greedy_tokens(trigger.as_bytes()).0,
+    /// What is appended when the trigger is forced ([`Scope::After`]'s `forced`, or the
+    /// trigger), as tokens: a special token's name is that token, the rest is text.
+    fn forced_trigger_tokens(&self) -> Vec<TokenId> {
+        let Scope::After {
+            trigger, forced, ..
+        } = &self.opts.scope
+        else {
+            return Vec::new();
+        };
+        let text = forced.as_deref().unwrap_or(trigger);
+        let vocab = self.space.vocab();
+        if let Some(id) = vocab.token_by_text(text) {
+            return vec![id];
         }
+        let specials = vocab.special_tokens();
+        let mut tokens = Vec::new();
+        let (mut rest, mut plain) = (text, 0);
+        while plain < rest.len() {
+            let special = specials
+                .iter()
+                .filter(|(_, name)| !name.is_empty() && rest[plain..].starts_with(name.as_str()))
+                .max_by_key(|(_, name)| name.len());
+            match special {
+                Some((id, name)) => {
+                    let text = &rest[..plain];
+                    tokens.extend(self.space.trie().greedy_tokens(text.as_bytes()).0);
+                    tokens.push(*id);
+                    rest = &rest[plain + name.len()..];
+                    plain = 0;
+                }
+                None => plain += rest[plain..].chars().next().map_or(1, char::len_utf8),
+            }
+        }
+        tokens.extend(self.space.trie().greedy_tokens(rest.as_bytes()).0);
+        tokens
     }
 
     /// Appends the trigger without sampling; the grammar applies from there.
     pub(super) fn force_trigger(
         &mut self,
         forced: Vec<TokenId>,
-        on_delta: &mut dyn FnMut(&str),
+        out: &mut dyn FnMut(Emit<'_>),
     ) -> Next {
         if self.tokens.len() + forced.len() > self.max_tokens {
             return Next::Done(FinishReason::Length);
         }
         for &f in &forced {
-            self.emit_forced(f, false, on_delta);
+            self.emit_forced(f, false, out);
         }
         self.phase = self.fresh_phase();
         self.triggered = self.constraint.is_none();
