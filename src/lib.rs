@@ -34,7 +34,8 @@ pub use corral_split as split;
 pub use corral_trie as trie;
 
 pub use corral_engine::{
-    Constraint, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions, Scope,
+    Constraint, Emit, FinishReason, GenerateOptions, Generation, GenerationStats, SamplingOptions,
+    Scope,
 };
 pub use corral_grammar::{
     CompileOptions, DfaCache, Grammar, GrammarError, Limits, MatchOutcome, Recognizer,
@@ -134,16 +135,29 @@ pub fn generate_with(
     options: &GenerateOptions,
     on_delta: &mut dyn FnMut(&str),
 ) -> Result<Generation, Error> {
+    let mut out = |e: Emit<'_>| e.as_text().map_or((), &mut *on_delta);
+    generate_emitting(model, constraint, prompt, options, &mut out)
+}
+
+/// [`generate_with`], with the output as [`Emit`] pieces: text, and control tokens by id
+/// (harmony's channels are control tokens).
+pub fn generate_emitting(
+    model: &mut Model,
+    constraint: Option<&Arc<Constraint>>,
+    prompt: impl Into<Prompt>,
+    options: &GenerateOptions,
+    out: &mut dyn FnMut(Emit<'_>),
+) -> Result<Generation, Error> {
     let prompt = prompt.into();
     let text = model.prompt_text(prompt.system.as_deref(), &prompt.user, prompt.raw)?;
     let ids = model.encode_prompt(&text)?;
     let space = model.space().clone();
-    Ok(corral_engine::generate(
+    Ok(corral_engine::generate_emitting(
         model.lm(),
         &space,
         constraint,
         &ids,
         options,
-        on_delta,
+        out,
     )?)
 }

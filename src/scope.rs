@@ -2,8 +2,9 @@
 //! trigger strings; which string ends reasoning or opens a tool call is the format's
 //! business (corral-split), resolved here once into a value.
 
+use corral_engine::Forced;
 use corral_engine::Scope;
-use corral_split::{FINAL_HEADER, FORCED_FINAL, Format, RegionKind};
+use corral_split::{FINAL_HEADER, FORCED_FINAL, Format, MESSAGE_OPEN, RegionKind};
 
 /// The answer of a reasoning model: after the format's closing reasoning marker, with at
 /// most `budget` free tokens of reasoning before the marker is forced. `None` if the format
@@ -21,12 +22,15 @@ pub fn answer(format: &Format, budget: Option<usize>) -> Option<Scope> {
 }
 
 /// Harmony's final channel: forced, it closes the message under way and opens a final
-/// one.
+/// one (or, while the model still writes its first header, completes that header).
 pub fn harmony_answer(budget: Option<usize>) -> Scope {
     Scope::After {
         trigger: FINAL_HEADER.to_string(),
         budget,
-        forced: Some(FORCED_FINAL.to_string()),
+        forced: Some(Forced {
+            after: MESSAGE_OPEN.to_string(),
+            text: FORCED_FINAL.to_string(),
+        }),
     }
 }
 

@@ -334,8 +334,9 @@ impl Decoder {
             Stepped::Replaced { token, named } => (token, named),
         };
         self.record_logprob(&v, tok);
-        if named && self.space.eos().contains(&tok) && matches!(stepped, Stepped::Kept) {
-            // An end token the grammar named ends the output once the grammar took it.
+        if named && self.space.eos().contains(&tok) && self.completed_by_it(&stepped) {
+            // An end token the grammar named last ends the output (a harmony call's
+            // `<|call|>`); one the grammar goes on after does not.
             self.emit_as(tok, named, out);
             self.push(tok);
             return Ok(Next::Done(FinishReason::Stop));
@@ -459,6 +460,13 @@ impl Decoder {
             out(Emit::Text(&rest));
             self.text.push_str(&rest);
         }
+    }
+
+    /// Whether the grammar, having kept the token just stepped, is complete: it admits
+    /// nothing more.
+    fn completed_by_it(&self, stepped: &Stepped) -> bool {
+        matches!(stepped, Stepped::Kept)
+            && matches!(&self.phase, Phase::Constrained(a) if a.is_complete())
     }
 
     /// Whether the grammar takes `tok` next as a token it names by reference.

@@ -175,6 +175,19 @@ pub fn generate(
     opts: &GenerateOptions,
     on_delta: &mut dyn FnMut(&str),
 ) -> Result<Generation, GenerateError> {
+    let mut out = |e: Emit<'_>| e.as_text().map_or((), &mut *on_delta);
+    generate_emitting(lm, space, constraint, prompt, opts, &mut out)
+}
+
+/// [`generate`], with the output as [`Emit`] pieces: text, and control tokens by id.
+pub fn generate_emitting(
+    lm: &mut dyn CausalLm,
+    space: &Arc<TokenSpace>,
+    constraint: Option<&Arc<Constraint>>,
+    prompt: &[TokenId],
+    opts: &GenerateOptions,
+    on_delta: &mut dyn FnMut(Emit<'_>),
+) -> Result<Generation, GenerateError> {
     let mut d = Decoder::new(
         space.clone(),
         constraint.cloned(),
@@ -190,7 +203,7 @@ pub fn generate(
     let mut forward_time = Duration::ZERO;
     let mut pos = prompt.len();
     let finish = loop {
-        let feed = match d.advance(&*logits, on_delta)? {
+        let feed = match d.advance_emitting(&*logits, on_delta)? {
             Next::Done(r) => break r,
             Next::Feed(f) => f,
         };
@@ -212,7 +225,7 @@ pub fn generate(
         pos += feed.len();
     };
     let decode = decode_start.elapsed();
-    let mut g = d.finish(finish, on_delta);
+    let mut g = d.finish_emitting(finish, on_delta);
     g.stats.prompt_tok_s = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
     g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
     g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;

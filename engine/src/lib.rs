@@ -59,12 +59,12 @@ pub use constraints::{
 };
 pub use generate::{
     Decoder, Emit, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
-    Utf8Stream, generate,
+    Utf8Stream, generate, generate_emitting,
 };
 pub use logprobs::TokenLogprob;
 pub use model::{BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place};
 pub use sampling::{Sampler, SamplingError, SamplingOptions};
-pub use scope::Scope;
+pub use scope::{Forced, Scope};
 
 /// Helpers of the unit tests.
 #[cfg(test)]

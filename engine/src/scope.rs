@@ -20,14 +20,24 @@ pub enum Scope {
         trigger: String,
         /// Free tokens before the trigger is forced (`None`: no limit).
         budget: Option<usize>,
-        /// What is appended when the trigger is forced (`None`: the trigger). A special
-        /// token's name in it is that token. Harmony forces the end of the analysis
-        /// message and a new final one, where the trigger is the final header alone.
-        forced: Option<String>,
+        /// What is appended in place of the trigger when it is forced, once the output
+        /// holds a marker (`None`, or the marker not yet in the output: the trigger).
+        forced: Option<Forced>,
     },
     Each {
         open: String,
     },
+}
+
+/// A forced trigger's other form ([`Scope::After`]): once the output holds `after` (a
+/// special token's name, or text), `text` is appended instead of the trigger. A special
+/// token's name in `text` is that token. Harmony forces the end of the message under way
+/// and a new final one once a message is open (`after` is `<|message|>`), and the final
+/// header alone while the model is still writing its first header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forced {
+    pub after: String,
+    pub text: String,
 }
 
 impl Scope {

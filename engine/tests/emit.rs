@@ -4,7 +4,7 @@
 //! has the last word; the fallback is the highest allowed id).
 
 use corral_engine::{
-    Constraint, Decoder, Emit, FinishReason, GenerateOptions, Logits, ModelError, Next,
+    Constraint, Decoder, Emit, FinishReason, Forced, GenerateOptions, Logits, ModelError, Next,
     SamplingOptions, Scope, apply_mask_in_place,
 };
 use corral_grammar::{CompileOptions, compile_gbnf};
@@ -106,7 +106,10 @@ fn harmony_final(budget: Option<usize>) -> Scope {
     Scope::After {
         trigger: "<|channel|>final<|message|>".into(),
         budget,
-        forced: Some("<|end|><|start|>assistant<|channel|>final<|message|>".into()),
+        forced: Some(Forced {
+            after: "<|message|>".into(),
+            text: "<|end|><|start|>assistant<|channel|>final<|message|>".into(),
+        }),
     }
 }
 
@@ -129,13 +132,31 @@ fn a_spent_budget_forces_the_final_header_as_control_tokens() {
     let (seen, finish) = run(
         "<|channel|>analysis<|message|>thinking on and on",
         Some(r#"root ::= "yes" | "no""#),
-        harmony_final(Some(6)),
+        harmony_final(Some(13)),
     );
     assert_eq!(
         seen,
-        "[<|channel|>]analy[<|end|>][<|start|>]assistant[<|channel|>]final[<|message|>]yes"
+        "[<|channel|>]analysis[<|message|>]thi[<|end|>][<|start|>]assistant[<|channel|>]final[<|message|>]yes"
     );
     assert_eq!(finish, FinishReason::GrammarComplete);
+}
+
+#[test]
+fn a_budget_spent_before_a_message_opens_forces_the_header_alone() {
+    // The prompt ends where the assistant's header opens: no message to end yet.
+    let (seen, _) = run(
+        "<|channel|>analysis<|message|>hm",
+        Some(r#"root ::= "yes" | "no""#),
+        harmony_final(Some(0)),
+    );
+    assert_eq!(seen, "[<|channel|>]final[<|message|>]yes");
+    // Still in the header: what it wrote so far stays, the final header follows.
+    let (seen, _) = run(
+        "<|channel|>analysis<|message|>hm",
+        Some(r#"root ::= "yes" | "no""#),
+        harmony_final(Some(2)),
+    );
+    assert_eq!(seen, "[<|channel|>]a[<|channel|>]final[<|message|>]yes");
 }
 
 #[test]
@@ -167,4 +188,15 @@ fn a_named_end_token_ends_the_output_once_the_grammar_takes_it() {
         "[<|channel|>]commentary to=functions.f [=<|constrain|>]json[=<|message|>]{}[=<|call|>]"
     );
     assert_eq!(finish, FinishReason::Stop);
+}
+
+#[test]
+fn a_named_end_token_the_grammar_goes_on_after_does_not_end_the_output() {
+    let (seen, finish) = run(
+        "a<|return|>b",
+        Some(r#"root ::= "a" <|return|> "b""#),
+        Scope::Whole,
+    );
+    assert_eq!(seen, "a[=<|return|>]b");
+    assert_eq!(finish, FinishReason::GrammarComplete);
 }

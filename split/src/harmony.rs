@@ -40,15 +40,20 @@ const CONSTRAIN: usize = 6;
 pub const FINAL_HEADER: &str = "<|channel|>final<|message|>";
 
 /// What ends the message under way and opens a final one: appended when the answer is
-/// forced (a reasoning budget spent, or the model ending without an answer).
+/// forced (a reasoning budget spent, or the model ending without an answer) once a message
+/// is open (`MESSAGE_OPEN` is in the output); before, the header alone is.
 pub const FORCED_FINAL: &str = "<|end|><|start|>assistant<|channel|>final<|message|>";
 
-/// The start of a commentary header: a tool call's recipient (` to=functions.NAME`)
-/// follows it.
-pub const COMMENTARY: &str = "<|channel|>commentary";
+/// The marker that opens a message's body.
+pub const MESSAGE_OPEN: &str = "<|message|>";
 
-/// What ends the message under way and opens a commentary one (a call that is owed).
-pub const FORCED_COMMENTARY: &str = "<|end|><|start|>assistant<|channel|>commentary";
+/// A commentary header up to a tool call's recipient (`to=functions.NAME`), which
+/// follows it. A preamble's header (`<|channel|>commentary<|message|>`) does not match.
+pub const COMMENTARY: &str = "<|channel|>commentary ";
+
+/// What ends the message under way and opens a commentary one up to its recipient (a call
+/// that is owed).
+pub const FORCED_COMMENTARY: &str = "<|end|><|start|>assistant<|channel|>commentary ";
 
 /// How malformed streams are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -84,6 +89,20 @@ impl HarmonyMarkers {
         call: 200012,
         constrain: 200003,
     };
+
+    /// The markers' ids as `id_of` gives them by name (a tokenizer's lookup); `None` if
+    /// one is missing (not a harmony tokenizer).
+    pub fn find(id_of: impl Fn(&str) -> Option<u32>) -> Option<HarmonyMarkers> {
+        Some(HarmonyMarkers {
+            start: id_of(MARKERS[START])?,
+            channel: id_of(MARKERS[CHANNEL])?,
+            message: id_of(MARKERS[MESSAGE])?,
+            end: id_of(MARKERS[END])?,
+            return_: id_of(MARKERS[RETURN])?,
+            call: id_of(MARKERS[CALL])?,
+            constrain: id_of(MARKERS[CONSTRAIN])?,
+        })
+    }
 
     fn marker(&self, id: u32) -> Option<usize> {
         [
@@ -140,6 +159,9 @@ pub const DEFAULT_MAX_HEADER: usize = 1024;
 pub struct HarmonyParser {
     scanner: MarkerScanner,
     core: Core,
+    /// The markers' token ids, where control tokens come by id
+    /// ([`Splitter::process_control`]).
+    markers: Option<HarmonyMarkers>,
 }
 
 /// Everything but the scanner (so the scanner can drive it without being moved out).
@@ -180,6 +202,7 @@ impl HarmonyParser {
                 out: Outputs::default(),
                 stop: None,
             },
+            markers: None,
         }
     }
 
@@ -189,6 +212,12 @@ impl HarmonyParser {
     /// [`DEFAULT_MAX_HEADER`] (1,024).
     pub fn with_max_header(mut self, bytes: usize) -> HarmonyParser {
         self.core.max_header = bytes;
+        self
+    }
+
+    /// Reads control tokens by id ([`Splitter::process_control`]) with these markers.
+    pub fn with_markers(mut self, markers: HarmonyMarkers) -> HarmonyParser {
+        self.markers = Some(markers);
         self
     }
 
@@ -465,6 +494,19 @@ impl Splitter for HarmonyParser {
     }
 
     fn reset(&mut self) {
+        let markers = self.markers;
         *self = HarmonyParser::new(self.core.mode).with_max_header(self.core.max_header);
+        self.markers = markers;
+    }
+
+    fn reads_control_tokens(&self) -> bool {
+        self.markers.is_some()
+    }
+
+    fn process_control(&mut self, token: u32, name: &str) -> Option<Stop> {
+        match self.markers {
+            Some(m) => self.process_token(&m, token, name),
+            None => self.process(name),
+        }
     }
 }

@@ -40,7 +40,7 @@ pub mod toolcall;
 pub use generic::{BodyKind, DEFAULT_MAX_CALL_BYTES, Format, GenericParser, Region, RegionKind};
 pub use harmony::{
     COMMENTARY, DEFAULT_MAX_HEADER, FINAL_HEADER, FORCED_COMMENTARY, FORCED_FINAL, HarmonyMarkers,
-    HarmonyMode, HarmonyParser,
+    HarmonyMode, HarmonyParser, MESSAGE_OPEN,
 };
 pub use scanner::{MarkerError, MarkerScanner};
 
@@ -105,6 +105,18 @@ pub trait Splitter {
     }
     /// Back to the start, for a new stream.
     fn reset(&mut self);
+    /// Whether the format's structure is in control tokens read by id (harmony given its
+    /// markers): a stream's control tokens then go to [`Splitter::process_control`]. A
+    /// splitter that does not read them takes a control token the grammar named as its
+    /// name's text (`process`), and never sees the others. Default: no.
+    fn reads_control_tokens(&self) -> bool {
+        false
+    }
+    /// Feeds a control token by id (`name`: its text). Default: the name as text.
+    fn process_control(&mut self, token: u32, name: &str) -> Option<Stop> {
+        let _ = token;
+        self.process(name)
+    }
 }
 
 /// Output buffers shared by the splitters: what was produced since the last take, by kind,
@@ -320,5 +332,11 @@ impl<S: Splitter + ?Sized> Splitter for Box<S> {
     }
     fn reset(&mut self) {
         (**self).reset()
+    }
+    fn reads_control_tokens(&self) -> bool {
+        (**self).reads_control_tokens()
+    }
+    fn process_control(&mut self, token: u32, name: &str) -> Option<Stop> {
+        (**self).process_control(token, name)
     }
 }

@@ -34,8 +34,9 @@ impl Decoder {
         Some(self.forced_trigger_tokens())
     }
 
-    /// What is appended when the trigger is forced ([`Scope::After`]'s `forced`, or the
-    /// trigger), as tokens: a special token's name is that token, the rest is text.
+    /// What is appended when the trigger is forced ([`Scope::After`]'s `forced` once the
+    /// output holds its marker, else the trigger itself), as tokens: a special token's
+    /// name is that token, the rest is text.
     fn forced_trigger_tokens(&self) -> Vec<TokenId> {
         let Scope::After {
             trigger, forced, ..
@@ -43,7 +44,10 @@ impl Decoder {
         else {
             return Vec::new();
         };
-        let text = forced.as_deref().unwrap_or(trigger);
+        let text = match forced {
+            Some(f) if self.output_holds(&f.after) => f.text.as_str(),
+            _ => trigger.as_str(),
+        };
         let vocab = self.space.vocab();
         if let Some(id) = vocab.token_by_text(text) {
             return vec![id];
@@ -69,6 +73,16 @@ impl Decoder {
         }
         tokens.extend(self.space.trie().greedy_tokens(rest.as_bytes()).0);
         tokens
+    }
+
+    /// Whether the output holds `marker`: a byte-less special token by id, anything else
+    /// in the text.
+    fn output_holds(&self, marker: &str) -> bool {
+        let vocab = self.space.vocab();
+        match vocab.token_by_text(marker) {
+            Some(id) if vocab.token_bytes(id).is_none() => self.tokens.contains(&id),
+            _ => self.text.contains(marker),
+        }
     }
 
     /// Appends the trigger without sampling; the grammar applies from there.
