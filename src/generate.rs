@@ -6,8 +6,10 @@ use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
 use corral::engine::SamplingOptions;
 use corral::engine::Scope;
-use corral::split::{Format, GenericParser, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent};
-use corral::{CompileOptions, DeviceSpec, GenerateOptions, Model, Prompt};
+use corral::split::{
+    Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
+};
+use corral::{CompileOptions, DeviceSpec, Emit, GenerateOptions, Model, Prompt};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -66,7 +68,8 @@ pub struct GenerateArgs {
     overlap_mask: bool,
     /// Split the output as it streams: the answer goes to standard output, reasoning to
     /// standard error, each tool call as a JSON line to standard output. `generic` takes
-    /// its tool-call syntax from --tool-format.
+    /// its tool-call syntax from --tool-format. A harmony model (gpt-oss) gets `harmony`
+    /// unless --raw.
     #[arg(long, value_enum)]
     format: Option<SplitFormat>,
     /// Tool-call syntax of the generic format: hermes, llama3, mistral, qwen3-coder.
@@ -93,9 +96,14 @@ pub enum ScopeArg {
     ToolCalls,
 }
 
-/// The splitter and the grammar's scope for `--format`.
-fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>, Scope)> {
-    let Some(format) = args.format else {
+/// The splitter and the grammar's scope for `--format` (a harmony model's prompt, not
+/// raw, selects harmony without it).
+fn split_setup(
+    args: &GenerateArgs,
+    model: &Model,
+) -> anyhow::Result<(Option<Box<dyn Splitter>>, Scope)> {
+    let auto = (model.is_harmony() && !args.raw).then_some(SplitFormat::Harmony);
+    let Some(format) = args.format.or(auto) else {
         return Ok((None, Scope::Whole));
     };
     match format {
@@ -105,7 +113,12 @@ fn split_setup(args: &GenerateArgs) -> anyhow::Result<(Option<Box<dyn Splitter>>
                     "--scope tool-calls needs a generic format (harmony tool calls are messages of the commentary channel)"
                 ));
             }
-            let p = HarmonyParser::new(HarmonyMode::Lenient);
+            // Harmony's markers are control tokens: read by id where the model has them.
+            let vocab = model.space().vocab();
+            let mut p = HarmonyParser::new(HarmonyMode::Lenient);
+            if let Some(m) = HarmonyMarkers::find(|name| vocab.token_by_text(name).map(|t| t.0)) {
+                p = p.with_markers(m);
+            }
             Ok((
                 Some(Box::new(p)),
                 corral::scope::harmony_answer(args.reasoning_budget),
@@ -206,7 +219,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         scope: Scope::Whole,
         logprobs: None,
     };
-    let (mut splitter, scope) = split_setup(args)?;
+    let (mut splitter, scope) = split_setup(args, &model)?;
     let options = corral::GenerateOptions { scope, ..options };
     let prompt = Prompt {
         user: read_prompt(args)?,
@@ -218,24 +231,29 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let mut answer = String::new();
     // Whether reasoning went to standard error (to end its line).
     let mut reasoned = false;
-    let mut on_delta = |d: &str| {
-        match splitter.as_mut() {
-            None => {
-                let _ = stdout.write_all(d.as_bytes());
+    let mut on_piece = |e: Emit<'_>| {
+        match (splitter.as_mut(), e) {
+            (Some(sp), Emit::Control { token, name, .. }) if sp.reads_control_tokens() => {
+                sp.process_control(token.0, name);
+                reasoned |= route(sp.as_mut(), &mut stdout, &mut answer);
             }
-            Some(sp) => {
-                sp.process(d);
+            (None, e) => {
+                let _ = stdout.write_all(e.as_text().unwrap_or_default().as_bytes());
+            }
+            (Some(sp), e) => {
+                sp.process(e.as_text().unwrap_or_default());
                 reasoned |= route(sp.as_mut(), &mut stdout, &mut answer);
             }
         }
         let _ = stdout.flush();
     };
-    let out = corral::generate_streaming(
+    let constraint = grammar.as_ref().map(|g| model.constraints().for_grammar(g));
+    let out = corral::generate_emitting(
         &mut model,
-        grammar.as_ref(),
+        constraint.as_ref(),
         prompt,
         &options,
-        &mut on_delta,
+        &mut on_piece,
     )
     .map_err(anyhow::Error::from)?;
     if let Some(sp) = splitter.as_mut() {

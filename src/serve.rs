@@ -116,18 +116,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         handle_signals: true,
     };
     let load_from = source.clone();
-    // A harmony model's prompts, channels and tool calls are not mapped to the API yet:
-    // refused rather than served with prompts and answers in the wrong format.
-    let load = move || {
-        Model::load(&load_from, device).and_then(|m| match m.is_harmony() {
-            true => Err(corral::models::LoadError::Format(format!(
-                "{}: gpt-oss (harmony) models are not served yet; `corral generate` runs them",
-                m.name()
-            ))),
-            false => Ok(m),
-        })
-    };
-    let server = spawn(config, Box::new(load)).context("corral serve")?;
+    let server =
+        spawn(config, Box::new(move || Model::load(&load_from, device))).context("corral serve")?;
     eprintln!(
         "corral: listening on http://{} (model {source} loading)",
         server.addr()

@@ -313,6 +313,12 @@ impl Model {
     pub fn into_parts(self) -> (Box<dyn CausalLm>, Arc<ModelText>) {
         (self.lm, self.text)
     }
+
+    /// A model of another network over this text side (a test's scripted network, a
+    /// wrapper that measures).
+    pub fn from_parts(lm: Box<dyn CausalLm>, text: Arc<ModelText>) -> Model {
+        Model { lm, text }
+    }
 }
 
 impl ModelText {
@@ -443,6 +449,14 @@ impl ModelText {
     /// Whether prompts are harmony conversations (the tokenizer is gpt-oss's).
     pub fn is_harmony(&self) -> bool {
         self.harmony
+    }
+
+    /// The harmony renderer over this model's control tokens (`None`: not a harmony
+    /// model).
+    pub fn harmony_renderer(&self) -> Option<harmony::Renderer<'_>> {
+        self.harmony
+            .then(|| harmony::Renderer::new(&self.specials).ok())
+            .flatten()
     }
 
     /// [`ModelText::prompt_text`] for a harmony model.

@@ -17,6 +17,10 @@ pub struct ChatRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub messages: Vec<ChatMessage>,
+    /// `low`, `medium` or `high`: a harmony model's (gpt-oss) system message says it;
+    /// refused for other models.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -136,6 +140,7 @@ const COMMON_FIELDS: &[&str] = &[
 
 const CHAT_FIELDS: &[&str] = &[
     "messages",
+    "reasoning_effort",
     "max_completion_tokens",
     "parallel_tool_calls",
     "top_logprobs",
@@ -153,10 +158,6 @@ const NOT_SERVED: &[(&str, &str)] = &[
     (
         "function_call",
         "`function_call` is not served: use `tool_choice`",
-    ),
-    (
-        "reasoning_effort",
-        "reasoning effort is not served: use `reasoning_budget` (tokens)",
     ),
     ("verbosity", "verbosity is not served"),
 ];

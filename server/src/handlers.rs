@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::logprobs::Logprobs;
 use crate::metrics::Metrics;
 use crate::prepare::{self, Prepared};
-use crate::scheduler::{Event, Job};
+use crate::scheduler::{Emitted, Event, Job};
 use crate::shape::{Piece, Shaper};
 use crate::stop::StopFilter;
 use crate::{AppState, Ready};
@@ -377,9 +377,14 @@ async fn start(
     };
     let prepared = prepared?;
     let reply = Reply::new(&st.config.model_name, kind, &prepared);
-    let shaper = Shaper::new(prepared.format, &prepared.prefix, &reply.id)
-        .map_err(ApiError::internal)?
-        .trim_leading_content(prepared.trim_answer);
+    let shaper = Shaper::new(
+        prepared.format,
+        prepared.harmony,
+        &prepared.prefix,
+        &reply.id,
+    )
+    .map_err(ApiError::internal)?
+    .trim_leading_content(prepared.trim_answer);
     let stopped = Arc::new(AtomicBool::new(false));
     let events = enqueue(
         st,
@@ -610,7 +615,7 @@ impl Output {
     fn event(&mut self, e: Event) -> (Vec<Piece>, Option<End>) {
         match e {
             Event::Delta {
-                text,
+                out,
                 tokens,
                 logprobs,
             } => {
@@ -618,8 +623,22 @@ impl Output {
                 if let Some(l) = self.logprobs.as_mut() {
                     l.push(logprobs);
                 }
-                let pass = self.filter.push(&text);
-                let mut pieces = self.shaper.push(&pass);
+                let mut pieces = Vec::new();
+                for e in out {
+                    match e {
+                        Emitted::Control { token, name, .. }
+                            if self.shaper.reads_control_tokens() =>
+                        {
+                            pieces.extend(self.shaper.push_control(token, &name));
+                        }
+                        // Elsewhere a control token is text where the grammar named it.
+                        Emitted::Control { named: false, .. } => {}
+                        Emitted::Control { name: text, .. } | Emitted::Text(text) => {
+                            let pass = self.filter.push(&text);
+                            pieces.extend(self.shaper.push(&pass));
+                        }
+                    }
+                }
                 // A stop sequence, or the first call when only one is wanted, ends the
                 // output; the caller drops the receiver, which stops the generation.
                 let one_call = self.single_call && !self.shaper.calls().is_empty();

@@ -44,6 +44,7 @@ pub mod stop;
 pub mod tools;
 
 mod handlers;
+mod harmony;
 
 use corral_models::{LoadError, Model, ModelText};
 use error::ApiError;

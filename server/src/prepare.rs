@@ -17,7 +17,7 @@ use corral_models::ModelText;
 use corral_models::chat::Message;
 use corral_models::prompt::Prompt;
 use corral_schema::JsonSchemaOptions;
-use corral_split::Format;
+use corral_split::{Format, HarmonyMarkers};
 use corral_trie::TokenId;
 use serde_json::Value;
 use std::sync::Arc;
@@ -48,12 +48,17 @@ pub struct Prepared {
     pub logprobs: Option<usize>,
     /// `parallel_tool_calls: false`: the output ends after its first tool call.
     pub single_call: bool,
+    /// The output is a harmony stream (gpt-oss) with these control tokens, split by
+    /// channel.
+    pub harmony: Option<HarmonyMarkers>,
 }
 
 /// What the output must match.
 #[derive(Debug)]
-enum Spec {
+pub(crate) enum Spec {
     Schema(Value),
+    /// A harmony tool call to one of these tools ([`Tools::harmony_call`]).
+    HarmonyCall(Tools),
     Gbnf(String),
     Regex(String),
     Choice(Vec<String>),
@@ -78,6 +83,15 @@ pub fn chat(
             "messages must hold at least one message",
         ));
     }
+    if text.is_harmony() {
+        return crate::harmony::chat(text, config, metrics, req);
+    }
+    if req.reasoning_effort.is_some() {
+        return Err(ApiError::invalid_param(
+            "reasoning_effort",
+            "reasoning effort applies to harmony models (gpt-oss); this model takes `reasoning_budget` (tokens)",
+        ));
+    }
     let template = text.chat_template().map(|t| t.source());
     let tools = tools::parse(
         req.common.tools.as_ref(),
@@ -88,14 +102,7 @@ pub fn chat(
     for (i, m) in req.messages.iter().enumerate() {
         let role = role(&m.role, template)
             .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?;
-        let mut content = match (&m.content, &m.refusal) {
-            (Some(c), _) => c
-                .text()
-                .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}")))?,
-            // An assistant's earlier refusal is what it said.
-            (None, Some(r)) => r.clone(),
-            (None, None) => String::new(),
-        };
+        let mut content = message_text(i, m)?;
         // Earlier calls go back into the text as the model wrote them.
         for call in m.tool_calls.iter().flatten() {
             let f = &call["function"];
@@ -172,7 +179,7 @@ pub fn chat(
     let after_reasoning = matches!(scope, Scope::After { .. });
     let endpoint = Endpoint {
         chat: true,
-        tool_call: call,
+        tool_call: call.map(Spec::Schema),
         scope,
     };
     let mut p = prepare(
@@ -187,6 +194,17 @@ pub fn chat(
     p.format = format;
     p.prefix = prefix;
     Ok(p)
+}
+
+/// A message's text: its content, or an assistant's earlier refusal (what it said).
+pub(crate) fn message_text(i: usize, m: &crate::api::ChatMessage) -> Result<String, ApiError> {
+    match (&m.content, &m.refusal) {
+        (Some(c), _) => c
+            .text()
+            .map_err(|e| ApiError::invalid_param("messages", format!("messages[{i}]: {e}"))),
+        (None, Some(r)) => Ok(r.clone()),
+        (None, None) => Ok(String::new()),
+    }
 }
 
 pub fn completion(
@@ -238,7 +256,7 @@ pub fn completion(
 }
 
 /// A prompt as given: text (the chat template applied, or a completion's), or token ids.
-enum Input {
+pub(crate) enum Input {
     Text(Prompt),
     Ids(Vec<TokenId>),
 }
@@ -266,13 +284,13 @@ fn token_ids(text: &ModelText, ids: Vec<u64>) -> Result<Vec<TokenId>, ApiError> 
 
 /// What the endpoint adds to a request's common fields: the chat endpoint (true), its tool
 /// call's schema, and where the constraint applies.
-struct Endpoint {
-    chat: bool,
-    tool_call: Option<Value>,
-    scope: Scope,
+pub(crate) struct Endpoint {
+    pub chat: bool,
+    pub tool_call: Option<Spec>,
+    pub scope: Scope,
 }
 
-fn prepare(
+pub(crate) fn prepare(
     text: &ModelText,
     config: &ServeConfig,
     metrics: &Metrics,
@@ -314,7 +332,7 @@ fn prepare(
         check_prompt_bytes(text, p.len())?;
     }
     let spec = match (spec(&c)?, tool_call) {
-        (None, call) => call.map(|c| ("tools", Spec::Schema(c))),
+        (None, call) => call.map(|c| ("tools", c)),
         (Some(s), None) => Some(s),
         (Some((param, _)), Some(_)) => {
             return Err(ApiError::invalid_param(
@@ -398,6 +416,7 @@ fn prepare(
         logprobs,
         single_call: c.parallel_tool_calls == Some(false),
         trim_answer: false,
+        harmony: None,
     })
 }
 
@@ -735,6 +754,17 @@ fn constraint(
             format!("regex\0{re}"),
             Box::new(move || {
                 corral_grammar::compile_regex(&re, &opts("regex")).map_err(|e| invalid(&e))
+            }),
+        ),
+        Spec::HarmonyCall(tools) => (
+            format!("harmony-call\0{}", tools.key()),
+            Box::new(move || {
+                let mut o = JsonSchemaOptions::for_generation()
+                    .with_origin("tools")
+                    .with_dfa_cache(Some(cache.dfas().clone()));
+                o.closed_objects = true;
+                let rules = tools.harmony_call(&o).map_err(|e| invalid(&e))?;
+                corral_grammar::compile_rules(&rules, &opts("tools")).map_err(|e| invalid(&e))
             }),
         ),
         Spec::Choice(choices) => {

@@ -18,7 +18,7 @@
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use corral_engine::{
-    AdapterError, BatchItem, CausalLm, Decoder, FinishReason, GenerateError, GenerationStats,
+    AdapterError, BatchItem, CausalLm, Decoder, Emit, FinishReason, GenerateError, GenerationStats,
     Logits, Next, Sequence, TokenLogprob,
 };
 use corral_trie::TokenId;
@@ -56,13 +56,40 @@ pub struct Job {
     pub stopped: Arc<AtomicBool>,
 }
 
+/// A piece of the output ([`corral_engine::Emit`], owned).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Emitted {
+    Text(String),
+    /// A control token; `named`: the grammar named it, so its name is part of the text.
+    Control {
+        token: u32,
+        name: String,
+        named: bool,
+    },
+}
+
+impl Emitted {
+    /// Appends `e`, joining text to text.
+    fn push(out: &mut Vec<Emitted>, e: Emit<'_>) {
+        match (e, out.last_mut()) {
+            (Emit::Text(t), Some(Emitted::Text(last))) => last.push_str(t),
+            (Emit::Text(t), _) => out.push(Emitted::Text(t.to_string())),
+            (Emit::Control { token, name, named }, _) => out.push(Emitted::Control {
+                token: token.0,
+                name: name.to_string(),
+                named,
+            }),
+        }
+    }
+}
+
 /// What the scheduler tells a request's handler.
 #[derive(Debug)]
 pub enum Event {
-    /// Text decoded; `tokens` generated so far; the log-probabilities of the tokens since
-    /// the last event, if the request asked for them.
+    /// Output decoded; `tokens` generated so far; the log-probabilities of the tokens
+    /// since the last event, if the request asked for them.
     Delta {
-        text: String,
+        out: Vec<Emitted>,
         tokens: usize,
         logprobs: Vec<TokenLogprob>,
     },
@@ -297,9 +324,9 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
     let Some(decoder) = r.decoder.as_mut() else {
         return false;
     };
-    let mut text = String::new();
+    let mut out = Vec::new();
     let before = decoder.tokens().len();
-    let next = decoder.advance(logits, &mut |s| text.push_str(s));
+    let next = decoder.advance_emitting(logits, &mut |e| Emitted::push(&mut out, e));
     Metrics::add(
         &metrics.generated_tokens,
         (decoder.tokens().len() - before) as u64,
@@ -309,9 +336,9 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
     let finish = match next {
         Ok(Next::Feed(feed)) => {
             r.feed = feed;
-            if !text.is_empty() || !logprobs.is_empty() {
+            if !out.is_empty() || !logprobs.is_empty() {
                 let _ = r.events.send(Event::Delta {
-                    text,
+                    out,
                     tokens,
                     logprobs,
                 });
@@ -328,10 +355,10 @@ fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
     let Some(decoder) = r.decoder.take() else {
         return false;
     };
-    let generation = decoder.finish(finish, &mut |s| text.push_str(s));
-    if !text.is_empty() || !logprobs.is_empty() {
+    let generation = decoder.finish_emitting(finish, &mut |e| Emitted::push(&mut out, e));
+    if !out.is_empty() || !logprobs.is_empty() {
         let _ = r.events.send(Event::Delta {
-            text,
+            out,
             tokens,
             logprobs,
         });

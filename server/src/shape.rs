@@ -1,7 +1,10 @@
 //! The output's shape: with a tool-call format, the text streams through corral-split's
 //! splitter into content, reasoning and tool calls; without one, all of it is content.
 
-use corral_split::{Format, GenericParser, SplitEvent, Splitter, ToolCallEvent};
+use corral_split::{
+    Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, SplitEvent, Splitter,
+    ToolCallEvent,
+};
 use serde_json::{Value, json};
 
 /// A piece of the response, in stream order.
@@ -50,7 +53,7 @@ pub struct Call {
 
 /// Splits a response's text as it streams.
 pub struct Shaper {
-    splitter: Option<GenericParser>,
+    splitter: Option<Box<dyn Splitter + Send>>,
     id: String,
     calls: Vec<Call>,
     /// Whitespace at the start of the content is dropped (set while none but whitespace
@@ -61,12 +64,24 @@ pub struct Shaper {
 
 impl Shaper {
     /// `prefix`: what the prompt already opened (a call's marker), fed to the splitter
-    /// first. `id` names the response (call ids derive from it).
-    pub fn new(format: Option<Format>, prefix: &str, id: &str) -> Result<Shaper, String> {
-        let splitter = format
-            .map(GenericParser::new)
-            .transpose()
-            .map_err(|e| format!("tool-call format: {e}"))?;
+    /// first. `id` names the response (call ids derive from it). `harmony`: the output is
+    /// a harmony stream with these control tokens, split by channel (`format` is then not
+    /// used).
+    pub fn new(
+        format: Option<Format>,
+        harmony: Option<HarmonyMarkers>,
+        prefix: &str,
+        id: &str,
+    ) -> Result<Shaper, String> {
+        let splitter: Option<Box<dyn Splitter + Send>> = match (harmony, format) {
+            (Some(m), _) => Some(Box::new(
+                HarmonyParser::new(HarmonyMode::Lenient).with_markers(m),
+            )),
+            (None, Some(f)) => Some(Box::new(
+                GenericParser::new(f).map_err(|e| format!("tool-call format: {e}"))?,
+            )),
+            (None, None) => None,
+        };
         let mut s = Shaper {
             splitter,
             id: id.to_string(),
@@ -79,6 +94,14 @@ impl Shaper {
             sp.process(prefix);
         }
         Ok(s)
+    }
+
+    /// Whether control tokens carry the output's structure (harmony): they go to
+    /// [`Shaper::push_control`], not into the text.
+    pub fn reads_control_tokens(&self) -> bool {
+        self.splitter
+            .as_ref()
+            .is_some_and(|s| s.reads_control_tokens())
     }
 
     /// Drops whitespace before the content's first other character.
@@ -102,6 +125,15 @@ impl Shaper {
         }
     }
 
+    /// A control token of a harmony stream, by id (`name`: its text); other outputs take
+    /// control tokens as text, through [`Shaper::push`].
+    pub fn push_control(&mut self, token: u32, name: &str) -> Vec<Piece> {
+        if let Some(sp) = self.splitter.as_mut() {
+            sp.process_control(token, name);
+        }
+        self.take()
+    }
+
     /// The end of the text: what the splitter held back, calls closed.
     pub fn finish(&mut self) -> Vec<Piece> {
         match self.splitter.as_mut() {
@@ -117,8 +149,9 @@ impl Shaper {
         let Some(sp) = self.splitter.as_mut() else {
             return Vec::new();
         };
+        let events = sp.take_events();
         let mut out = Vec::new();
-        for e in sp.take_events() {
+        for e in events {
             let e = match e {
                 SplitEvent::Reasoning(r) => {
                     out.push(Piece::Reasoning(r));
@@ -181,7 +214,7 @@ mod tests {
     use super::*;
 
     fn run(format: Option<Format>, prefix: &str, chunks: &[&str]) -> (Vec<Piece>, Vec<Call>) {
-        let mut s = Shaper::new(format, prefix, "x").unwrap();
+        let mut s = Shaper::new(format, None, prefix, "x").unwrap();
         let mut pieces = Vec::new();
         for c in chunks {
             pieces.extend(s.push(c));

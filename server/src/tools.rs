@@ -12,6 +12,9 @@
 
 use crate::error::ApiError;
 use corral_engine::Scope;
+use corral_grammar::Span;
+use corral_grammar::ast::{Expr, ExprKind, RuleAst, TokenAst, TokenTarget};
+use corral_schema::JsonSchemaOptions;
 use corral_split::{BodyKind, Format, RegionKind};
 use serde_json::{Value, json};
 
@@ -239,6 +242,104 @@ impl Tools {
             ),
             Choice::Required | Choice::Named(_) => (Scope::Whole, open.to_string()),
         }
+    }
+}
+
+impl Tools {
+    /// What identifies the call grammar of [`Tools::harmony_call`] (its cache key).
+    pub fn key(&self) -> String {
+        let tools: Vec<Value> = self
+            .allowed()
+            .map(|t| json!([t.name, t.parameters]))
+            .collect();
+        Value::Array(tools).to_string()
+    }
+
+    /// The tools a call may name (`tool_choice` naming one: that one).
+    fn allowed(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().filter(|t| match &self.choice {
+            Choice::Named(n) => &t.name == n,
+            _ => true,
+        })
+    }
+
+    /// A harmony tool call (gpt-oss), from where its commentary header names the recipient
+    /// ([`corral_split::COMMENTARY`]): `to=functions.NAME <|constrain|>json<|message|>`, the
+    /// arguments under that tool's parameter schema, and `<|call|>`, which ends the output.
+    /// Control tokens are token references; each tool's schema rules are prefixed with
+    /// `tN-` to keep them apart.
+    pub fn harmony_call(&self, opts: &JsonSchemaOptions) -> Result<Vec<RuleAst>, String> {
+        let lit = |s: &str| Expr::built(ExprKind::Literal(s.chars().collect()));
+        let token = |name: &str| {
+            Expr::built(ExprKind::Token(TokenAst {
+                negated: false,
+                target: TokenTarget::Text(name.to_string()),
+            }))
+        };
+        let mut rules = Vec::new();
+        let mut calls = Vec::new();
+        for (i, t) in self.allowed().enumerate() {
+            let schema = corral_schema::compile_json_schema_value(&t.parameters, opts)
+                .map_err(|e| format!("tool {:?}: {e}", t.name))?;
+            let prefix = format!("t{i}-");
+            rules.extend(schema.rules.iter().map(|r| prefixed(r, &prefix)));
+            calls.push(Expr::built(ExprKind::Seq(vec![
+                lit(&t.name),
+                lit(" "),
+                token("<|constrain|>"),
+                lit("json"),
+                token("<|message|>"),
+                Expr::built(ExprKind::RuleRef(format!("{prefix}root"))),
+            ])));
+        }
+        let calls = match calls.len() {
+            1 => calls.pop().expect("one"),
+            _ => Expr::built(ExprKind::Alt(calls)),
+        };
+        let body = Expr::built(ExprKind::Seq(vec![
+            lit("to=functions."),
+            Expr::built(ExprKind::Group(Box::new(calls))),
+            token("<|call|>"),
+        ]));
+        rules.insert(
+            0,
+            RuleAst {
+                name: "root".into(),
+                name_span: Span::default(),
+                body,
+            },
+        );
+        Ok(rules)
+    }
+}
+
+/// `rule` with `prefix` before its name and every rule it refers to.
+fn prefixed(rule: &RuleAst, prefix: &str) -> RuleAst {
+    fn walk(e: &Expr, prefix: &str) -> Expr {
+        let kind = match &e.kind {
+            ExprKind::RuleRef(n) => ExprKind::RuleRef(format!("{prefix}{n}")),
+            ExprKind::Seq(xs) => ExprKind::Seq(xs.iter().map(|x| walk(x, prefix)).collect()),
+            ExprKind::Alt(xs) => ExprKind::Alt(xs.iter().map(|x| walk(x, prefix)).collect()),
+            ExprKind::And(xs) => ExprKind::And(xs.iter().map(|x| walk(x, prefix)).collect()),
+            ExprKind::Repeat { inner, min, max } => ExprKind::Repeat {
+                inner: Box::new(walk(inner, prefix)),
+                min: *min,
+                max: *max,
+            },
+            ExprKind::Group(inner) => ExprKind::Group(Box::new(walk(inner, prefix))),
+            ExprKind::Not(inner) => ExprKind::Not(Box::new(walk(inner, prefix))),
+            k => k.clone(),
+        };
+        Expr {
+            kind,
+            span: e.span,
+            depth: e.depth,
+        }
+    }
+    RuleAst {
+        name: format!("{prefix}{}", rule.name),
+        name_span: rule.name_span,
+        body: walk(&rule.body, prefix),
     }
 }
 

@@ -26,16 +26,36 @@ pub struct Server {
     pub base: String,
 }
 
+/// The gpt-oss tokenizer (from `scripts/fetch-assets`).
+pub fn gptoss_tokenizer() -> Option<PathBuf> {
+    let assets = std::env::var_os("CORRAL_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets"));
+    require::require_input(
+        assets.join("tokenizers/gptoss/tokenizer.json"),
+        "run scripts/fetch-assets",
+    )
+}
+
 impl Server {
     /// A server on a free port, once `/health` says the model is loaded.
     pub fn start(config: ServeConfig) -> Option<Server> {
         let path = model_path()?;
-        let config = ServeConfig { port: 0, ..config };
-        let handle = spawn(
+        Some(Server::start_from(config, path.display().to_string()))
+    }
+
+    /// The same with the model at `source`.
+    pub fn start_from(config: ServeConfig, source: String) -> Server {
+        Server::start_with(
             config,
-            Box::new(move || Model::load(&path.display().to_string(), DeviceSpec::Cpu)),
+            Box::new(move || Model::load(&source, DeviceSpec::Cpu)),
         )
-        .expect("server starts");
+    }
+
+    /// The same with the model `load` makes.
+    pub fn start_with(config: ServeConfig, load: corral_server::Loader) -> Server {
+        let config = ServeConfig { port: 0, ..config };
+        let handle = spawn(config, load).expect("server starts");
         let base = format!("http://{}", handle.addr());
         let t = Instant::now();
         loop {
@@ -47,10 +67,10 @@ impl Server {
             assert!(t.elapsed() < Duration::from_secs(120), "model never loaded");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(Server {
+        Server {
             handle: Some(handle),
             base,
-        })
+        }
     }
 
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {

@@ -1,0 +1,38 @@
+//! Writes a random-weight gpt-oss folder (2 layers, the real gpt-oss tokenizer) for the
+//! end-to-end tests that serve one (`scripts/test-openai`): the network's values mean
+//! nothing; the harmony prompts, channels and constraints around it are what is tested.
+//!
+//! `cargo run --release --example random_gpt_oss -- OUT_DIR TOKENIZER_JSON`
+
+#[path = "../tests/support/random_gpt_oss.rs"]
+mod random_gpt_oss;
+
+use random_gpt_oss::{GptOssShape, write_random_gpt_oss};
+use std::path::PathBuf;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [out, tokenizer] = args.as_slice() else {
+        eprintln!("usage: random_gpt_oss OUT_DIR TOKENIZER_JSON");
+        std::process::exit(2);
+    };
+    let shape = GptOssShape {
+        width: 64,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        experts: 4,
+        top_k: 2,
+        expert_width: 64,
+        vocab: 201_088,
+        sliding_window: 128,
+    };
+    let tokenizer = PathBuf::from(tokenizer);
+    if !tokenizer.is_file() {
+        eprintln!("random_gpt_oss: no tokenizer at {}", tokenizer.display());
+        std::process::exit(1);
+    }
+    write_random_gpt_oss(&PathBuf::from(out), &shape, Some(&tokenizer), 21);
+    println!("{out}");
+}
