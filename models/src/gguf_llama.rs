@@ -73,25 +73,29 @@ pub fn load(
     Ok((lm, tokenizer, info))
 }
 
-/// A gpt-oss GGUF file: on the CPU only ([`crate::gpt_oss`]).
+/// A gpt-oss GGUF file ([`crate::gpt_oss`]): on the CPU as loaded, elsewhere unpacked
+/// to f32 on the device ([`crate::gpt_oss::device`]).
 fn load_gpt_oss(
     path: &Path,
     header: &GgufFile,
     file: &mut std::fs::File,
     device: &Device,
 ) -> Result<(CandleLm<GgufNet>, tokenizers::Tokenizer, GgufTokenizerInfo), LoadError> {
-    if !device.is_cpu() {
-        return Err(LoadError::Format(format!(
-            "{}: gpt-oss runs on the CPU only in this build",
-            path.display()
-        )));
-    }
     let (tokenizer, info) = tokenizer_from_gguf(&header.content)?;
     let net = GptOss::from_gguf(header, file).map_err(|e| {
         LoadError::candle(format!("{}: cannot load the weights", path.display()), e)
     })?;
     let c = net.config();
     let (vocab, positions) = (c.vocab, c.max_positions);
-    let lm = CandleLm::new(GgufNet::GptOss(net), Device::Cpu, vocab, positions);
+    let net = match device.is_cpu() {
+        true => GgufNet::GptOss(net),
+        false => GgufNet::GptOssDevice(net.to_device(device).map_err(|e| {
+            LoadError::candle(
+                format!("{}: cannot put the weights on the device", path.display()),
+                e,
+            )
+        })?),
+    };
+    let lm = CandleLm::new(net, device.clone(), vocab, positions);
     Ok((lm, tokenizer, info))
 }

@@ -16,6 +16,7 @@
 use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
 use crate::gpt_oss::GptOss;
+use crate::gpt_oss::device::DeviceGptOss;
 use crate::quant::WeightType;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -51,6 +52,8 @@ pub enum GgufNet {
     Experts(Box<ModelWeights>),
     /// gpt-oss ([`crate::gpt_oss`]).
     GptOss(GptOss),
+    /// gpt-oss on a device other than the CPU ([`crate::gpt_oss::device`]).
+    GptOssDevice(DeviceGptOss),
 }
 
 impl CandleNet for GgufNet {
@@ -59,6 +62,7 @@ impl CandleNet for GgufNet {
             GgufNet::Dense(m) => m.forward(input, pos),
             GgufNet::Experts(m) => m.forward(input, pos),
             GgufNet::GptOss(m) => CandleNet::forward(m, input, pos),
+            GgufNet::GptOssDevice(m) => m.forward(input, pos),
         }
     }
 
@@ -71,6 +75,7 @@ impl CandleNet for GgufNet {
                 GgufNet::Experts(m)
             }
             GgufNet::GptOss(m) => GgufNet::GptOss(m.fresh()),
+            GgufNet::GptOssDevice(m) => GgufNet::GptOssDevice(m.fresh()),
         }
     }
 
@@ -87,7 +92,7 @@ impl CandleNet for GgufNet {
             match &mut **net {
                 GgufNet::Dense(m) => dense.push(m),
                 GgufNet::GptOss(m) => gpt_oss.push(m),
-                GgufNet::Experts(_) => break,
+                GgufNet::Experts(_) | GgufNet::GptOssDevice(_) => break,
             }
         }
         if dense.len() == n {
@@ -105,6 +110,7 @@ impl CandleNet for GgufNet {
             GgufNet::Dense(m) => m.clear_kv_cache(),
             GgufNet::Experts(m) => m.clear_kv_cache(),
             GgufNet::GptOss(m) => m.clear_kv_cache(),
+            GgufNet::GptOssDevice(m) => m.clear_kv_cache(),
         }
     }
 }

@@ -149,6 +149,38 @@ fn a_batch_of_two_sequences_matches_transformers() {
     }
 }
 
+/// The network in candle's tensor ops (what runs on a GPU), here on the CPU device:
+/// prefill, a prefill in two pieces, and decoding, against transformers.
+#[test]
+fn the_device_network_matches_transformers_on_the_cpu_device() {
+    let e = expected();
+    for (layout, net) in layouts() {
+        let mut dev = net.to_device(&Device::Cpu).unwrap();
+        for name in ["a", "b"] {
+            let (tokens, want) = prompt(&e, name);
+            let whole = max_diff(&dev.forward_all(&tokens, 0).unwrap(), &want);
+            let cut = 10;
+            let first = dev.forward_all(&tokens[..cut], 0).unwrap();
+            let rest = dev.forward_all(&tokens[cut..], cut).unwrap();
+            let pieces = max_diff(&Tensor::cat(&[first, rest], 0).unwrap(), &want);
+            let mut decode = 0f32;
+            for (i, &t) in tokens.iter().enumerate() {
+                let row = dev.forward_all(&[t], i).unwrap();
+                decode = decode.max(max_diff(&row, &want[i..=i]));
+            }
+            eprintln!(
+                "{layout} on the device network, {name}: max |diff| prefill {whole:.2e}, two pieces {pieces:.2e}, decode {decode:.2e}"
+            );
+            for d in [whole, pieces, decode] {
+                assert!(d <= TOLERANCE, "{layout} device {name}: {d}");
+            }
+        }
+        // Its errors are errors: a position the cache does not hold, a token out of range.
+        assert!(dev.forward_all(&[1], 99).is_err());
+        assert!(dev.forward_all(&[u32::MAX], 0).is_err());
+    }
+}
+
 #[test]
 fn both_layouts_hold_the_same_network() {
     let e = expected();

@@ -7,8 +7,9 @@
 //! - `run --model TINY.gguf --schema S.json`: loads the model on the CPU and on `cuda:0` and
 //!   checks the device against the CPU: logits at every position one token at a time, a
 //!   prompt's prefill, a batch of two sequences, masks applied on the device, and
-//!   constrained generation on the device, valid under the schema. Prints a table; exits
-//!   non-zero when a check fails.
+//!   constrained generation on the device, valid under the schema. With `--gpt-oss DIR`
+//!   (`tests/data/gpt-oss`), gpt-oss too: the device network against the CPU's, and both
+//!   against transformers' logits. Prints a table; exits non-zero when a check fails.
 
 use anyhow::{Context, Result, bail};
 use candle_core::quantized::gguf_file::{self, Value};
@@ -25,7 +26,7 @@ use std::path::Path;
 use std::time::Instant;
 
 const USAGE: &str = "usage: corral-gpu-check make-model --from SRC.gguf --out TINY.gguf [--f16]
-       corral-gpu-check run --model TINY.gguf [--f16-model TINY-F16.gguf] --schema SCHEMA.json [--device cuda:0]";
+       corral-gpu-check run --model TINY.gguf [--f16-model TINY-F16.gguf] [--gpt-oss FIXTURE_DIR] --schema SCHEMA.json [--device cuda:0]";
 
 /// The f16 model's logits on the device may differ from the CPU's by this normalized mean
 /// squared error (sum of squared differences over sum of squares) at any position: the
@@ -67,6 +68,7 @@ fn run_cli() -> Result<()> {
             let passed = run(
                 need("--model")?,
                 exact,
+                flag("--gpt-oss").map(Path::new),
                 Path::new(need("--schema")?),
                 device,
             )?;
@@ -442,7 +444,13 @@ fn load_both(model: &str, spec: DeviceSpec, device: &str) -> Result<(Model, Mode
     Ok((cpu, dev))
 }
 
-fn run(model: &str, f16_model: Option<&str>, schema_path: &Path, device: &str) -> Result<bool> {
+fn run(
+    model: &str,
+    f16_model: Option<&str>,
+    gpt_oss: Option<&Path>,
+    schema_path: &Path,
+    device: &str,
+) -> Result<bool> {
     let spec: DeviceSpec = device.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut cpu, mut dev) = load_both(model, spec, device)?;
     let schema: serde_json::Value = serde_json::from_str(
@@ -475,6 +483,10 @@ fn run(model: &str, f16_model: Option<&str>, schema_path: &Path, device: &str) -
         rows.extend(logit_rows(
             &mut cpu16, &mut dev16, &prompts, EXACT_NMSE, "f16",
         )?);
+    }
+
+    if let Some(dir) = gpt_oss {
+        rows.extend(gpt_oss_rows(dir, &spec.device()?, device)?);
     }
 
     // Constrained generation on the device, greedy and sampled, checked by a validator.
@@ -616,4 +628,66 @@ fn run(model: &str, f16_model: Option<&str>, schema_path: &Path, device: &str) -
         );
     }
     Ok(rows.iter().all(|r| r.ok))
+}
+
+/// Most a gpt-oss logit may differ from transformers' (f32 on both sides, summed in other
+/// orders): the bar of `models/tests/gpt_oss_logits.rs`.
+const GPT_OSS_TOLERANCE: f32 = 1e-4;
+
+/// gpt-oss on the device: the fixture's network (`tests/data/gpt-oss`: 4 layers, sliding
+/// window and full attention, sinks, YaRN, MXFP4 experts) from its GGUF, run by the device
+/// network (`corral::models::gpt_oss::device`) against the CPU network, position by
+/// position (prefill, then decoding token by token), and both against transformers'
+/// logits.
+fn gpt_oss_rows(dir: &Path, device: &Device, name: &str) -> Result<Vec<Row>> {
+    use corral::models::gpt_oss::GptOss;
+    use corral::models::gpt_oss::gguf::GgufFile;
+    let path = dir.join("model.gguf");
+    let mut f = std::fs::File::open(&path).with_context(|| format!("{}", path.display()))?;
+    let header = GgufFile::read(&mut f).map_err(anyhow::Error::msg)?;
+    let mut cpu = GptOss::from_gguf(&header, &mut f)?;
+    let mut dev = cpu.to_device(device)?;
+    let expected = candle_core::safetensors::load(dir.join("expected.safetensors"), &Device::Cpu)?;
+    let (mut prefill, mut decode) = (Diff::new(EXACT_NMSE), Diff::new(EXACT_NMSE));
+    let (mut worst_cpu, mut worst_dev) = (0f32, 0f32);
+    let against = |got: &[f32], want: &[f32], worst: &mut f32| {
+        let d = got
+            .iter()
+            .zip(want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        *worst = worst.max(d);
+    };
+    for p in ["a", "b"] {
+        let tokens = expected[&format!("tokens_{p}")].to_vec1::<u32>()?;
+        let want = expected[&format!("logits_{p}")].to_vec2::<f32>()?;
+        let c = cpu.forward_all(&tokens, 0)?.to_vec2::<f32>()?;
+        let d = dev.forward_all(&tokens, 0)?.to_vec2::<f32>()?;
+        for ((c, d), w) in c.iter().zip(&d).zip(&want) {
+            prefill.add(c, d);
+            against(c, w, &mut worst_cpu);
+            against(d, w, &mut worst_dev);
+        }
+        for (i, &t) in tokens.iter().enumerate() {
+            let c = cpu.forward_all(&[t], i)?.to_vec2::<f32>()?;
+            let d = dev.forward_all(&[t], i)?.to_vec2::<f32>()?;
+            decode.add(&c[0], &d[0]);
+            against(&d[0], &want[i], &mut worst_dev);
+        }
+    }
+    Ok(vec![
+        prefill.row(&format!(
+            "gpt-oss: logits on {name} against the CPU, prefill"
+        )),
+        decode.row(&format!(
+            "gpt-oss: logits on {name} against the CPU, one token at a time"
+        )),
+        Row {
+            check: "gpt-oss: logits against transformers (f32, eager)".into(),
+            figure: format!(
+                "max abs diff: CPU network {worst_cpu:.2e}, {name} network {worst_dev:.2e}"
+            ),
+            bar: format!("{GPT_OSS_TOLERANCE:.0e}"),
+            ok: worst_cpu <= GPT_OSS_TOLERANCE && worst_dev <= GPT_OSS_TOLERANCE,
+        },
+    ])
 }

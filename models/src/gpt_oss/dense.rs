@@ -72,6 +72,21 @@ impl Dense {
         self.bias.as_ref().map_or(0, Vec::len)
     }
 
+    /// The matrix in f32 on `device` (`rows x cols`), and its bias.
+    pub fn to_device(&self, device: &candle_core::Device) -> Result<(Tensor, Option<Tensor>)> {
+        let mut values = vec![0f32; self.rows * self.cols];
+        for (r, row) in values.chunks_exact_mut(self.cols).enumerate() {
+            self.row_into(r, row);
+        }
+        let w = Tensor::from_vec(values, (self.rows, self.cols), device)?;
+        let b = self
+            .bias
+            .as_ref()
+            .map(|b| Tensor::new(b.as_slice(), device))
+            .transpose()?;
+        Ok((w, b))
+    }
+
     /// Row `r` into `out` (`cols` values): an embedding.
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
         let at = r * self.cols..(r + 1) * self.cols;

@@ -1,4 +1,5 @@
-//! gpt-oss, OpenAI's open-weight mixture-of-experts model, on the CPU.
+//! gpt-oss, OpenAI's open-weight mixture-of-experts model, on the CPU (and, in candle's
+//! tensor ops, on other devices: [`device`]).
 //!
 //! Each layer is attention then a mixture of experts, each behind an RMS norm and a
 //! residual:
@@ -22,6 +23,7 @@
 
 pub mod config;
 pub mod dense;
+pub mod device;
 pub mod gguf;
 pub mod mxfp4;
 
@@ -412,14 +414,8 @@ impl Layer {
         // Per expert, the rows routed to it and their weights.
         let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); c.experts];
         for (r, s) in scores.chunks_exact(c.experts).enumerate() {
-            let mut order: Vec<usize> = (0..c.experts).collect();
-            order.sort_by(|&a, &b| s[b].total_cmp(&s[a]).then(a.cmp(&b)));
-            let chosen = &order[..c.top_k];
-            let max = s[chosen[0]];
-            let exps: Vec<f32> = chosen.iter().map(|&e| (s[e] - max).exp()).collect();
-            let total: f32 = exps.iter().sum();
-            for (&e, x) in chosen.iter().zip(exps) {
-                routed[e].push((r, x / total));
+            for (e, weight) in route(s, c.top_k) {
+                routed[e].push((r, weight));
             }
         }
         let (hidden, inter) = (c.hidden, c.intermediate);
@@ -470,6 +466,25 @@ impl Layer {
     }
 }
 
+/// A row's routing from its router scores: the `top_k` highest-scoring experts (the lower
+/// index first among equals), each weighed by a softmax over the chosen scores.
+fn route(scores: &[f32], top_k: usize) -> Vec<(usize, f32)> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order.truncate(top_k);
+    let Some(&best) = order.first() else {
+        return Vec::new();
+    };
+    let max = scores[best];
+    let exps: Vec<f32> = order.iter().map(|&e| (scores[e] - max).exp()).collect();
+    let total: f32 = exps.iter().sum();
+    order
+        .into_iter()
+        .zip(exps)
+        .map(|(e, x)| (e, x / total))
+        .collect()
+}
+
 /// RMS norm of each row of `x` (`weight.len()` values each), in f32 as transformers
 /// computes it: `x / sqrt(mean(x^2) + eps) * weight`.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
@@ -510,17 +525,12 @@ impl CandleNet for GptOss {
 }
 
 /// A gpt-oss Hugging Face folder's network, as a [`corral_engine::CausalLm`]: on the CPU
-/// only (its passes run by hand on host memory).
+/// as loaded (its passes run by hand on host memory), elsewhere unpacked to f32 on the
+/// device ([`device`]).
 pub fn load_hf(
     folder: &crate::hf_folder::HfFolder,
     device: &Device,
 ) -> std::result::Result<Box<dyn corral_engine::CausalLm>, LoadError> {
-    if !device.is_cpu() {
-        return Err(LoadError::Format(format!(
-            "{}: gpt-oss runs on the CPU only in this build",
-            folder.name
-        )));
-    }
     let net = GptOss::from_hf(&folder.config, &folder.weights).map_err(|e| {
         LoadError::candle(
             format!("{}: cannot build the gpt-oss network", folder.name),
@@ -528,9 +538,23 @@ pub fn load_hf(
         )
     })?;
     let c = net.config().clone();
+    if device.is_cpu() {
+        return Ok(Box::new(crate::candle_lm::CandleLm::new(
+            net,
+            Device::Cpu,
+            c.vocab,
+            c.max_positions,
+        )));
+    }
+    let net = net.to_device(device).map_err(|e| {
+        LoadError::candle(
+            format!("{}: cannot put the weights on the device", folder.name),
+            e,
+        )
+    })?;
     Ok(Box::new(crate::candle_lm::CandleLm::new(
         net,
-        Device::Cpu,
+        device.clone(),
         c.vocab,
         c.max_positions,
     )))

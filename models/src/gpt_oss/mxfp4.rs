@@ -138,6 +138,15 @@ impl Matrix {
         out
     }
 
+    /// The matrix unpacked to f32 on `device` (`rows x cols`).
+    pub fn to_device(
+        &self,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<candle_core::Tensor> {
+        let values: Vec<f32> = (0..self.rows).flat_map(|r| self.row(r)).collect();
+        candle_core::Tensor::from_vec(values, (self.rows, self.cols), device)
+    }
+
     /// `dst (n x rows) = x (n x cols) * self^T`. Sizes are checked: a mismatch is an
     /// error, not a panic.
     pub fn matmul(&self, x: &[f32], dst: &mut [f32]) -> Result<(), String> {
