@@ -4,7 +4,7 @@
 
 use corral_engine::Forced;
 use corral_engine::Scope;
-use corral_split::{FINAL_HEADER, FORCED_FINAL, Format, MESSAGE_OPEN, RegionKind};
+use corral_split::{FINAL_HEADER, Format, MESSAGE_OPEN, RegionKind, forced_header};
 
 /// The answer of a reasoning model: after the format's closing reasoning marker, with at
 /// most `budget` free tokens of reasoning before the marker is forced. `None` if the format
@@ -21,15 +21,16 @@ pub fn answer(format: &Format, budget: Option<usize>) -> Option<Scope> {
     })
 }
 
-/// Harmony's final channel: forced, it closes the message under way and opens a final
-/// one (or, while the model still writes its first header, completes that header).
+/// Harmony's final channel ([`corral_split::forced_header`] says what forcing it appends).
 pub fn harmony_answer(budget: Option<usize>) -> Scope {
+    let (in_body, otherwise) = forced_header(FINAL_HEADER);
     Scope::After {
         trigger: FINAL_HEADER.to_string(),
         budget,
         forced: Some(Forced {
             after: MESSAGE_OPEN.to_string(),
-            text: FORCED_FINAL.to_string(),
+            in_body,
+            otherwise,
         }),
     }
 }

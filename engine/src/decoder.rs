@@ -301,6 +301,10 @@ impl Decoder {
         let mut v = logits.to_masked_vec(masked.then_some(&self.mask))?;
         if self.opts.ignore_eos {
             for &e in self.space.eos() {
+                // An end token the grammar names is the grammar's, not an end to ignore.
+                if masked && self.names_token(e) {
+                    continue;
+                }
                 if let Some(l) = v.get_mut(e.index()) {
                     *l = f32::NEG_INFINITY;
                 }

@@ -20,8 +20,7 @@ pub enum Scope {
         trigger: String,
         /// Free tokens before the trigger is forced (`None`: no limit).
         budget: Option<usize>,
-        /// What is appended in place of the trigger when it is forced, once the output
-        /// holds a marker (`None`, or the marker not yet in the output: the trigger).
+        /// What a forced trigger appends once there is output (`None`: the trigger).
         forced: Option<Forced>,
     },
     Each {
@@ -29,15 +28,18 @@ pub enum Scope {
     },
 }
 
-/// A forced trigger's other form ([`Scope::After`]): once the output holds `after` (a
-/// special token's name, or text), `text` is appended instead of the trigger. A special
-/// token's name in `text` is that token. Harmony forces the end of the message under way
-/// and a new final one once a message is open (`after` is `<|message|>`), and the final
-/// header alone while the model is still writing its first header.
+/// What a forced trigger appends ([`Scope::After`]) once there is output, by where the
+/// output is: `in_body` when its last control token is `after` (a message body is open),
+/// `otherwise` when it is another one or there is none. With no output yet the trigger
+/// itself is. A special token's name in either is that token. Harmony, for its final
+/// channel: `<|end|><|start|>assistant<|channel|>final<|message|>` in a body (after
+/// `<|message|>`), `<|start|>assistant<|channel|>final<|message|>` anywhere else (a new
+/// header, which also abandons one half written).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forced {
     pub after: String,
-    pub text: String,
+    pub in_body: String,
+    pub otherwise: String,
 }
 
 impl Scope {

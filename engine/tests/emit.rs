@@ -108,7 +108,8 @@ fn harmony_final(budget: Option<usize>) -> Scope {
         budget,
         forced: Some(Forced {
             after: "<|message|>".into(),
-            text: "<|end|><|start|>assistant<|channel|>final<|message|>".into(),
+            in_body: "<|end|><|start|>assistant<|channel|>final<|message|>".into(),
+            otherwise: "<|start|>assistant<|channel|>final<|message|>".into(),
         }),
     }
 }
@@ -150,13 +151,26 @@ fn a_budget_spent_before_a_message_opens_forces_the_header_alone() {
         harmony_final(Some(0)),
     );
     assert_eq!(seen, "[<|channel|>]final[<|message|>]yes");
-    // Still in the header: what it wrote so far stays, the final header follows.
+    // Still in the header: a new header abandons it.
     let (seen, _) = run(
         "<|channel|>analysis<|message|>hm",
         Some(r#"root ::= "yes" | "no""#),
         harmony_final(Some(2)),
     );
-    assert_eq!(seen, "[<|channel|>]a[<|channel|>]final[<|message|>]yes");
+    assert_eq!(
+        seen,
+        "[<|channel|>]a[<|start|>]assistant[<|channel|>]final[<|message|>]yes"
+    );
+    // Between messages: a new header, no second end.
+    let (seen, _) = run(
+        "<|channel|>analysis<|message|>hm<|end|>",
+        Some(r#"root ::= "yes" | "no""#),
+        harmony_final(Some(13)),
+    );
+    assert_eq!(
+        seen,
+        "[<|channel|>]analysis[<|message|>]hm[<|end|>][<|start|>]assistant[<|channel|>]final[<|message|>]yes"
+    );
 }
 
 #[test]
@@ -199,4 +213,31 @@ fn a_named_end_token_the_grammar_goes_on_after_does_not_end_the_output() {
     );
     assert_eq!(seen, "a[=<|return|>]b");
     assert_eq!(finish, FinishReason::GrammarComplete);
+}
+
+#[test]
+fn ignore_eos_leaves_an_end_token_the_grammar_names() {
+    let space = space();
+    let g = compile_gbnf(r#"root ::= "a" <|call|>"#, &CompileOptions::default()).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        sampling: SamplingOptions::greedy(),
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let prompt = [TokenId(id("<|start|>"))];
+    let c = Constraint::new(g, space.clone());
+    let mut d = Decoder::new(space, Some(c), &prompt, 4096, &opts).unwrap();
+    let v = vec![0.0; WIDTH];
+    let mut text = String::new();
+    let finish = loop {
+        match d
+            .advance(&Proposed(v.clone()), &mut |t| text.push_str(t))
+            .unwrap()
+        {
+            Next::Feed(_) => {}
+            Next::Done(f) => break f,
+        }
+    };
+    assert_eq!((text.as_str(), finish), ("a<|call|>", FinishReason::Stop));
 }

@@ -385,6 +385,10 @@ async fn start(
     )
     .map_err(ApiError::internal)?
     .trim_leading_content(prepared.trim_answer);
+    let shaper = match prepared.calls_allowed {
+        Some(names) => shaper.allow_calls(names),
+        None => shaper,
+    };
     let stopped = Arc::new(AtomicBool::new(false));
     let events = enqueue(
         st,

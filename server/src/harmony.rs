@@ -11,8 +11,9 @@
 //!   its `tool_call_id` answers).
 //!
 //! The output is split by channel, reading control tokens by id: analysis is
-//! `reasoning_content`, final is `content`, a commentary message to `functions.NAME` is a
-//! tool call. Where the grammar applies:
+//! `reasoning_content`, final is `content`, a message to `functions.NAME` is a tool call
+//! where the request allows NAME (its text is content otherwise). Where the grammar
+//! applies:
 //! - `response_format` / `grammar` / `regex`: in the final channel, after its header; a
 //!   reasoning budget, or the model ending first, forces the header.
 //! - tools with `tool_choice` `auto`: each commentary header's recipient and arguments
@@ -34,9 +35,7 @@ use corral_models::harmony::{
     Content as Part, DeveloperContent, Message as Turn, ReasoningEffort, Role, SystemContent,
     ToolDescription,
 };
-use corral_split::{
-    COMMENTARY, FINAL_HEADER, FORCED_COMMENTARY, FORCED_FINAL, HarmonyMarkers, MESSAGE_OPEN,
-};
+use corral_split::{COMMENTARY, FINAL_HEADER, HarmonyMarkers, MESSAGE_OPEN, forced_header};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -58,10 +57,20 @@ pub fn chat(
         req.common.tool_choice.as_ref(),
         None,
     )?;
-    if let Some(t) = &tools {
+    // With `tool_choice` `none` the tools are still described, as OpenAI does; no call is.
+    let none = req.common.tool_choice.as_ref().is_some_and(|c| c == "none");
+    let described = match none {
+        true => tools::parse(req.common.tools.as_ref(), None, None)?,
+        false => tools.clone(),
+    };
+    if let Some(t) = &described {
         check_names(t)?;
     }
-    let turns = conversation(&req, tools.as_ref())?;
+    let turns = conversation(&req, described.as_ref())?;
+    let calls_allowed: Vec<String> = tools
+        .iter()
+        .flat_map(|t| t.allowed().map(|tool| tool.name.clone()))
+        .collect();
     let Some(renderer) = text.harmony_renderer() else {
         return Err(ApiError::internal("the harmony renderer is missing"));
     };
@@ -73,7 +82,7 @@ pub fn chat(
         .reasoning_budget
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let (scope, call) = match tools {
-        None => (after(FINAL_HEADER, FORCED_FINAL, budget), None),
+        None => (after(FINAL_HEADER, budget), None),
         Some(t) if t.choice == Choice::Auto => {
             if budget.is_some() {
                 return Err(ApiError::invalid_param(
@@ -84,10 +93,7 @@ pub fn chat(
             let open = COMMENTARY.to_string();
             (Scope::Each { open }, Some(Spec::HarmonyCall(t)))
         }
-        Some(t) => (
-            after(COMMENTARY, FORCED_COMMENTARY, budget),
-            Some(Spec::HarmonyCall(t)),
-        ),
+        Some(t) => (after(COMMENTARY, budget), Some(Spec::HarmonyCall(t))),
     };
     let answer = call.is_none();
     let endpoint = Endpoint {
@@ -105,18 +111,21 @@ pub fn chat(
     )?;
     p.trim_answer = answer && p.decoder.is_constrained();
     p.harmony = Some(markers);
+    p.calls_allowed = Some(calls_allowed);
     Ok(p)
 }
 
-/// The grammar after `trigger`; forced, `forced` once a message is open (the header
-/// alone before).
-fn after(trigger: &str, forced: &str, budget: Option<usize>) -> Scope {
+/// The grammar after `header`, which a spent budget or an early end forces
+/// ([`forced_header`]).
+fn after(header: &str, budget: Option<usize>) -> Scope {
+    let (in_body, otherwise) = forced_header(header);
     Scope::After {
-        trigger: trigger.into(),
+        trigger: header.into(),
         budget,
         forced: Some(Forced {
             after: MESSAGE_OPEN.into(),
-            text: forced.into(),
+            in_body,
+            otherwise,
         }),
     }
 }

@@ -51,6 +51,9 @@ pub struct Prepared {
     /// The output is a harmony stream (gpt-oss) with these control tokens, split by
     /// channel.
     pub harmony: Option<HarmonyMarkers>,
+    /// The functions a tool call may name, where the output's format can name others
+    /// (harmony: any recipient); `None`: the format's grammar or syntax decides.
+    pub calls_allowed: Option<Vec<String>>,
 }
 
 /// What the output must match.
@@ -417,6 +420,7 @@ pub(crate) fn prepare(
         single_call: c.parallel_tool_calls == Some(false),
         trim_answer: false,
         harmony: None,
+        calls_allowed: None,
     })
 }
 

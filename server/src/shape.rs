@@ -51,11 +51,23 @@ pub struct Call {
     streamed: bool,
 }
 
+/// What one of the splitter's calls is in the response.
+enum Slot {
+    /// The response's call at this index.
+    Call(usize),
+    /// A call to a function the request does not allow: text of the answer (`streamed`:
+    /// some of it went out already).
+    Text { streamed: bool },
+}
+
 /// Splits a response's text as it streams.
 pub struct Shaper {
     splitter: Option<Box<dyn Splitter + Send>>,
     id: String,
     calls: Vec<Call>,
+    /// The functions a call may name (`None`: any); the splitter's calls, in order.
+    allowed: Option<Vec<String>>,
+    slots: Vec<Slot>,
     /// Whitespace at the start of the content is dropped (set while none but whitespace
     /// came yet): a constrained answer after reasoning is exactly what the grammar matched,
     /// without the line breaks the model writes after `</think>`.
@@ -86,6 +98,8 @@ impl Shaper {
             splitter,
             id: id.to_string(),
             calls: Vec::new(),
+            allowed: None,
+            slots: Vec::new(),
             trim_content: false,
         };
         if !prefix.is_empty()
@@ -102,6 +116,13 @@ impl Shaper {
         self.splitter
             .as_ref()
             .is_some_and(|s| s.reads_control_tokens())
+    }
+
+    /// Only calls to these functions are tool calls; a call to another (one the request
+    /// did not offer, or with `tool_choice` `none`) is text of the answer.
+    pub fn allow_calls(mut self, names: Vec<String>) -> Shaper {
+        self.allowed = Some(names);
+        self
     }
 
     /// Drops whitespace before the content's first other character.
@@ -174,35 +195,60 @@ impl Shaper {
                 SplitEvent::Tool(e) => e,
             };
             match e {
-                ToolCallEvent::Begin { index, name } => {
-                    let id = format!("call_{}_{index}", self.id);
+                // The splitter numbers its calls in order, as `slots` holds them.
+                ToolCallEvent::Begin { name, .. } => {
+                    let allowed = self.allowed.as_ref().is_none_or(|a| a.contains(&name));
+                    if !allowed {
+                        // Not a call the request allows: its text is the answer's.
+                        self.slots.push(Slot::Text { streamed: false });
+                        continue;
+                    }
+                    let at = self.calls.len();
+                    self.slots.push(Slot::Call(at));
+                    let id = format!("call_{}_{at}", self.id);
                     self.calls.push(Call {
                         id: id.clone(),
                         name: name.clone(),
                         ..Call::default()
                     });
-                    out.push(Piece::CallBegin { index, id, name });
+                    out.push(Piece::CallBegin {
+                        index: at,
+                        id,
+                        name,
+                    });
                 }
-                ToolCallEvent::Arguments { index, delta } => {
-                    if let Some(c) = self.calls.get_mut(index) {
-                        c.streamed = true;
-                        c.arguments.push_str(&delta);
+                ToolCallEvent::Arguments { index, delta } => match self.slots.get_mut(index) {
+                    Some(Slot::Call(at)) => {
+                        let at = *at;
+                        if let Some(c) = self.calls.get_mut(at) {
+                            c.streamed = true;
+                            c.arguments.push_str(&delta);
+                        }
+                        out.push(Piece::CallArguments { index: at, delta });
                     }
-                    out.push(Piece::CallArguments { index, delta });
-                }
+                    Some(Slot::Text { streamed }) => {
+                        *streamed = true;
+                        out.push(Piece::Content(delta));
+                    }
+                    None => {}
+                },
                 ToolCallEvent::End {
                     index, arguments, ..
-                } => {
-                    if let Some(c) = self.calls.get_mut(index) {
-                        if !c.streamed {
-                            out.push(Piece::CallArguments {
-                                index,
-                                delta: arguments.clone(),
-                            });
+                } => match self.slots.get(index) {
+                    Some(&Slot::Call(at)) => {
+                        if let Some(c) = self.calls.get_mut(at) {
+                            if !c.streamed {
+                                out.push(Piece::CallArguments {
+                                    index: at,
+                                    delta: arguments.clone(),
+                                });
+                            }
+                            c.arguments = arguments;
                         }
-                        c.arguments = arguments;
                     }
-                }
+                    Some(&Slot::Text { streamed: false }) => out.push(Piece::Content(arguments)),
+                    Some(Slot::Text { .. }) | None => {}
+                },
             }
         }
         out
@@ -266,5 +312,44 @@ mod tests {
             ]
         );
         assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn a_harmony_call_to_a_function_not_allowed_is_text() {
+        let m = HarmonyMarkers::GPT_OSS;
+        let mut s = Shaper::new(None, Some(m), "", "x")
+            .unwrap()
+            .allow_calls(vec!["f".into()]);
+        let mut pieces = Vec::new();
+        for (id, text) in [
+            (m.channel, "<|channel|>"),
+            (0, "commentary to=functions.g "),
+            (m.message, "<|message|>"),
+            (0, "{\"a\":1}"),
+            (m.call, "<|call|>"),
+        ] {
+            pieces.extend(match id {
+                0 => s.push(text),
+                _ => s.push_control(id, text),
+            });
+        }
+        pieces.extend(s.finish());
+        assert!(s.calls().is_empty(), "{pieces:?}");
+        assert_eq!(pieces, vec![Piece::Content("{\"a\":1}".into())]);
+        // An allowed one is a call, numbered from 0.
+        let mut s = Shaper::new(None, Some(m), "", "x")
+            .unwrap()
+            .allow_calls(vec!["f".into()]);
+        s.push_control(m.channel, "<|channel|>");
+        s.push("commentary to=functions.f ");
+        s.push_control(m.message, "<|message|>");
+        s.push("{}");
+        s.push_control(m.call, "<|call|>");
+        s.finish();
+        assert_eq!(s.calls().len(), 1);
+        assert_eq!(
+            (s.calls()[0].name.as_str(), s.calls()[0].arguments.as_str()),
+            ("f", "{}")
+        );
     }
 }

@@ -256,7 +256,7 @@ impl Tools {
     }
 
     /// The tools a call may name (`tool_choice` naming one: that one).
-    fn allowed(&self) -> impl Iterator<Item = &Tool> {
+    pub fn allowed(&self) -> impl Iterator<Item = &Tool> {
         self.tools.iter().filter(|t| match &self.choice {
             Choice::Named(n) => &t.name == n,
             _ => true,

@@ -39,21 +39,23 @@ const CONSTRAIN: usize = 6;
 /// The header of the final channel: an answer's constraint applies after it.
 pub const FINAL_HEADER: &str = "<|channel|>final<|message|>";
 
-/// What ends the message under way and opens a final one: appended when the answer is
-/// forced (a reasoning budget spent, or the model ending without an answer) once a message
-/// is open (`MESSAGE_OPEN` is in the output); before, the header alone is.
-pub const FORCED_FINAL: &str = "<|end|><|start|>assistant<|channel|>final<|message|>";
-
-/// The marker that opens a message's body.
-pub const MESSAGE_OPEN: &str = "<|message|>";
-
 /// A commentary header up to a tool call's recipient (`to=functions.NAME`), which
 /// follows it. A preamble's header (`<|channel|>commentary<|message|>`) does not match.
 pub const COMMENTARY: &str = "<|channel|>commentary ";
 
-/// What ends the message under way and opens a commentary one up to its recipient (a call
-/// that is owed).
-pub const FORCED_COMMENTARY: &str = "<|end|><|start|>assistant<|channel|>commentary ";
+/// The marker that opens a message's body.
+pub const MESSAGE_OPEN: &str = "<|message|>";
+
+/// What forces a header (`header`: [`FINAL_HEADER`] or [`COMMENTARY`]) once the model has
+/// written something: in an open body (after [`MESSAGE_OPEN`]), the body's end and a new
+/// assistant header; anywhere else, a new header (which abandons one half written). Before
+/// any output, the header alone follows the prompt's `<|start|>assistant`.
+pub fn forced_header(header: &str) -> (String, String) {
+    (
+        format!("<|end|><|start|>assistant{header}"),
+        format!("<|start|>assistant{header}"),
+    )
+}
 
 /// How malformed streams are read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -239,8 +241,23 @@ impl HarmonyParser {
                 self.core.on_marker(m);
                 self.core.stop
             }
-            None => self.process(text),
+            None => self.text_by_id(text),
         }
+    }
+
+    /// Text on the token-id path: text, whatever it spells (a marker comes as its token).
+    fn text_by_id(&mut self, text: &str) -> Option<Stop> {
+        if self.core.stop.is_none() {
+            let core = &mut self.core;
+            self.scanner.flush(&mut |e| {
+                if let Scan::Text(t) = e {
+                    core.on_text(t);
+                }
+                Flow::Continue
+            });
+            self.core.on_text(text);
+        }
+        self.core.stop
     }
 
     /// Appends the content and reasoning produced since the last call to the given strings
@@ -426,7 +443,12 @@ impl Core {
 }
 
 impl Splitter for HarmonyParser {
+    /// Text; with markers by id ([`HarmonyParser::with_markers`]) it is text whatever it
+    /// spells, else the markers are read in it.
     fn process(&mut self, text: &str) -> Option<Stop> {
+        if self.markers.is_some() {
+            return self.text_by_id(text);
+        }
         if self.core.stop.is_none() {
             let core = &mut self.core;
             let _ = self.scanner.feed(text, &mut |e| {

@@ -39,8 +39,8 @@ pub mod toolcall;
 
 pub use generic::{BodyKind, DEFAULT_MAX_CALL_BYTES, Format, GenericParser, Region, RegionKind};
 pub use harmony::{
-    COMMENTARY, DEFAULT_MAX_HEADER, FINAL_HEADER, FORCED_COMMENTARY, FORCED_FINAL, HarmonyMarkers,
-    HarmonyMode, HarmonyParser, MESSAGE_OPEN,
+    COMMENTARY, DEFAULT_MAX_HEADER, FINAL_HEADER, HarmonyMarkers, HarmonyMode, HarmonyParser,
+    MESSAGE_OPEN, forced_header,
 };
 pub use scanner::{MarkerError, MarkerScanner};
 

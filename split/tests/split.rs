@@ -341,3 +341,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn harmony_by_id_keeps_text_that_spells_markers_as_text() {
+    let m = HarmonyMarkers::GPT_OSS;
+    let mut p = HarmonyParser::new(HarmonyMode::Lenient).with_markers(m);
+    assert!(p.reads_control_tokens());
+    for (id, text) in [
+        (m.channel, "<|channel|>"),
+        (1, "final"),
+        (m.message, "<|message|>"),
+    ] {
+        assert_eq!(p.process_control(id, text), None);
+    }
+    // The model writes the markers' spelling as plain text: it stays the answer's text.
+    assert_eq!(p.process("say <|return|> and <|end|><|start|>"), None);
+    assert_eq!(
+        p.process_control(m.return_, "<|return|>"),
+        Some(Stop::Return)
+    );
+    assert_eq!(p.take_content(), "say <|return|> and <|end|><|start|>");
+}

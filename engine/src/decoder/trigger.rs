@@ -34,9 +34,9 @@ impl Decoder {
         Some(self.forced_trigger_tokens())
     }
 
-    /// What is appended when the trigger is forced ([`Scope::After`]'s `forced` once the
-    /// output holds its marker, else the trigger itself), as tokens: a special token's
-    /// name is that token, the rest is text.
+    /// What is appended when the trigger is forced ([`Scope::After`]'s `forced` where
+    /// there is output, else the trigger itself), as tokens: a special token's name is
+    /// that token, the rest is text.
     fn forced_trigger_tokens(&self) -> Vec<TokenId> {
         let Scope::After {
             trigger, forced, ..
@@ -45,8 +45,10 @@ impl Decoder {
             return Vec::new();
         };
         let text = match forced {
-            Some(f) if self.output_holds(&f.after) => f.text.as_str(),
-            _ => trigger.as_str(),
+            Some(_) if self.tokens.is_empty() => trigger.as_str(),
+            Some(f) if self.last_control_is(&f.after) => f.in_body.as_str(),
+            Some(f) => f.otherwise.as_str(),
+            None => trigger.as_str(),
         };
         let vocab = self.space.vocab();
         if let Some(id) = vocab.token_by_text(text) {
@@ -75,14 +77,16 @@ impl Decoder {
         tokens
     }
 
-    /// Whether the output holds `marker`: a byte-less special token by id, anything else
-    /// in the text.
-    fn output_holds(&self, marker: &str) -> bool {
+    /// Whether the output's last control token (one without bytes) is the one named
+    /// `name`.
+    fn last_control_is(&self, name: &str) -> bool {
         let vocab = self.space.vocab();
-        match vocab.token_by_text(marker) {
-            Some(id) if vocab.token_bytes(id).is_none() => self.tokens.contains(&id),
-            _ => self.text.contains(marker),
-        }
+        let last = self
+            .tokens
+            .iter()
+            .rev()
+            .find(|&&t| vocab.token_bytes(t).is_none());
+        last.is_some_and(|&t| vocab.token_by_text(name) == Some(t))
     }
 
     /// Appends the trigger without sampling; the grammar applies from there.

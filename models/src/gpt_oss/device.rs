@@ -176,6 +176,9 @@ impl DeviceGptOss {
         let cos = Tensor::from_vec(cos, (1, n, half), dev)?;
         let sin = Tensor::from_vec(sin, (1, n, half), dev)?;
         let mut x = w.embeddings.index_select(&Tensor::new(tokens, dev)?, 0)?;
+        // The caches change once the whole pass has run: a failed one leaves them as they
+        // were.
+        let mut caches = Vec::with_capacity(w.layers.len());
         for (l, layer) in w.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm, c.eps)?;
             let heads = |t: Tensor, count: usize| {
@@ -186,11 +189,11 @@ impl DeviceGptOss {
             let q = rotate_halves(&heads(layer.q.forward(&h)?, c.heads)?, &cos, &sin)?;
             let k = rotate_halves(&heads(layer.k.forward(&h)?, c.kv_heads)?, &cos, &sin)?;
             let v = heads(layer.v.forward(&h)?, c.kv_heads)?;
-            let (k, v) = match self.caches[l].take() {
-                Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 1)?, Tensor::cat(&[&cv, &v], 1)?),
+            let (k, v) = match &self.caches[l] {
+                Some((ck, cv)) => (Tensor::cat(&[ck, &k], 1)?, Tensor::cat(&[cv, &v], 1)?),
                 None => (k, v),
             };
-            self.caches[l] = Some((k.clone(), v.clone()));
+            caches.push((k.clone(), v.clone()));
             let y = attend(&q, &k, &v, layer, pos, c.heads / c.kv_heads)?;
             let y = y.transpose(0, 1)?.reshape((n, c.heads * c.head_dim))?;
             x = (x + layer.o.forward(&y)?)?;
@@ -201,7 +204,9 @@ impl DeviceGptOss {
             true => x,
             false => x.narrow(0, n - 1, 1)?,
         };
-        w.output.forward(&rms_norm(&x, &w.norm, c.eps)?)
+        let logits = w.output.forward(&rms_norm(&x, &w.norm, c.eps)?)?;
+        self.caches = caches.into_iter().map(Some).collect();
+        Ok(logits)
     }
 }
 
