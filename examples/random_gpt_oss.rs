@@ -16,18 +16,7 @@ fn main() {
         eprintln!("usage: random_gpt_oss OUT_DIR TOKENIZER_JSON");
         std::process::exit(2);
     };
-    let shape = GptOssShape {
-        width: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 16,
-        experts: 4,
-        top_k: 2,
-        expert_width: 64,
-        vocab: 201_088,
-        sliding_window: 128,
-    };
+    let shape = GptOssShape::with_gpt_oss_vocabulary();
     let tokenizer = PathBuf::from(tokenizer);
     if !tokenizer.is_file() {
         eprintln!("random_gpt_oss: no tokenizer at {}", tokenizer.display());

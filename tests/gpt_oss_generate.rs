@@ -19,18 +19,7 @@ use random_gpt_oss::{GptOssShape, write_random_gpt_oss};
 fn random_folder(name: &str, seed: u64) -> Option<std::path::PathBuf> {
     let tokenizer = common::asset_tokenizer("gptoss")?;
     let dir = std::env::temp_dir().join(format!("corral-gpt-oss-{name}-{}", std::process::id()));
-    let shape = GptOssShape {
-        width: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 16,
-        experts: 4,
-        top_k: 2,
-        expert_width: 64,
-        vocab: 201_088,
-        sliding_window: 128,
-    };
+    let shape = GptOssShape::with_gpt_oss_vocabulary();
     write_random_gpt_oss(&dir, &shape, Some(&tokenizer), seed);
     Some(dir)
 }

@@ -31,18 +31,7 @@ fn random_folder(name: &str) -> Option<PathBuf> {
         "corral-serve-gpt-oss-{name}-{}",
         std::process::id()
     ));
-    let shape = GptOssShape {
-        width: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 16,
-        experts: 4,
-        top_k: 2,
-        expert_width: 64,
-        vocab: 201_088,
-        sliding_window: 128,
-    };
+    let shape = GptOssShape::with_gpt_oss_vocabulary();
     write_random_gpt_oss(&dir, &shape, Some(&tokenizer), 21);
     Some(dir)
 }

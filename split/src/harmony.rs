@@ -230,14 +230,7 @@ impl HarmonyParser {
         }
         match markers.marker(id) {
             Some(m) => {
-                // A partial marker held back as text is text after all.
-                let core = &mut self.core;
-                self.scanner.flush(&mut |e| {
-                    if let Scan::Text(t) = e {
-                        core.on_text(t);
-                    }
-                    Flow::Continue
-                });
+                self.flush_held_text();
                 self.core.on_marker(m);
                 self.core.stop
             }
@@ -248,16 +241,21 @@ impl HarmonyParser {
     /// Text on the token-id path: text, whatever it spells (a marker comes as its token).
     fn text_by_id(&mut self, text: &str) -> Option<Stop> {
         if self.core.stop.is_none() {
-            let core = &mut self.core;
-            self.scanner.flush(&mut |e| {
-                if let Scan::Text(t) = e {
-                    core.on_text(t);
-                }
-                Flow::Continue
-            });
+            self.flush_held_text();
             self.core.on_text(text);
         }
         self.core.stop
+    }
+
+    /// A partial marker the scanner held back is text after all.
+    fn flush_held_text(&mut self) {
+        let core = &mut self.core;
+        self.scanner.flush(&mut |e| {
+            if let Scan::Text(t) = e {
+                core.on_text(t);
+            }
+            Flow::Continue
+        });
     }
 
     /// Appends the content and reasoning produced since the last call to the given strings
@@ -486,13 +484,7 @@ impl Splitter for HarmonyParser {
         if self.core.stop.is_some() {
             return;
         }
-        let core = &mut self.core;
-        self.scanner.flush(&mut |e| {
-            if let Scan::Text(t) = e {
-                core.on_text(t);
-            }
-            Flow::Continue
-        });
+        self.flush_held_text();
         let core = &mut self.core;
         match core.state.clone() {
             State::Body(route) => {

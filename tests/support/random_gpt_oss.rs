@@ -22,6 +22,26 @@ pub struct GptOssShape {
     pub sliding_window: usize,
 }
 
+impl GptOssShape {
+    /// Two small layers over the real gpt-oss vocabulary (201,088 tokens): what the tests
+    /// that pair a random network with the real tokenizer use.
+    #[allow(dead_code)] // the bench that includes this file makes shapes of its own
+    pub fn with_gpt_oss_vocabulary() -> GptOssShape {
+        GptOssShape {
+            width: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            experts: 4,
+            top_k: 2,
+            expert_width: 64,
+            vocab: 201_088,
+            sliding_window: 128,
+        }
+    }
+}
+
 struct Rng(u64);
 
 impl Rng {

@@ -206,6 +206,28 @@ impl Config {
         }
     }
 
+    /// Refuses `tokens` at positions `pos..` where they cannot run: none, past the
+    /// model's positions, or outside its vocabulary.
+    pub fn check_input(&self, tokens: &[u32], pos: usize) -> candle_core::Result<()> {
+        if tokens.is_empty() {
+            return Err(candle_core::Error::Msg("no tokens to run".into()));
+        }
+        if pos + tokens.len() > self.max_positions {
+            return Err(candle_core::Error::Msg(format!(
+                "positions {pos}..{}: the model's positions end at {}",
+                pos + tokens.len(),
+                self.max_positions
+            )));
+        }
+        if let Some(bad) = tokens.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(candle_core::Error::Msg(format!(
+                "token {bad} is outside the model's vocabulary of {}",
+                self.vocab
+            )));
+        }
+        Ok(())
+    }
+
     /// RoPE's inverse frequencies (`head_dim / 2`) and the factor its cosines and sines
     /// are scaled by, computed in f32 as transformers does.
     pub fn rope_frequencies(&self) -> (Vec<f32>, f32) {

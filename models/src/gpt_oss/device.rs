@@ -141,22 +141,7 @@ impl DeviceGptOss {
     fn run(&mut self, tokens: &[u32], pos: usize, every: bool) -> Result<Tensor> {
         let w = self.weights.clone();
         let c = &w.host.config;
-        if tokens.is_empty() {
-            return Err(candle_core::Error::Msg("no tokens to run".into()));
-        }
-        if pos + tokens.len() > c.max_positions {
-            return Err(candle_core::Error::Msg(format!(
-                "positions {pos}..{}: the model's positions end at {}",
-                pos + tokens.len(),
-                c.max_positions
-            )));
-        }
-        if let Some(bad) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(candle_core::Error::Msg(format!(
-                "token {bad} is outside the model's vocabulary of {}",
-                c.vocab
-            )));
-        }
+        c.check_input(tokens, pos)?;
         let held = match &self.caches[0] {
             Some((k, _)) => k.dim(1)?,
             None => 0,

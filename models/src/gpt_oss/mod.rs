@@ -285,19 +285,7 @@ impl GptOss {
         // Every input is checked before any cache changes, so that a refused batch leaves
         // each sequence as it was.
         for ((m, &p), t) in nets.iter().zip(pos).zip(tokens) {
-            if p + t.len() > c.max_positions {
-                return Err(candle_core::Error::Msg(format!(
-                    "positions {p}..{}: the model's positions end at {}",
-                    p + t.len(),
-                    c.max_positions
-                )));
-            }
-            if let Some(bad) = t.iter().find(|&&id| id as usize >= c.vocab) {
-                return Err(candle_core::Error::Msg(format!(
-                    "token {bad} is outside the model's vocabulary of {}",
-                    c.vocab
-                )));
-            }
+            c.check_input(t, p)?;
             let held = m.caches.first().map_or(Ok(0), |k| k.len(&w.heads))?;
             if p != 0 && held != p {
                 return Err(candle_core::Error::Msg(format!(
