@@ -3,7 +3,7 @@
 //! cargo run --release -p corral-models --example qmatmul_batch -- MODEL.gguf
 use candle_core::quantized::{GgmlDType, QMatMul, gguf_file::Content};
 use candle_core::{Device, Module, Tensor};
-use corral_models::quant::{WeightType, matmul};
+use corral_models::quant::{Packed, WeightType, matmul};
 use std::time::Instant;
 
 /// Mean microseconds of `f` over enough calls to take about 0.3 s.
@@ -25,8 +25,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut f = std::fs::File::open(&path)?;
     let content = Content::read(&mut f)?;
     let dev = Device::Cpu;
-    println!("| weight | rows | candle us | dequantized f32 us | corral us | candle / corral |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| weight | rows | candle us | dequantized f32 us | corral us | candle / corral | tiled us |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for name in [
         "blk.0.ffn_up.weight",
         "blk.0.attn_q.weight",
@@ -45,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let bytes = q.data()?.into_owned();
         let dtype = q.dtype();
+        let packed = Packed::new(dtype, &bytes, out, inp)?;
         let qt = std::sync::Arc::new(q);
         let mm = QMatMul::from_arc(qt.clone())?;
         for rows in [1usize, 2, 4, 8, 16, 24, 32, 48, 64] {
@@ -63,13 +66,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut dst = vec![0f32; rows * out];
                 time(|| matmul(ty, &bytes, out, inp, &xs, &mut dst).unwrap())
             });
+            let tiled = packed.as_ref().map_or("-".to_string(), |p| {
+                let mut dst = vec![0f32; rows * out];
+                format!("{:.0}", time(|| p.matmul(&xs, &mut dst).unwrap()))
+            });
             match corral {
                 Some(c) => println!(
-                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | {c:.0} | {:.1} |",
+                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | {c:.0} | {:.1} | {tiled} |",
                     candle / c
                 ),
                 None => println!(
-                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | - | - |"
+                    "| `{name}` {out}x{inp} {dtype:?} | {rows} | {candle:.0} | {dequantized:.0} | - | - | {tiled} |"
                 ),
             }
         }

@@ -6,8 +6,10 @@
 //! is blocked and reuses each weight across the chunk's rows. The dequantized copy lives for
 //! one multiplication: memory stays that of the quantized model plus one matrix.
 //!
-//! Decoding steps run on corral's own kernel for Q4_1 and Q8_0 weights ([`crate::quant`]),
-//! and attention by hand over KV caches appended in place ([`crate::attention`]). The
+//! Decoding steps run on corral's own kernels ([`crate::quant`]): a tiled one for
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K where the CPU has AVX-512 VNNI, else an AVX2
+//! one for Q4_1 and Q8_0; and attention by hand over KV caches appended in place
+//! ([`crate::attention`]). The
 //! steps of several sequences run as one pass ([`Llama::forward_batch`]): their rows go
 //! through each weight matrix together, each attends to its own cache.
 //!
@@ -17,7 +19,7 @@ use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
 use crate::gpt_oss::GptOss;
 use crate::gpt_oss::device::DeviceGptOss;
-use crate::quant::WeightType;
+use crate::quant::{Packed, WeightType};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
@@ -118,9 +120,14 @@ impl CandleNet for GgufNet {
 /// Which kernels multiply a [`Llama`]'s quantized weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
-    /// corral's own ([`crate::quant`]) for Q4_1 and Q8_0 weights on the CPU, candle's
-    /// quantized kernel for others, and prompt chunks of many rows on dequantized weights.
+    /// corral's own ([`crate::quant`]) on the CPU: the tiled kernel for every layout it
+    /// reads where the CPU has AVX-512 VNNI, else the AVX2 kernel for Q4_1 and Q8_0;
+    /// candle's quantized kernel for others, and prompt chunks of many rows on dequantized
+    /// weights.
     Own,
+    /// The same without the tiled kernel (to measure what it gives): the AVX2 kernel for
+    /// Q4_1 and Q8_0, candle's for the others.
+    Untiled,
     /// candle's quantized kernel (as candle-transformers' `quantized_llama`), prompt
     /// chunks of many rows on dequantized weights.
     Candle,
@@ -143,51 +150,107 @@ pub enum Attention {
 /// A weight matrix `(out, in)`, kept quantized.
 #[derive(Clone)]
 struct Linear {
-    weight: Arc<QTensor>,
-    quantized: QMatMul,
-    /// Set where corral's own kernel multiplies this weight ([`crate::quant`]): Q4_1 and
-    /// Q8_0 on the CPU.
-    kernel: Option<WeightType>,
-    kernels: Kernels,
+    weight: Weight,
     /// The weight dequantized once, under [`Kernels::Dequantized`].
     dequantized: Option<Tensor>,
 }
 
+/// Where a [`Linear`]'s weight is held, which decides the kernel that multiplies it.
+#[derive(Clone)]
+enum Weight {
+    /// As candle holds it: candle's kernel, or corral's AVX2 one ([`crate::quant::matmul`])
+    /// for Q4_1 and Q8_0 on the CPU.
+    Candle {
+        weight: Arc<QTensor>,
+        quantized: QMatMul,
+        kernel: Option<WeightType>,
+    },
+    /// Repacked for corral's tiled kernel ([`crate::quant::Packed`]), on CPUs with
+    /// AVX-512 VNNI, for every block layout it reads; the file's bytes are not kept.
+    Tiled(Arc<Packed>),
+}
+
 impl Linear {
-    fn new(weight: QTensor) -> Result<Linear> {
-        let weight = Arc::new(weight);
-        let kernel = match weight.dtype() {
-            _ if !weight.device().is_cpu() => None,
-            GgmlDType::Q4_1 => Some(WeightType::Q4_1),
-            GgmlDType::Q8_0 => Some(WeightType::Q8_0),
+    fn new(weight: QTensor, kernels: Kernels) -> Result<Linear> {
+        let msg = candle_core::Error::Msg;
+        let tiled = match (kernels, weight.device().is_cpu()) {
+            (Kernels::Own, true) if crate::quant::tiled_kernel_is_fast() => {
+                let (out, inp) = weight.shape().dims2()?;
+                // A type it does not read, or rows it cannot split into its blocks,
+                // stay with candle.
+                Packed::new(weight.dtype(), &weight.data()?, out, inp).unwrap_or(None)
+            }
             _ => None,
         };
-        Ok(Linear {
-            // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
-            quantized: QMatMul::from_arc(weight.clone())?,
+        let weight = match tiled {
+            Some(p) => Weight::Tiled(Arc::new(p)),
+            None => {
+                let weight = Arc::new(weight);
+                let kernel = match (kernels, weight.dtype()) {
+                    _ if !weight.device().is_cpu() => None,
+                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q4_1) => Some(WeightType::Q4_1),
+                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q8_0) => Some(WeightType::Q8_0),
+                    _ => None,
+                };
+                Weight::Candle {
+                    // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
+                    quantized: QMatMul::from_arc(weight.clone())?,
+                    weight,
+                    kernel,
+                }
+            }
+        };
+        let mut linear = Linear {
             weight,
-            kernel,
-            kernels: Kernels::Own,
             dequantized: None,
-        })
+        };
+        if kernels == Kernels::Dequantized {
+            linear.dequantized = Some(
+                linear
+                    .dequantize(&Device::Cpu)
+                    .map_err(|e| msg(e.to_string()))?,
+            );
+        }
+        Ok(linear)
+    }
+
+    /// The weight in f32.
+    fn dequantize(&self, device: &Device) -> Result<Tensor> {
+        match &self.weight {
+            Weight::Candle { weight, .. } => weight.dequantize(device),
+            Weight::Tiled(p) => Tensor::from_vec(p.dequantize(), p.dims(), device),
+        }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(w) = &self.dequantized {
+            return QMatMul::Tensor(w.clone()).forward(x);
+        }
         let rows = x.elem_count() / x.dim(D::Minus1)?;
-        let (gemm_rows, kernel) = match (self.kernels, self.kernel) {
-            (Kernels::Own, Some(ty)) => (KERNEL_GEMM_MIN_ROWS, Some(ty)),
-            (Kernels::Dequantized, _) => (0, None),
-            _ => (GEMM_MIN_ROWS, None),
-        };
-        match (&self.quantized, kernel) {
-            (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
-                if let Some(w) = &self.dequantized {
-                    return QMatMul::Tensor(w.clone()).forward(x);
-                }
-                QMatMul::Tensor(self.weight.dequantize(x.device())?).forward(x)
+        match &self.weight {
+            Weight::Tiled(_) if rows >= KERNEL_GEMM_MIN_ROWS => {
+                QMatMul::Tensor(self.dequantize(x.device())?).forward(x)
             }
-            (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => self.kernel_forward(ty, x),
-            (q, _) => q.forward(x),
+            Weight::Tiled(p) => tiled_forward(p, x),
+            Weight::Candle {
+                weight,
+                quantized,
+                kernel,
+            } => {
+                let gemm_rows = match kernel {
+                    Some(_) => KERNEL_GEMM_MIN_ROWS,
+                    None => GEMM_MIN_ROWS,
+                };
+                match (quantized, kernel) {
+                    (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
+                        QMatMul::Tensor(weight.dequantize(x.device())?).forward(x)
+                    }
+                    (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => {
+                        kernel_forward(weight, *ty, x)
+                    }
+                    (q, _) => q.forward(x),
+                }
+            }
         }
     }
 
@@ -195,29 +258,49 @@ impl Linear {
     /// quantized kernel a decoding step uses, however many rows, so each row's result is
     /// the same whatever it is batched with (the dequantized path rounds differently).
     fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
-        match (&self.quantized, self.kernel, self.kernels) {
-            (QMatMul::QTensor(_), Some(ty), Kernels::Own) if x.device().is_cpu() => {
-                self.kernel_forward(ty, x)
-            }
-            (QMatMul::QTensor(_), _, Kernels::Dequantized) => self.forward(x),
-            (q, _, _) => q.forward(x),
+        if self.dequantized.is_some() {
+            return self.forward(x);
+        }
+        match &self.weight {
+            Weight::Tiled(p) => tiled_forward(p, x),
+            Weight::Candle {
+                weight,
+                quantized: QMatMul::QTensor(_),
+                kernel: Some(ty),
+            } if x.device().is_cpu() => kernel_forward(weight, *ty, x),
+            Weight::Candle { quantized, .. } => quantized.forward(x),
         }
     }
+}
 
-    /// `x * weight^T` through [`crate::quant::matmul`].
-    fn kernel_forward(&self, ty: WeightType, x: &Tensor) -> Result<Tensor> {
-        let (out, inp) = self.weight.shape().dims2()?;
-        let mut dims = x.dims().to_vec();
-        let values = x.flatten_all()?.to_vec1::<f32>()?;
-        let mut dst = vec![0f32; values.len() / inp * out];
-        let data = self.weight.data()?;
-        crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
-            .map_err(candle_core::Error::Msg)?;
-        if let Some(last) = dims.last_mut() {
-            *last = out;
-        }
-        Tensor::from_vec(dst, dims, x.device())
+/// `x * weight^T` through [`crate::quant::matmul`].
+fn kernel_forward(weight: &QTensor, ty: WeightType, x: &Tensor) -> Result<Tensor> {
+    let (out, inp) = weight.shape().dims2()?;
+    let values = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut dst = vec![0f32; values.len() / inp * out];
+    let data = weight.data()?;
+    crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
+        .map_err(candle_core::Error::Msg)?;
+    output(dst, x, out)
+}
+
+/// `x * weight^T` through the tiled kernel.
+fn tiled_forward(p: &Packed, x: &Tensor) -> Result<Tensor> {
+    let out = p.dims().0;
+    let values = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut dst = vec![0f32; values.len() / p.dims().1 * out];
+    p.matmul(&values, &mut dst)
+        .map_err(candle_core::Error::Msg)?;
+    output(dst, x, out)
+}
+
+/// `dst` shaped as `x` with its last dimension `out`.
+fn output(dst: Vec<f32>, x: &Tensor, out: usize) -> Result<Tensor> {
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = out;
     }
+    Tensor::from_vec(dst, dims, x.device())
 }
 
 #[derive(Clone)]
@@ -417,6 +500,17 @@ impl Llama {
         file: &mut R,
         device: &Device,
     ) -> Result<Llama> {
+        Llama::from_gguf_with(content, file, device, Kernels::Own)
+    }
+
+    /// The same with its multiplications done by `kernels` (to compare passes: the
+    /// default, [`Kernels::Own`], is the fastest).
+    pub fn from_gguf_with<R: std::io::Read + std::io::Seek>(
+        content: &Content,
+        file: &mut R,
+        device: &Device,
+        kernels: Kernels,
+    ) -> Result<Llama> {
         let msg = |m: String| candle_core::Error::Msg(m);
         let num = |key: &str| crate::gguf_llama::usize_meta(content, key);
         let need = |key: &str| num(key).ok_or_else(|| msg(format!("GGUF metadata lacks {key}")));
@@ -462,13 +556,13 @@ impl Llama {
         for i in 0..blocks {
             let mut w = |name: &str| tensor(&format!("blk.{i}.{name}.weight"));
             layers.push(Layer {
-                q: Linear::new(w("attn_q")?)?,
-                k: Linear::new(w("attn_k")?)?,
-                v: Linear::new(w("attn_v")?)?,
-                o: Linear::new(w("attn_output")?)?,
-                gate: Linear::new(w("ffn_gate")?)?,
-                up: Linear::new(w("ffn_up")?)?,
-                down: Linear::new(w("ffn_down")?)?,
+                q: Linear::new(w("attn_q")?, kernels)?,
+                k: Linear::new(w("attn_k")?, kernels)?,
+                v: Linear::new(w("attn_v")?, kernels)?,
+                o: Linear::new(w("attn_output")?, kernels)?,
+                gate: Linear::new(w("ffn_gate")?, kernels)?,
+                up: Linear::new(w("ffn_up")?, kernels)?,
+                down: Linear::new(w("ffn_down")?, kernels)?,
                 attn_norm: RmsNorm::new(w("attn_norm")?, eps)?,
                 ffn_norm: RmsNorm::new(w("ffn_norm")?, eps)?,
             });
@@ -478,7 +572,7 @@ impl Llama {
             embeddings,
             layers,
             norm,
-            output: Linear::new(output)?,
+            output: Linear::new(output, kernels)?,
             heads: Heads {
                 heads,
                 kv_heads,
@@ -636,32 +730,6 @@ impl Llama {
         let x = x.index_select(&Tensor::new(last, dev)?, 0)?;
         let last = w.norm.forward(&x)?;
         w.output.forward_rows(&last)
-    }
-
-    /// The same network with its multiplications done by `kernels` (to compare passes:
-    /// the default, [`Kernels::Own`], is the fastest). The weights are no longer shared
-    /// with other sequences.
-    pub fn with_kernels(mut self, kernels: Kernels) -> Llama {
-        let w = Arc::make_mut(&mut self.weights);
-        let layers = w.layers.iter_mut().flat_map(|l| {
-            [
-                &mut l.q,
-                &mut l.k,
-                &mut l.v,
-                &mut l.o,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ]
-        });
-        for linear in layers.chain([&mut w.output]) {
-            linear.kernels = kernels;
-            linear.dequantized = match kernels {
-                Kernels::Dequantized => linear.weight.dequantize(&linear.weight.device()).ok(),
-                _ => None,
-            };
-        }
-        self
     }
 
     /// The same network with decoding steps' attention computed by `attention` (to compare

@@ -84,11 +84,9 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     let mut file = std::fs::File::open(&path).unwrap();
     let content = Content::read(&mut file).unwrap();
     let mut ours = Llama::from_gguf(&content, &mut file, &dev).unwrap();
-    let mut ours_on_candle = ours
-        .clone()
-        .with_kernels(Kernels::Candle)
-        .with_attention(Attention::Candle);
-    let mut exact = ours.clone().with_kernels(Kernels::Dequantized);
+    let mut load = |kernels| Llama::from_gguf_with(&content, &mut file, &dev, kernels).unwrap();
+    let mut ours_on_candle = load(Kernels::Candle).with_attention(Attention::Candle);
+    let mut exact = load(Kernels::Dequantized);
     let mut exact_on_candle = exact.clone().with_attention(Attention::Candle);
     let mut theirs = ModelWeights::from_gguf(content, &mut file, &dev).unwrap();
     let (_, tokenizer, _) = gguf_llama::load(&path, &dev).unwrap();

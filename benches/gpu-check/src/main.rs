@@ -390,7 +390,12 @@ fn against_exact(
     let load = |kernels: Kernels| -> Result<Llama> {
         let mut f = std::fs::File::open(model)?;
         let content = gguf_file::Content::read(&mut f)?;
-        Ok(Llama::from_gguf(&content, &mut f, &Device::Cpu)?.with_kernels(kernels))
+        Ok(Llama::from_gguf_with(
+            &content,
+            &mut f,
+            &Device::Cpu,
+            kernels,
+        )?)
     };
     let (mut exact, mut candle) = (load(Kernels::Dequantized)?, load(Kernels::Candle)?);
     let run = |l: &mut Llama, t: TokenId, pos: usize| -> Result<Vec<f32>> {

@@ -1,11 +1,13 @@
-//! corral's own CPU kernel for GGUF's Q4_1 and Q8_0 weight matrices: a few input rows (one
-//! decoding step, or the steps of several sequences batched) times a quantized matrix, each
-//! weight block read and unpacked once for all the rows.
+//! corral's own CPU kernels for GGUF weight matrices: a few input rows (one decoding step,
+//! or the steps of several sequences batched) times a quantized matrix, each weight block
+//! read and unpacked once for all the rows. Two kernels:
+//! - the tiled one ([`Packed`], `tiles.rs`), for eight layouts on CPUs with AVX-512 VNNI;
+//! - the AVX2 one below ([`matmul`]), for Q4_1 and Q8_0 elsewhere.
 //!
 //! Why not candle's: its Q4_1 dot product has no hand-written SIMD (LLVM vectorises its
 //! scalar loop only under `-C target-cpu=native`), and its kernel takes the input one row
 //! at a time, so the decoding steps of B sequences in one pass cost B single steps
-//! (docs/performance.md, "Server"). How this one runs:
+//! (docs/performance.md, "Server"). How the AVX2 kernel runs:
 //!
 //! 1. each input row is quantized in blocks of 32 values to signed bytes with an f32 scale
 //!    (`d = max |x| / 127`) and, for Q4_1's offset, the block's sum times its scale;
@@ -20,6 +22,11 @@
 //! compare against). Other weight types, and CUDA, keep candle's kernels.
 
 use half::f16;
+
+mod layout;
+mod tiles;
+
+pub use tiles::{Packed, tiled_kernel_is_fast};
 
 /// Values per quantized block (Q4_1, Q8_0 and the activations alike).
 const BLOCK: usize = 32;

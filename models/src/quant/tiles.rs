@@ -1,0 +1,773 @@
+//! The tiled kernel: a weight matrix repacked once, at load, so that one AVX-512 VNNI
+//! instruction (`vpdpbusd`) multiplies 4 weights of each of 16 output features by the same
+//! 4 activation bytes, for every weight type of [`Layout`].
+//!
+//! The repacked form, per tile of 16 features and per 32-value piece of the input:
+//! - the 32 x 16 unsigned weight values of [`Layout::piece`], grouped by 4 inputs: for
+//!   each group of 4 inputs, the 16 features' 4 values (64 bytes, one register). Q8_0 keeps
+//!   them as bytes. The others keep their low 4 bits two groups per byte (inputs `4 g ..` in
+//!   the low nibble, `16 + 4 g ..` in the high one), then their 5th (and 6th) bits as one
+//!   64-bit mask per group, which AVX-512 turns back into bytes with one masked move;
+//! - the 16 features' scales as the file stores them ([`Mode`]): f16 scales (and offsets)
+//!   of 32-value blocks, or a K-quant piece's 6-bit or 8-bit codes, with the super-block's
+//!   f32 scales kept once per 8 pieces. The repacked matrix is about as large as the file's
+//!   (decoding one sequence reads every weight once a step: bytes are its time).
+//!
+//! A piece's integer sums (one per feature, exact in i32) are scaled by the weight's and the
+//! activation's scales and added in f32; the offsets multiply the activation's sums. The
+//! rows of a pass share each loaded weight register. Without VNNI the same sums run in a
+//! portable loop (the tests' reference, and other CPUs' path).
+
+use super::layout::{Code, Layout, Piece};
+use candle_core::quantized::GgmlDType;
+
+/// Features per tile.
+const TILE: usize = 16;
+
+/// A quantized activation piece: 32 signed bytes, their scale, and the scaled sums of each
+/// half (what the weights' offsets multiply).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+struct XPiece {
+    qs: [i8; 32],
+    d: f32,
+    h: [f32; 2],
+}
+
+/// A weight matrix in the tiled form. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Packed {
+    layout: Layout,
+    out: usize,
+    inp: usize,
+    /// Per tile, per piece: 256 bytes (4-bit layouts) or 512.
+    quants: Vec<u8>,
+    /// Per tile, per piece: [`code_bytes`] of the 16 features' codes.
+    codes: Vec<u8>,
+    /// Per tile, per super-block of 8 pieces (K-quants): [`super_floats`] f32 scales.
+    supers: Vec<f32>,
+}
+
+/// How a layout's scales are stored per (tile, piece), and what the kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// 16 f16 scales; `m = zero * d` ([`Layout::zero`]).
+    Zero,
+    /// 16 f16 scales, then 16 f16 offsets.
+    Offset,
+    /// 16 6-bit scale codes, then 16 minimum codes; per super-block 16 scales, then 16
+    /// negated minimum scales: `d * sc`, `-dmin * mn`.
+    K,
+    /// 16 signed codes per half; per super-block 16 scales: `d * sc`, `-32 d sc`.
+    Six,
+}
+
+fn mode(layout: Layout) -> Mode {
+    match layout {
+        Layout::Q4_1 | Layout::Q5_1 => Mode::Offset,
+        Layout::Q4K | Layout::Q5K => Mode::K,
+        Layout::Q6K => Mode::Six,
+        _ => Mode::Zero,
+    }
+}
+
+/// Bytes of weights per (tile, piece).
+fn quant_bytes(layout: Layout) -> usize {
+    match layout.bits() {
+        8 => 512,
+        bits => 256 + 64 * planes(bits),
+    }
+}
+
+/// Planes of high bits (past the low nibble) of a layout of `bits` below 8.
+fn planes(bits: u32) -> usize {
+    bits as usize - 4
+}
+
+/// Bytes of codes per (tile, piece).
+fn code_bytes(layout: Layout) -> usize {
+    if mode(layout) == Mode::Offset { 64 } else { 32 }
+}
+
+/// Floats per (tile, super-block).
+fn super_floats(layout: Layout) -> usize {
+    match mode(layout) {
+        Mode::K => 2 * TILE,
+        Mode::Six => TILE,
+        _ => 0,
+    }
+}
+
+impl Packed {
+    /// Repacks `bytes`, `out` rows of `inp` weights of `dtype` (GGUF's layout). `None` for
+    /// a type this kernel does not read; an error for sizes that do not match.
+    pub fn new(
+        dtype: GgmlDType,
+        bytes: &[u8],
+        out: usize,
+        inp: usize,
+    ) -> Result<Option<Packed>, String> {
+        let Some(layout) = Layout::of(dtype) else {
+            return Ok(None);
+        };
+        if inp == 0 || !inp.is_multiple_of(layout.values()) {
+            return Err(format!(
+                "{inp} inputs is not a multiple of {dtype:?}'s {} values",
+                layout.values()
+            ));
+        }
+        let row_bytes = inp / layout.values() * layout.bytes();
+        if bytes.len() != out * row_bytes {
+            return Err(format!(
+                "{} weight bytes for a {out}x{inp} {dtype:?} matrix (expected {})",
+                bytes.len(),
+                out * row_bytes
+            ));
+        }
+        let pieces = inp / 32;
+        let tiles = out.div_ceil(TILE);
+        let (qb, cb, sf) = (
+            quant_bytes(layout),
+            code_bytes(layout),
+            super_floats(layout),
+        );
+        let mut packed = Packed {
+            layout,
+            out,
+            inp,
+            quants: vec![0; tiles * pieces * qb],
+            codes: vec![0; tiles * pieces * cb],
+            supers: vec![0.0; tiles * pieces.div_ceil(8) * sf],
+        };
+        for f in 0..out {
+            let row = &bytes[f * row_bytes..(f + 1) * row_bytes];
+            for p in 0..pieces {
+                packed.place(f, p, &layout.piece(row, p));
+            }
+        }
+        Ok(Some(packed))
+    }
+
+    /// Output features and inputs.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.out, self.inp)
+    }
+
+    /// Heap bytes held.
+    pub fn memory_usage(&self) -> usize {
+        self.quants.len() + self.codes.len() + 4 * self.supers.len()
+    }
+
+    /// Where feature `f`'s piece `p` lies: its tile's lane, and the offsets of the
+    /// (tile, piece)'s weights and codes and of its super-block's scales.
+    fn at(&self, f: usize, p: usize) -> (usize, usize, usize, usize) {
+        let (t, i) = (f / TILE, f % TILE);
+        let pieces = self.inp / 32;
+        let at = t * pieces + p;
+        let sup = (t * pieces.div_ceil(8) + p / 8) * super_floats(self.layout);
+        (
+            i,
+            at * quant_bytes(self.layout),
+            at * code_bytes(self.layout),
+            sup,
+        )
+    }
+
+    /// Writes feature `f`'s piece `p`.
+    fn place(&mut self, f: usize, p: usize, piece: &Piece) {
+        let (i, q, c, sup) = self.at(f, p);
+        let q = &mut self.quants[q..q + quant_bytes(self.layout)];
+        let bits = self.layout.bits();
+        for (k, &u) in piece.u.iter().enumerate() {
+            // Group g's register holds feature i's 4 values at bytes 4 i ...
+            let (g, n) = (k / 4, 4 * i + k % 4);
+            if bits == 8 {
+                q[64 * g + n] = u;
+                continue;
+            }
+            q[64 * (g % 4) + n] |= if g < 4 { u & 0x0F } else { u << 4 };
+            for j in 0..planes(bits) {
+                if (u >> (4 + j)) & 1 == 1 {
+                    let at = 256 + 64 * j + 8 * g;
+                    let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap_or_default());
+                    q[at..at + 8].copy_from_slice(&(mask | 1 << n).to_le_bytes());
+                }
+            }
+        }
+        let c = &mut self.codes[c..c + code_bytes(self.layout)];
+        match piece.code {
+            Code::Small { d, m } => {
+                c[2 * i..2 * i + 2].copy_from_slice(&d.to_le_bytes());
+                if let Some(m) = m {
+                    c[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&m.to_le_bytes());
+                }
+            }
+            Code::K { d, dmin, sc, mn } => {
+                (c[i], c[TILE + i]) = (sc, mn);
+                self.supers[sup + i] = d;
+                self.supers[sup + TILE + i] = -dmin;
+            }
+            Code::Six { d, sc } => {
+                (c[i], c[TILE + i]) = (sc[0] as u8, sc[1] as u8);
+                self.supers[sup + i] = d;
+            }
+        }
+    }
+
+    /// Feature `f`'s piece `p` read back: its unsigned values, and each half's `d` and `m`.
+    fn piece(&self, f: usize, p: usize) -> ([u8; 32], [f32; 2], [f32; 2]) {
+        let (i, q, c, sup) = self.at(f, p);
+        let q = &self.quants[q..q + quant_bytes(self.layout)];
+        let bits = self.layout.bits();
+        let u = std::array::from_fn(|k| {
+            let (g, n) = (k / 4, 4 * i + k % 4);
+            if bits == 8 {
+                return q[64 * g + n];
+            }
+            let byte = q[64 * (g % 4) + n];
+            let mut u = if g < 4 { byte & 0x0F } else { byte >> 4 };
+            for j in 0..planes(bits) {
+                let at = 256 + 64 * j + 8 * g;
+                let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap_or_default());
+                u |= (((mask >> n) & 1) as u8) << (4 + j);
+            }
+            u
+        });
+        let c = &self.codes[c..c + code_bytes(self.layout)];
+        let bits = |at: usize| u16::from_le_bytes([c[at], c[at + 1]]);
+        let code = match mode(self.layout) {
+            Mode::Zero => Code::Small {
+                d: bits(2 * i),
+                m: None,
+            },
+            Mode::Offset => Code::Small {
+                d: bits(2 * i),
+                m: Some(bits(32 + 2 * i)),
+            },
+            Mode::K => Code::K {
+                d: self.supers[sup + i],
+                dmin: -self.supers[sup + TILE + i],
+                sc: c[i],
+                mn: c[TILE + i],
+            },
+            Mode::Six => Code::Six {
+                d: self.supers[sup + i],
+                sc: [c[i] as i8, c[TILE + i] as i8],
+            },
+        };
+        let (d, m) = self.layout.scales(&code);
+        (u, d, m)
+    }
+
+    /// The weights as f32, row-major `(out, inp)`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut w = vec![0f32; self.out * self.inp];
+        for (f, row) in w.chunks_exact_mut(self.inp).enumerate() {
+            for (p, values) in row.chunks_exact_mut(32).enumerate() {
+                let (u, d, m) = self.piece(f, p);
+                for (k, v) in values.iter_mut().enumerate() {
+                    *v = f32::from(u[k]) * d[k / 16] + m[k / 16];
+                }
+            }
+        }
+        w
+    }
+
+    /// `dst (rows x out) = x (rows x inp) * w^T`; slices of matching sizes (checked).
+    pub fn matmul(&self, x: &[f32], dst: &mut [f32]) -> Result<(), String> {
+        self.run(x, dst, vnni_available())
+    }
+
+    fn run(&self, x: &[f32], dst: &mut [f32], vnni: bool) -> Result<(), String> {
+        let (out, inp) = (self.out, self.inp);
+        if !x.len().is_multiple_of(inp) || dst.len() != x.len() / inp * out {
+            return Err(format!(
+                "input of {} values and output of {} for a {out}x{inp} matrix",
+                x.len(),
+                dst.len()
+            ));
+        }
+        let rows = x.len() / inp;
+        if rows == 0 || out == 0 {
+            return Ok(());
+        }
+        let xq: Vec<XPiece> = x.chunks_exact(32).map(quantize_piece).collect();
+        let tiles = out.div_ceil(TILE);
+        let pass = Pass {
+            w: self,
+            xq: &xq,
+            rows,
+            vnni,
+        };
+        let base = dst.as_mut_ptr() as usize;
+        if out * inp * rows < super::PARALLEL_MIN_WORK {
+            // SAFETY: `dst` holds rows x out values, and this call is alone.
+            unsafe { pass.tiles(0..tiles, base as *mut f32) };
+        } else {
+            let per_chunk = 2;
+            candle_core::utils::barrier_pool().execute_chunked(
+                tiles.div_ceil(per_chunk),
+                |range| {
+                    for c in range {
+                        let ts = c * per_chunk..tiles.min((c + 1) * per_chunk);
+                        // SAFETY: each chunk writes only its own tiles' features of each row,
+                        // which no other chunk writes, and `dst` outlives the call.
+                        unsafe { pass.tiles(ts, base as *mut f32) };
+                    }
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+fn quantize_piece(x: &[f32]) -> XPiece {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    // A scale too small to invert (or not a number) quantizes the piece to zeros.
+    let d = match amax / 127.0 {
+        d if d.is_normal() => d,
+        _ => 0.0,
+    };
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut p = XPiece {
+        d,
+        ..XPiece::default()
+    };
+    let mut sums = [0i32; 2];
+    for (k, (q, &v)) in p.qs.iter_mut().zip(x).enumerate() {
+        *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+        sums[k / 16] += i32::from(*q);
+    }
+    p.h = sums.map(|s| d * s as f32);
+    p
+}
+
+fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU runs the tiled kernel with VNNI (elsewhere it runs a portable loop).
+pub fn tiled_kernel_is_fast() -> bool {
+    vnni_available()
+}
+
+/// Rows per pass over a tile (each row holds an f32 and one or two i32 accumulators).
+const ROWS_PER_PASS: usize = 4;
+
+/// One multiplication's operands.
+struct Pass<'a> {
+    w: &'a Packed,
+    xq: &'a [XPiece],
+    rows: usize,
+    vnni: bool,
+}
+
+impl Pass<'_> {
+    /// The features of tiles `ts`, for every row, written into `dst` (`rows x out`).
+    ///
+    /// # Safety
+    /// `dst` is valid for `rows x out` writes, and no one else writes these tiles' features.
+    unsafe fn tiles(&self, ts: std::ops::Range<usize>, dst: *mut f32) {
+        let (out, pieces) = (self.w.out, self.w.inp / 32);
+        for t in ts {
+            let n = TILE.min(out - t * TILE);
+            let mut r0 = 0;
+            while r0 < self.rows {
+                let rows = (self.rows - r0).min(ROWS_PER_PASS);
+                let xs: [&[XPiece]; ROWS_PER_PASS] = std::array::from_fn(|r| {
+                    let r = (r0 + r).min(self.rows - 1);
+                    &self.xq[r * pieces..(r + 1) * pieces]
+                });
+                let res = self.tile(t, rows, &xs);
+                for (r, values) in res.iter().enumerate().take(rows) {
+                    // SAFETY: row r0 + r < rows and features t*16 .. t*16+n < out.
+                    unsafe {
+                        let at = dst.add((r0 + r) * out + t * TILE);
+                        std::ptr::copy_nonoverlapping(values.as_ptr(), at, n);
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+
+    /// Tile `t` against the first `rows` of `xs`.
+    fn tile(
+        &self,
+        t: usize,
+        rows: usize,
+        xs: &[&[XPiece]; ROWS_PER_PASS],
+    ) -> [[f32; TILE]; ROWS_PER_PASS] {
+        let w = self.w;
+        let mut res = [[0f32; TILE]; ROWS_PER_PASS];
+        #[cfg(target_arch = "x86_64")]
+        if self.vnni {
+            let pieces = w.inp / 32;
+            let (qb, cb, sf) = (
+                quant_bytes(w.layout),
+                code_bytes(w.layout),
+                super_floats(w.layout),
+            );
+            let tile = vnni::Tile {
+                quants: &w.quants[t * pieces * qb..(t + 1) * pieces * qb],
+                codes: &w.codes[t * pieces * cb..(t + 1) * pieces * cb],
+                supers: &w.supers[t * pieces.div_ceil(8) * sf..(t + 1) * pieces.div_ceil(8) * sf],
+                zero: w.layout.zero(),
+            };
+            macro_rules! run {
+                ($r:literal) => {{
+                    let x: [&[XPiece]; $r] = std::array::from_fn(|r| xs[r]);
+                    // SAFETY: AVX-512 F, BW and VNNI are present (checked at run time); the
+                    // tile holds `pieces` pieces, as each of `x` does.
+                    let got = unsafe {
+                        match (w.layout.bits(), mode(w.layout)) {
+                            (4, Mode::Zero) => vnni::tile::<$r, 4, 0>(&tile, &x),
+                            (4, Mode::Offset) => vnni::tile::<$r, 4, 1>(&tile, &x),
+                            (4, _) => vnni::tile::<$r, 4, 2>(&tile, &x),
+                            (5, Mode::Zero) => vnni::tile::<$r, 5, 0>(&tile, &x),
+                            (5, Mode::Offset) => vnni::tile::<$r, 5, 1>(&tile, &x),
+                            (5, _) => vnni::tile::<$r, 5, 2>(&tile, &x),
+                            (6, _) => vnni::tile::<$r, 6, 3>(&tile, &x),
+                            _ => vnni::tile::<$r, 8, 0>(&tile, &x),
+                        }
+                    };
+                    res[..$r].copy_from_slice(&got);
+                }};
+            }
+            match rows {
+                1 => run!(1),
+                2 => run!(2),
+                3 => run!(3),
+                _ => run!(4),
+            }
+            return res;
+        }
+        for (values, x) in res.iter_mut().zip(xs).take(rows) {
+            for (i, v) in values.iter_mut().enumerate() {
+                let f = t * TILE + i;
+                if f < w.out {
+                    *v = portable_dot(w, f, x);
+                }
+            }
+        }
+        res
+    }
+}
+
+/// Feature `f` against one activation row, without SIMD: the same integer sums, scaled.
+fn portable_dot(w: &Packed, f: usize, x: &[XPiece]) -> f32 {
+    let mut total = 0f32;
+    for (p, xp) in x.iter().enumerate() {
+        let (u, d, m) = w.piece(f, p);
+        for h in 0..2 {
+            let sum: i32 = (16 * h..16 * h + 16)
+                .map(|k| i32::from(u[k]) * i32::from(xp.qs[k]))
+                .sum();
+            total += sum as f32 * d[h] * xp.d + m[h] * xp.h[h];
+        }
+    }
+    total
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::{TILE, XPiece};
+    use std::arch::x86_64::*;
+
+    /// One tile's slices of a [`super::Packed`].
+    pub(super) struct Tile<'a> {
+        pub quants: &'a [u8],
+        pub codes: &'a [u8],
+        pub supers: &'a [f32],
+        pub zero: f32,
+    }
+
+    /// The 4 activation bytes of group `g` in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn group(x: &XPiece, g: usize) -> __m512i {
+        let b = &x.qs[4 * g..4 * g + 4];
+        _mm512_set1_epi32(i32::from_le_bytes([
+            b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8,
+        ]))
+    }
+
+    /// 16 codes at `p` widened to f32, unsigned or signed.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn codes(p: *const u8, signed: bool) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable bytes.
+        let v = unsafe { _mm_loadu_si128(p.cast()) };
+        _mm512_cvtepi32_ps(if signed {
+            _mm512_cvtepi8_epi32(v)
+        } else {
+            _mm512_cvtepu8_epi32(v)
+        })
+    }
+
+    /// The 16 features' `d` and `m` of half `h` of piece `p` (see [`super::Mode`]; `MODE`
+    /// is its index).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scales<const MODE: u8>(tile: &Tile<'_>, p: usize, h: usize) -> (__m512, __m512) {
+        // SAFETY (all reads): the tile holds piece p's codes and its super-block's scales.
+        unsafe {
+            let c = tile.codes.as_ptr().add(p * if MODE == 1 { 64 } else { 32 });
+            match MODE {
+                0 | 1 => {
+                    let d = _mm512_cvtph_ps(_mm256_loadu_si256(c.cast()));
+                    let m = match MODE {
+                        0 => _mm512_mul_ps(_mm512_set1_ps(tile.zero), d),
+                        _ => _mm512_cvtph_ps(_mm256_loadu_si256(c.add(32).cast())),
+                    };
+                    (d, m)
+                }
+                2 => {
+                    let s = tile.supers.as_ptr().add(p / 8 * 2 * TILE);
+                    let d = _mm512_mul_ps(_mm512_loadu_ps(s), codes(c, false));
+                    let m = _mm512_mul_ps(_mm512_loadu_ps(s.add(TILE)), codes(c.add(TILE), false));
+                    (d, m)
+                }
+                _ => {
+                    let s = tile.supers.as_ptr().add(p / 8 * TILE);
+                    let d = _mm512_mul_ps(_mm512_loadu_ps(s), codes(c.add(TILE * h), true));
+                    (d, _mm512_mul_ps(d, _mm512_set1_ps(-32.0)))
+                }
+            }
+        }
+    }
+
+    /// One tile's 16 features against `R` rows. `BITS`: the layout's bits (8: bytes;
+    /// fewer: nibbles and `BITS - 4` planes); `MODE`: how its scales are stored (Q6_K's
+    /// mode, 3, has scales per half).
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VNNI are available; the tile holds as many pieces as each of `xs`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tile<const R: usize, const BITS: u32, const MODE: u8>(
+        tile: &Tile<'_>,
+        xs: &[&[XPiece]; R],
+    ) -> [[f32; TILE]; R] {
+        let halves = MODE == 3;
+        let qb = if BITS == 8 {
+            512
+        } else {
+            256 + 64 * (BITS as usize - 4)
+        };
+        let low = _mm512_set1_epi8(0x0F);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (p, q) in tile.quants.chunks_exact(qb).enumerate() {
+            let q = q.as_ptr();
+            let x: [&XPiece; R] = std::array::from_fn(|r| &xs[r][p]);
+            // Integer sums per half (one accumulator where the halves share scales).
+            let mut sums = [[_mm512_setzero_si512(); 2]; R];
+            for k in 0..4 {
+                // SAFETY: the piece's bytes hold 8 registers of 64 bytes (Q8_0), or 4 and
+                // `BITS - 4` planes of 8 masks.
+                let (a, b) = unsafe {
+                    if BITS == 8 {
+                        (
+                            _mm512_loadu_si512(q.add(64 * k).cast()),
+                            _mm512_loadu_si512(q.add(64 * (k + 4)).cast()),
+                        )
+                    } else {
+                        let v = _mm512_loadu_si512(q.add(64 * k).cast());
+                        let mut a = _mm512_and_si512(v, low);
+                        let mut b = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                        for j in 0..BITS as usize - 4 {
+                            let planes = q.add(256 + 64 * j).cast::<u64>();
+                            let bit = _mm512_set1_epi8(1 << (4 + j));
+                            let ma = planes.add(k).read_unaligned();
+                            let mb = planes.add(k + 4).read_unaligned();
+                            a = _mm512_or_si512(a, _mm512_maskz_mov_epi8(ma, bit));
+                            b = _mm512_or_si512(b, _mm512_maskz_mov_epi8(mb, bit));
+                        }
+                        (a, b)
+                    }
+                };
+                for (s, x) in sums.iter_mut().zip(&x) {
+                    s[0] = _mm512_dpbusd_epi32(s[0], a, group(x, k));
+                    let second = usize::from(halves);
+                    s[second] = _mm512_dpbusd_epi32(s[second], b, group(x, k + 4));
+                }
+            }
+            for h in 0..1 + usize::from(halves) {
+                // SAFETY: the tile holds piece p.
+                let (d, m) = unsafe { scales::<MODE>(tile, p, h) };
+                for ((acc, s), x) in acc.iter_mut().zip(&sums).zip(&x) {
+                    let xh = if halves { x.h[h] } else { x.h[0] + x.h[1] };
+                    let scale = _mm512_mul_ps(d, _mm512_set1_ps(x.d));
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[h]), scale, *acc);
+                    *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(xh), *acc);
+                }
+            }
+        }
+        std::array::from_fn(|r| {
+            let mut v = [0f32; TILE];
+            // SAFETY: 16 floats.
+            unsafe { _mm512_storeu_ps(v.as_mut_ptr(), acc[r]) };
+            v
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::{QStorage, QTensor};
+    use candle_core::{Device, Tensor};
+
+    const TYPES: [GgmlDType; 8] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// Weights of `dtype`: quantized by candle from random values, and raw random bytes
+    /// (every scale and high-bit pattern) with sane f16 scales.
+    fn weights(dtype: GgmlDType, out: usize, inp: usize, seed: u64) -> Vec<(Vec<u8>, Vec<f32>)> {
+        let dev = Device::Cpu;
+        let mut next = rng(seed);
+        let values: Vec<f32> = (0..out * inp)
+            .map(|_| (next() % 20_001) as f32 / 10_000.0 - 1.0)
+            .collect();
+        let w = Tensor::from_vec(values, (out, inp), &dev).unwrap();
+        let q = QTensor::quantize(&w, dtype).unwrap();
+        let quantized = q.data().unwrap().into_owned();
+        let layout = Layout::of(dtype).unwrap();
+        let mut raw: Vec<u8> = (0..quantized.len()).map(|_| next() as u8).collect();
+        let scale = |b: &mut [u8], at: usize, v: f32| {
+            b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+        };
+        for block in raw.chunks_exact_mut(layout.bytes()) {
+            let v = (next() % 1000) as f32 / 20_000.0 + 1e-4;
+            match layout {
+                Layout::Q6K => scale(block, 208, v),
+                Layout::Q4_1 | Layout::Q5_1 | Layout::Q4K | Layout::Q5K => {
+                    scale(block, 0, v);
+                    scale(block, 2, v * 0.7);
+                }
+                _ => scale(block, 0, v),
+            }
+        }
+        [quantized, raw]
+            .into_iter()
+            .map(|bytes| {
+                let storage =
+                    QStorage::from_data(std::borrow::Cow::Borrowed(&bytes), &dev, dtype).unwrap();
+                let t = QTensor::new(storage, (out, inp)).unwrap();
+                let f = t
+                    .dequantize(&dev)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                (bytes, f)
+            })
+            .collect()
+    }
+
+    /// The tiled form reads back as candle dequantizes each layout (up to the rounding of
+    /// `u * d + m` against `(u - z) * d`), for quantized and raw random blocks.
+    #[test]
+    fn repacked_weights_read_back_as_candle_dequantizes() {
+        for dtype in TYPES {
+            for (bytes, expect) in weights(dtype, 40, 512, 7) {
+                let p = Packed::new(dtype, &bytes, 40, 512).unwrap().unwrap();
+                // About the file's size (40 features pad to 48: a tile is 16).
+                let padded = bytes.len() * 48 / 40;
+                assert!(
+                    p.memory_usage() * 100 <= padded * 106,
+                    "{dtype:?}: {} bytes from {padded}",
+                    p.memory_usage()
+                );
+                let got = p.dequantize();
+                for (k, (g, e)) in got.iter().zip(&expect).enumerate() {
+                    assert!(
+                        (g - e).abs() <= 1e-6 * e.abs().max(1e-2),
+                        "{dtype:?} [{k}]: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Both paths agree with the f32 product of the dequantized weights (within the
+    /// activations' 8-bit quantization) and with each other (within f32 rounding), for
+    /// every row count a pass groups, on matrices small and large enough to split.
+    #[test]
+    fn products_match_the_dequantized_weights() {
+        for dtype in TYPES {
+            for (out, inp) in [(16, 256), (40, 512), (600, 768)] {
+                for (w, wf) in weights(dtype, out, inp, out as u64) {
+                    let p = Packed::new(dtype, &w, out, inp).unwrap().unwrap();
+                    for rows in [1, 3, 4, 6, 9] {
+                        let mut next = rng(rows as u64);
+                        let x: Vec<f32> = (0..rows * inp)
+                            .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                            .collect();
+                        let mut fast = vec![0f32; rows * out];
+                        let mut portable = vec![0f32; rows * out];
+                        p.matmul(&x, &mut fast).unwrap();
+                        p.run(&x, &mut portable, false).unwrap();
+                        for r in 0..rows {
+                            for f in 0..out {
+                                let wrow = &wf[f * inp..(f + 1) * inp];
+                                let xrow = &x[r * inp..(r + 1) * inp];
+                                let exact: f32 = wrow.iter().zip(xrow).map(|(a, b)| a * b).sum();
+                                let norm: f32 =
+                                    wrow.iter().zip(xrow).map(|(a, b)| (a * b).abs()).sum();
+                                let (g, q) = (fast[r * out + f], portable[r * out + f]);
+                                assert!(
+                                    (g - exact).abs() <= 0.02 * norm + 1e-4,
+                                    "{dtype:?} {out}x{inp} rows {rows} [{r},{f}]: {g} vs {exact}"
+                                );
+                                assert!(
+                                    (g - q).abs() <= 1e-5 * norm.max(1.0),
+                                    "{dtype:?} fast {g} vs portable {q}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_sizes_and_unread_types_are_refused() {
+        let w = vec![0u8; 4 * 2 * 20];
+        assert!(Packed::new(GgmlDType::Q4_1, &w, 4, 64).unwrap().is_some());
+        assert!(Packed::new(GgmlDType::Q4_1, &w[1..], 4, 64).is_err());
+        assert!(Packed::new(GgmlDType::Q4K, &w, 4, 64).is_err());
+        assert!(Packed::new(GgmlDType::F16, &w, 4, 64).unwrap().is_none());
+        let p = Packed::new(GgmlDType::Q4_1, &w, 4, 64).unwrap().unwrap();
+        assert!(p.matmul(&[0.0; 64], &mut [0.0; 3]).is_err());
+        assert!(p.matmul(&[0.0; 63], &mut [0.0; 4]).is_err());
+    }
+}
