@@ -57,6 +57,10 @@ pub struct GenerateArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Most positions (prompt and output) a sequence may hold, below the model's own
+    /// (the GGUF file's context length): what bounds its KV cache's memory.
+    #[arg(long)]
+    ctx_size: Option<std::num::NonZeroUsize>,
     /// Print a JSON line of statistics on standard error at the end.
     #[arg(long)]
     stats: bool,
@@ -209,6 +213,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         None => default_model()?,
     };
     let mut model = Model::load(&source, device).map_err(anyhow::Error::from)?;
+    if let Some(n) = args.ctx_size {
+        model = model.with_max_positions(n).map_err(anyhow::Error::from)?;
+    }
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling,

@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Most positions (prompt and output) a request may hold, below the model's own (the
+    /// GGUF file's context length): what bounds each sequence's KV cache's memory.
+    #[arg(long)]
+    ctx_size: Option<std::num::NonZeroUsize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -116,8 +120,15 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         handle_signals: true,
     };
     let load_from = source.clone();
-    let server =
-        spawn(config, Box::new(move || Model::load(&load_from, device))).context("corral serve")?;
+    let ctx_size = args.ctx_size;
+    let load = move || {
+        let model = Model::load(&load_from, device)?;
+        match ctx_size {
+            Some(n) => model.with_max_positions(n),
+            None => Ok(model),
+        }
+    };
+    let server = spawn(config, Box::new(load)).context("corral serve")?;
     eprintln!(
         "corral: listening on http://{} (model {source} loading)",
         server.addr()

@@ -87,6 +87,14 @@ impl KvCache {
         }
     }
 
+    /// Host bytes held (capacity), zero for a cache on a device.
+    pub(crate) fn host_bytes(&self) -> usize {
+        match self {
+            KvCache::Host { k, v } => 4 * (k.capacity() + v.capacity()),
+            KvCache::Device(_) => 0,
+        }
+    }
+
     /// Positions held.
     pub(crate) fn len(&self, heads: &Heads) -> Result<usize> {
         match self {

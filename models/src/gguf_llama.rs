@@ -60,16 +60,19 @@ pub fn load(
     let (tokenizer, info) = tokenizer_from_gguf(&content)?;
     let vocab =
         usize_meta(&content, "llama.vocab_size").unwrap_or_else(|| tokenizer.get_vocab_size(true));
-    let context = usize_meta(&content, "llama.context_length").unwrap_or(MAX_SEQ_LEN);
     let experts = usize_meta(&content, "llama.expert_count").unwrap_or(0);
-    let weights = if experts > 1 {
-        ModelWeights::from_gguf(content, &mut file, device).map(|m| GgufNet::Experts(Box::new(m)))
+    let cannot = |e| LoadError::candle(format!("{}: cannot load the weights", path.display()), e);
+    let (weights, context) = if experts > 1 {
+        let context = usize_meta(&content, "llama.context_length").unwrap_or(MAX_SEQ_LEN);
+        let m = ModelWeights::from_gguf(content, &mut file, device).map_err(cannot)?;
+        // quantized_llama's RoPE table stops at MAX_SEQ_LEN, whatever the file says.
+        (GgufNet::Experts(Box::new(m)), context.min(MAX_SEQ_LEN))
     } else {
-        Llama::from_gguf(&content, &mut file, device).map(GgufNet::Dense)
-    }
-    .map_err(|e| LoadError::candle(format!("{}: cannot load the weights", path.display()), e))?;
-    // quantized_llama's RoPE table stops at MAX_SEQ_LEN, whatever the file says.
-    let lm = CandleLm::new(weights, device.clone(), vocab, context.min(MAX_SEQ_LEN));
+        let m = Llama::from_gguf(&content, &mut file, device).map_err(cannot)?;
+        let context = m.max_positions();
+        (GgufNet::Dense(m), context)
+    };
+    let lm = CandleLm::new(weights, device.clone(), vocab, context);
     Ok((lm, tokenizer, info))
 }
 

@@ -44,6 +44,7 @@
 
 mod attention;
 pub mod candle_lm;
+mod capped;
 pub mod chat;
 pub mod device;
 pub mod gguf_llama;
@@ -56,6 +57,7 @@ pub mod llama;
 pub mod logits;
 pub mod prompt;
 pub mod quant;
+mod rope;
 pub mod safetensors;
 
 use candle_core::DType;
@@ -93,6 +95,9 @@ pub enum LoadError {
     },
     #[error("bad model: {0}")]
     Format(String),
+    /// A load option that cannot apply (such as a context cap on a model already shared).
+    #[error("{0}")]
+    Option(String),
     #[error("{what}")]
     Hub {
         what: String,
@@ -296,6 +301,30 @@ impl Model {
                 max_positions,
             }),
         })
+    }
+
+    /// The same model taking at most `positions` positions (prompt and output), where
+    /// that is fewer than its own: what bounds each sequence's KV cache. Call it before
+    /// [`Model::text`] is shared: a shared text is an error.
+    pub fn with_max_positions(
+        mut self,
+        positions: std::num::NonZeroUsize,
+    ) -> Result<Model, LoadError> {
+        let positions = positions.get();
+        if positions >= self.lm.max_positions() {
+            return Ok(self);
+        }
+        let Some(text) = Arc::get_mut(&mut self.text) else {
+            return Err(LoadError::Option(
+                "the model's text is already shared: cap its context first".into(),
+            ));
+        };
+        text.max_positions = positions;
+        self.lm = Box::new(capped::Capped {
+            inner: self.lm,
+            max: positions,
+        });
+        Ok(self)
     }
 
     /// The network.

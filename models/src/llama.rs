@@ -20,10 +20,11 @@ use crate::candle_lm::CandleNet;
 use crate::gpt_oss::GptOss;
 use crate::gpt_oss::device::DeviceGptOss;
 use crate::quant::{Packed, WeightType};
+use crate::rope::RopeAngles;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{D, DType, Device, IndexOp, Module, Result, Tensor};
-use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
+use candle_core::{D, Device, IndexOp, Module, Result, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
 use std::sync::Arc;
 
 /// Rows from which a multiplication dequantizes its weight instead of running candle's
@@ -344,12 +345,8 @@ struct Weights {
     norm: RmsNorm,
     output: Linear,
     heads: Heads,
-    /// RoPE tables, `(MAX_SEQ_LEN, head_dim / 2)`.
-    cos: Tensor,
-    sin: Tensor,
-    /// The same on the host, row after row, for decoding steps by hand.
-    cos_host: Vec<f32>,
-    sin_host: Vec<f32>,
+    /// RoPE's frequencies, and the positions the model takes.
+    rope: RopeAngles,
     attention: Attention,
 }
 
@@ -378,11 +375,8 @@ impl Layer {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let rope = |t: &Tensor| -> Result<Tensor> {
-            let cos = w.cos.narrow(0, pos, seq)?;
-            let sin = w.sin.narrow(0, pos, seq)?;
-            candle_nn::rotary_emb::rope_i(t, &cos, &sin)
-        };
+        let (cos, sin) = w.rope.tensors(pos, seq, x.device())?;
+        let rope = |t: &Tensor| candle_nn::rotary_emb::rope_i(t, &cos, &sin);
         let held = cache.len(shape)?;
         if held != pos {
             return Err(candle_core::Error::Msg(format!(
@@ -450,17 +444,18 @@ impl Layer {
         let mut r = 0;
         for (cache, &(pos, n)) in caches.iter_mut().zip(seqs) {
             let held = cache.len(shape)?;
-            if held != pos || pos + n > MAX_SEQ_LEN {
+            if held != pos || pos + n > w.rope.positions() {
                 return Err(candle_core::Error::Msg(format!(
                     "the KV cache holds {held} positions, not the {pos} before this input"
                 )));
             }
-            for p in pos..pos + n {
-                let at = p * half..(p + 1) * half;
+            let (cos, sin) = w.rope.rows(pos, n);
+            for j in 0..n {
+                let at = j * half..(j + 1) * half;
                 push_step(
                     cache,
                     shape,
-                    (&w.cos_host[at.clone()], &w.sin_host[at]),
+                    (&cos[at.clone()], &sin[at]),
                     &mut q[r * qn..(r + 1) * qn],
                     &mut k[r * kn..(r + 1) * kn],
                     &v[r * kn..(r + 1) * kn],
@@ -538,13 +533,17 @@ impl Llama {
             .get(eps_key)
             .ok_or_else(|| msg(format!("GGUF metadata lacks {eps_key}")))?
             .to_f32()?;
-        let base = content
-            .metadata
-            .get("llama.rope.freq_base")
-            .and_then(|v| v.to_f32().ok())
-            .unwrap_or(10_000.0);
-        let (cos, sin) = rope_tables(rope_dim, base, device)?;
         let mut tensor = |name: &str| content.tensor(file, name, device);
+        let factors = match content.tensor_infos.contains_key("rope_freqs.weight") {
+            true => Some(
+                tensor("rope_freqs.weight")?
+                    .dequantize(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            ),
+            false => None,
+        };
+        let rope = RopeAngles::from_gguf(content, rope_dim, factors)?;
         let embedding = tensor("token_embd.weight")?;
         let embeddings = embedding.dequantize(device)?;
         let norm = RmsNorm::new(tensor("output_norm.weight")?, eps)?;
@@ -567,7 +566,6 @@ impl Llama {
                 ffn_norm: RmsNorm::new(w("ffn_norm")?, eps)?,
             });
         }
-        let host = |t: &Tensor| t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>();
         let weights = Weights {
             embeddings,
             layers,
@@ -579,16 +577,23 @@ impl Llama {
                 head_dim,
                 rope: Rope::Interleaved,
             },
-            cos_host: host(&cos)?,
-            sin_host: host(&sin)?,
+            rope,
             attention: Attention::ByHand,
-            cos,
-            sin,
         };
         Ok(Llama {
             caches: vec![KvCache::new(device.is_cpu()); blocks],
             weights: Arc::new(weights),
         })
+    }
+
+    /// Positions the model takes (the file's context length).
+    pub fn max_positions(&self) -> usize {
+        self.weights.rope.positions()
+    }
+
+    /// Bytes this sequence's KV caches hold on the host.
+    pub fn kv_bytes(&self) -> usize {
+        self.caches.iter().map(KvCache::host_bytes).sum()
     }
 
     /// Another sequence over the same weights, its cache empty.
@@ -610,6 +615,13 @@ impl Llama {
             return Err(candle_core::Error::Msg(
                 "an empty input has no logits".into(),
             ));
+        }
+        if pos + seq > self.max_positions() {
+            return Err(candle_core::Error::Msg(format!(
+                "positions {pos}..{}: the model's positions end at {}",
+                pos + seq,
+                self.max_positions()
+            )));
         }
         if seq <= STEP_MAX_POSITIONS
             && input.device().is_cpu()
@@ -686,10 +698,11 @@ impl Llama {
         // Every position is checked before any cache changes, so that a refused batch leaves
         // each sequence as it was.
         for ((m, &p), t) in nets.iter().zip(pos).zip(tokens) {
-            if p + t.len() > MAX_SEQ_LEN {
+            if p + t.len() > w.rope.positions() {
                 return Err(candle_core::Error::Msg(format!(
-                    "positions {p}..{}: the model's positions end at {MAX_SEQ_LEN}",
-                    p + t.len()
+                    "positions {p}..{}: the model's positions end at {}",
+                    p + t.len(),
+                    w.rope.positions()
                 )));
             }
             let held = m.caches.first().map_or(Ok(0), |c| c.len(&w.heads))?;
@@ -745,19 +758,4 @@ impl Llama {
             cache.clear();
         }
     }
-}
-
-/// RoPE's cosine and sine tables for `MAX_SEQ_LEN` positions.
-fn rope_tables(dim: usize, base: f32, device: &Device) -> Result<(Tensor, Tensor)> {
-    let inv: Vec<f32> = (0..dim)
-        .step_by(2)
-        .map(|i| 1.0 / base.powf(i as f32 / dim as f32))
-        .collect();
-    let n = inv.len();
-    let inv = Tensor::from_vec(inv, (1, n), device)?;
-    let at = Tensor::arange(0, MAX_SEQ_LEN as u32, device)?
-        .to_dtype(DType::F32)?
-        .reshape((MAX_SEQ_LEN, 1))?;
-    let angles = at.matmul(&inv)?;
-    Ok((angles.cos()?, angles.sin()?))
 }

@@ -1,0 +1,57 @@
+//! A model with fewer positions than its file allows (`--ctx-size`): its KV caches, which
+//! grow with the positions a sequence holds, are bounded by the cap.
+
+use corral_engine::{BatchItem, CausalLm, Logits, ModelError, Sequence};
+use corral_trie::TokenId;
+
+/// `inner` taking at most `max` positions.
+pub(crate) struct Capped {
+    pub inner: Box<dyn CausalLm>,
+    pub max: usize,
+}
+
+impl Capped {
+    fn check(&self, tokens: usize, pos: usize) -> Result<(), ModelError> {
+        if pos + tokens > self.max {
+            return Err(ModelError::Context {
+                what: "prompt and output",
+                needed: pos + tokens,
+                max: self.max,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl CausalLm for Capped {
+    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
+        self.check(tokens.len(), pos)?;
+        self.inner.forward(tokens, pos)
+    }
+
+    fn logit_width(&self) -> usize {
+        self.inner.logit_width()
+    }
+
+    fn max_positions(&self) -> usize {
+        self.max
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn new_sequence(&self) -> Sequence {
+        self.inner.new_sequence()
+    }
+
+    fn forward_batch(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        for item in items.iter() {
+            self.check(item.tokens.len(), item.pos)?;
+        }
+        self.inner.forward_batch(items)
+    }
+}
