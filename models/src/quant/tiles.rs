@@ -187,11 +187,8 @@ impl Packed {
             }
             q[64 * (g % 4) + n] |= if g < 4 { u & 0x0F } else { u << 4 };
             for j in 0..planes(bits) {
-                if (u >> (4 + j)) & 1 == 1 {
-                    let at = 256 + 64 * j + 8 * g;
-                    let mask = u64::from_le_bytes(q[at..at + 8].try_into().unwrap_or_default());
-                    q[at..at + 8].copy_from_slice(&(mask | 1 << n).to_le_bytes());
-                }
+                // Bit n of the little-endian mask at 256 + 64 j + 8 g.
+                q[256 + 64 * j + 8 * g + n / 8] |= ((u >> (4 + j)) & 1) << (n % 8);
             }
         }
         let c = &mut self.codes[c..c + code_bytes(self.layout)];
@@ -360,8 +357,9 @@ pub fn tiled_kernel_is_fast() -> bool {
     vnni_available()
 }
 
-/// Rows per pass over a tile (each row holds an f32 and one or two i32 accumulators).
-const ROWS_PER_PASS: usize = 4;
+/// Rows per pass over a tile (each row holds an f32 and one or two i32 accumulators: 8
+/// rows fit AVX-512's 32 registers).
+const ROWS_PER_PASS: usize = 8;
 
 /// One multiplication's operands.
 struct Pass<'a> {
@@ -447,7 +445,11 @@ impl Pass<'_> {
                 1 => run!(1),
                 2 => run!(2),
                 3 => run!(3),
-                _ => run!(4),
+                4 => run!(4),
+                5 => run!(5),
+                6 => run!(6),
+                7 => run!(7),
+                _ => run!(8),
             }
             return res;
         }
