@@ -352,11 +352,11 @@ fn cli_generate_errors_are_clear() {
     let (code, _, err) = run_corral(&["generate", "--device", "tpu:0", "--prompt", "x"], b"");
     assert_eq!(code, 2);
     assert!(err.contains("unknown device \"tpu:0\""), "{err}");
-    let long = "word ".repeat(5000);
+    let long = "word ".repeat(9000);
     let (code, _, err) = run_corral(&["generate", "--prompt", &long, "--raw"], b"");
     assert_eq!(code, 2);
     assert!(
-        err.contains("the prompt") && err.contains("the model supports 4096"),
+        err.contains("the prompt") && err.contains("the model supports 8192"),
         "{err}"
     );
 }

@@ -238,8 +238,9 @@ fn prompts_longer_than_the_context_are_refused_or_compacted() {
     let story = "Maria Lopez, aged 34, lives in Seville and works as a nurse. ".repeat(2)
         + &"The weather that spring was mild and the orange trees were in bloom along every street. ".repeat(40)
         + "In her free time Maria likes climbing and chess.";
-    // An answer budget that leaves little room for the prompt in the 4096-position context.
-    let mut o = options(3300);
+    // An answer budget that leaves little room (about 790 positions) for the prompt in the
+    // 8192-position context.
+    let mut o = options(7400);
     let err = extract::<Contact>(&mut m, &story, &o).unwrap_err();
     assert!(err.to_string().contains("set compaction"), "{err}");
     o.compaction = true;
