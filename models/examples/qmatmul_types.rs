@@ -5,7 +5,7 @@
 //! cargo run --release -p corral-models --example qmatmul_types [-- ROWS...]
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use corral_models::quant::{Packed, WeightType, matmul, tiled_kernel_is_fast};
+use corral_models::quant::{Packed, TILED_TYPES, WeightType, matmul, tiled_kernel_is_fast};
 use std::time::Instant;
 
 /// Mean microseconds of `f` over enough calls to take about 0.2 s.
@@ -32,16 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("|---|---|---|---|---|---|---|");
     for (out, inp) in [(2048usize, 2048usize), (8192, 2048), (2048, 8192)] {
         let w = Tensor::randn(0f32, 0.02, (out, inp), &dev)?;
-        for dtype in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
+        for dtype in TILED_TYPES {
             let q = QTensor::quantize(&w, dtype)?;
             let bytes = q.data()?.into_owned();
             let packed = Packed::new(dtype, &bytes, out, inp)?.ok_or("unread type")?;

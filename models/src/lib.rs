@@ -59,6 +59,8 @@ pub mod prompt;
 pub mod quant;
 mod rope;
 pub mod safetensors;
+#[cfg(test)]
+mod test_rng;
 
 use candle_core::DType;
 use chat::{ChatTemplate, Message};

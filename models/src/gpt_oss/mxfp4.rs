@@ -267,15 +267,7 @@ fn pair_table() -> &'static [[f32; 2]; 256] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rng(mut s: u64) -> impl FnMut() -> u64 {
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        }
-    }
+    use crate::test_rng::rng;
 
     /// A random matrix in llama.cpp's layout and its values.
     fn random(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {

@@ -26,10 +26,62 @@ use half::f16;
 mod layout;
 mod tiles;
 
-pub use tiles::{Packed, tiled_kernel_is_fast};
+pub use tiles::{Packed, TILED_TYPES, tiled_kernel_is_fast};
 
 /// Values per quantized block (Q4_1, Q8_0 and the activations alike).
 const BLOCK: usize = 32;
+
+/// Sizes a kernel cannot multiply.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    /// Rows that do not split into the type's blocks.
+    #[error("{inp} inputs is not a multiple of {ty}'s {block} values")]
+    Inputs {
+        /// Inputs per row.
+        inp: usize,
+        /// The weight type's name.
+        ty: String,
+        /// Values per block of the type.
+        block: usize,
+    },
+    /// Weight bytes that are not `out` rows of `inp` weights.
+    #[error("{got} weight bytes for a {out}x{inp} {ty} matrix (expected {expected})")]
+    Bytes {
+        /// Bytes given.
+        got: usize,
+        /// Bytes the shape takes.
+        expected: usize,
+        /// Output features.
+        out: usize,
+        /// Inputs per row.
+        inp: usize,
+        /// The weight type's name.
+        ty: String,
+    },
+    /// An input or output slice whose length does not fit the matrix.
+    #[error("input of {x} values and output of {dst} for a {out}x{inp} matrix")]
+    Operands {
+        /// Input values given.
+        x: usize,
+        /// Output values given.
+        dst: usize,
+        /// Output features.
+        out: usize,
+        /// Inputs per row.
+        inp: usize,
+    },
+}
+
+impl ShapeError {
+    /// Checks `x (rows x inp)` and `dst (rows x out)`.
+    fn check_operands(x: usize, dst: usize, out: usize, inp: usize) -> Result<(), ShapeError> {
+        if x.is_multiple_of(inp) && dst == x / inp * out {
+            Ok(())
+        } else {
+            Err(ShapeError::Operands { x, dst, out, inp })
+        }
+    }
+}
 
 /// The weight types this kernel multiplies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,26 +130,26 @@ pub fn matmul(
     inp: usize,
     x: &[f32],
     dst: &mut [f32],
-) -> Result<(), String> {
+) -> Result<(), ShapeError> {
     if inp == 0 || !inp.is_multiple_of(BLOCK) {
-        return Err(format!("{inp} inputs is not a multiple of {BLOCK}"));
+        return Err(ShapeError::Inputs {
+            inp,
+            ty: format!("{ty:?}"),
+            block: BLOCK,
+        });
     }
     let blocks = inp / BLOCK;
     let row_bytes = blocks * ty.block_bytes();
     if w.len() != out * row_bytes {
-        return Err(format!(
-            "{} weight bytes for a {out}x{inp} {ty:?} matrix (expected {})",
-            w.len(),
-            out * row_bytes
-        ));
+        return Err(ShapeError::Bytes {
+            got: w.len(),
+            expected: out * row_bytes,
+            out,
+            inp,
+            ty: format!("{ty:?}"),
+        });
     }
-    if !x.len().is_multiple_of(inp) || dst.len() != x.len() / inp * out {
-        return Err(format!(
-            "input of {} values and output of {} for a {out}x{inp} matrix",
-            x.len(),
-            dst.len()
-        ));
-    }
+    ShapeError::check_operands(x.len(), dst.len(), out, inp)?;
     let rows = x.len() / inp;
     if rows == 0 || out == 0 {
         return Ok(());
@@ -218,25 +270,37 @@ impl Pass<'_> {
 }
 
 fn quantize_block(x: &[f32]) -> RowBlock {
+    let mut b = RowBlock::default();
+    let (d, halves) = quantize_32(x, &mut b.qs);
+    b.d = d;
+    b.s = d * (halves[0] + halves[1]) as f32;
+    b
+}
+
+/// Quantizes 32 activations to `qs[i] * d` with `|qs[i]| <= 127`, and returns `d` with the
+/// sums of `qs` over each half (what the weights' offsets multiply).
+///
+/// A scale too small to invert quantizes the values to zeros; a value that is not finite
+/// makes `d` NaN, so that it reaches the output as a plain f32 product would carry it.
+pub(crate) fn quantize_32(x: &[f32], qs: &mut [i8; 32]) -> (f32, [i32; 2]) {
+    debug_assert_eq!(x.len(), 32);
+    if x.iter().any(|v| !v.is_finite()) {
+        *qs = [0; 32];
+        return (f32::NAN, [0; 2]);
+    }
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    // A scale too small to invert (or not a number) quantizes the block to zeros.
     let d = match amax / 127.0 {
         d if d.is_normal() => d,
         _ => 0.0,
     };
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut b = RowBlock {
-        d,
-        ..RowBlock::default()
-    };
-    let mut sum = 0i32;
-    for (q, &v) in b.qs.iter_mut().zip(x) {
+    let mut sums = [0i32; 2];
+    for (k, (q, &v)) in qs.iter_mut().zip(x).enumerate() {
         // |v * inv| <= 127 up to rounding; clamped so that -128 never appears.
         *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
-        sum += i32::from(*q);
+        sums[k / 16] += i32::from(*q);
     }
-    b.s = d * sum as f32;
-    b
+    (d, sums)
 }
 
 fn simd_available() -> bool {
@@ -420,6 +484,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::rng;
 
     /// A random matrix quantized as `ty`, with its dequantized values.
     fn random_weights(ty: WeightType, out: usize, inp: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
@@ -455,16 +520,6 @@ mod tests {
             }
         }
         (bytes, values)
-    }
-
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
     }
 
     /// Both paths agree with the f32 product of the dequantized weights (within the
@@ -522,5 +577,20 @@ mod tests {
         assert!(matmul(WeightType::Q4_1, &w[1..], 4, 64, &x, &mut dst).is_err());
         assert!(matmul(WeightType::Q4_1, &w, 4, 64, &x, &mut dst[1..]).is_err());
         assert!(matmul(WeightType::Q8_0, &w, 4, 64, &x, &mut dst).is_err());
+    }
+
+    /// An activation that is not finite makes its row's outputs NaN, as in the tiled
+    /// kernel; the other rows are untouched.
+    #[test]
+    fn activations_that_are_not_finite_poison_their_row() {
+        for ty in [WeightType::Q4_1, WeightType::Q8_0] {
+            let (w, _) = random_weights(ty, 4, 64, 2);
+            let mut x = vec![0.5f32; 2 * 64];
+            x[64 + 33] = f32::NAN;
+            let mut dst = vec![0f32; 2 * 4];
+            matmul(ty, &w, 4, 64, &x, &mut dst).unwrap();
+            assert!(dst[..4].iter().all(|v| v.is_finite()), "{ty:?}");
+            assert!(dst[4..].iter().all(|v| v.is_nan()), "{ty:?}");
+        }
     }
 }

@@ -18,11 +18,24 @@
 //! rows of a pass share each loaded weight register. Without VNNI the same sums run in a
 //! portable loop (the tests' reference, and other CPUs' path).
 
+use super::ShapeError;
 use super::layout::{Code, Layout, Piece};
 use candle_core::quantized::GgmlDType;
 
 /// Features per tile.
 const TILE: usize = 16;
+
+/// The GGUF weight types the tiled kernel reads (`Packed::new` declines the others).
+pub const TILED_TYPES: [GgmlDType; 8] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
 
 /// A quantized activation piece: 32 signed bytes, their scale, and the scaled sums of each
 /// half (what the weights' offsets multiply).
@@ -40,7 +53,8 @@ pub struct Packed {
     layout: Layout,
     out: usize,
     inp: usize,
-    /// Per tile, per piece: 256 bytes (4-bit layouts) or 512.
+    /// Per tile, per piece: [`quant_bytes`]: 256 bytes of nibbles and 64 per high-bit
+    /// plane (256, 320 or 384 for 4, 5 or 6 bits), or 512 bytes for 8 bits.
     quants: Vec<u8>,
     /// Per tile, per piece: [`code_bytes`] of the 16 features' codes.
     codes: Vec<u8>,
@@ -106,23 +120,26 @@ impl Packed {
         bytes: &[u8],
         out: usize,
         inp: usize,
-    ) -> Result<Option<Packed>, String> {
+    ) -> Result<Option<Packed>, ShapeError> {
         let Some(layout) = Layout::of(dtype) else {
             return Ok(None);
         };
         if inp == 0 || !inp.is_multiple_of(layout.values()) {
-            return Err(format!(
-                "{inp} inputs is not a multiple of {dtype:?}'s {} values",
-                layout.values()
-            ));
+            return Err(ShapeError::Inputs {
+                inp,
+                ty: format!("{dtype:?}"),
+                block: layout.values(),
+            });
         }
         let row_bytes = inp / layout.values() * layout.bytes();
         if bytes.len() != out * row_bytes {
-            return Err(format!(
-                "{} weight bytes for a {out}x{inp} {dtype:?} matrix (expected {})",
-                bytes.len(),
-                out * row_bytes
-            ));
+            return Err(ShapeError::Bytes {
+                got: bytes.len(),
+                expected: out * row_bytes,
+                out,
+                inp,
+                ty: format!("{dtype:?}"),
+            });
         }
         let pieces = inp / 32;
         let tiles = out.div_ceil(TILE);
@@ -271,19 +288,13 @@ impl Packed {
     }
 
     /// `dst (rows x out) = x (rows x inp) * w^T`; slices of matching sizes (checked).
-    pub fn matmul(&self, x: &[f32], dst: &mut [f32]) -> Result<(), String> {
+    pub fn matmul(&self, x: &[f32], dst: &mut [f32]) -> Result<(), ShapeError> {
         self.run(x, dst, vnni_available())
     }
 
-    fn run(&self, x: &[f32], dst: &mut [f32], vnni: bool) -> Result<(), String> {
+    fn run(&self, x: &[f32], dst: &mut [f32], vnni: bool) -> Result<(), ShapeError> {
         let (out, inp) = (self.out, self.inp);
-        if !x.len().is_multiple_of(inp) || dst.len() != x.len() / inp * out {
-            return Err(format!(
-                "input of {} values and output of {} for a {out}x{inp} matrix",
-                x.len(),
-                dst.len()
-            ));
-        }
+        ShapeError::check_operands(x.len(), dst.len(), out, inp)?;
         let rows = x.len() / inp;
         if rows == 0 || out == 0 {
             return Ok(());
@@ -319,22 +330,9 @@ impl Packed {
 }
 
 fn quantize_piece(x: &[f32]) -> XPiece {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    // A scale too small to invert (or not a number) quantizes the piece to zeros.
-    let d = match amax / 127.0 {
-        d if d.is_normal() => d,
-        _ => 0.0,
-    };
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut p = XPiece {
-        d,
-        ..XPiece::default()
-    };
-    let mut sums = [0i32; 2];
-    for (k, (q, &v)) in p.qs.iter_mut().zip(x).enumerate() {
-        *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
-        sums[k / 16] += i32::from(*q);
-    }
+    let mut p = XPiece::default();
+    let (d, sums) = super::quantize_32(x, &mut p.qs);
+    p.d = d;
     p.h = sums.map(|s| d * s as f32);
     p
 }

@@ -1,29 +1,9 @@
 //! The tiled kernel against candle's dequantization and the f32 product.
 
 use super::*;
+use crate::test_rng::rng;
 use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{Device, Tensor};
-
-const TYPES: [GgmlDType; 8] = [
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q5_0,
-    GgmlDType::Q5_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
-];
-
-fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
 
 /// Weights of `dtype`: quantized by candle from random values, and raw random bytes
 /// (every scale and high-bit pattern) with sane f16 scales.
@@ -74,7 +54,7 @@ fn weights(dtype: GgmlDType, out: usize, inp: usize, seed: u64) -> Vec<(Vec<u8>,
 /// `u * d + m` against `(u - z) * d`), for quantized and raw random blocks.
 #[test]
 fn repacked_weights_read_back_as_candle_dequantizes() {
-    for dtype in TYPES {
+    for dtype in TILED_TYPES {
         for (bytes, expect) in weights(dtype, 40, 512, 7) {
             let p = Packed::new(dtype, &bytes, 40, 512).unwrap().unwrap();
             // About the file's size (40 features pad to 48: a tile is 16).
@@ -100,7 +80,13 @@ fn repacked_weights_read_back_as_candle_dequantizes() {
 /// every row count a pass groups, on matrices small and large enough to split.
 #[test]
 fn products_match_the_dequantized_weights() {
-    for dtype in TYPES {
+    if !tiled_kernel_is_fast() {
+        eprintln!(
+            "this CPU lacks AVX-512 VNNI: `matmul` runs the portable loop, so only the f32 \
+             product checks it (fast against portable compares the loop with itself)"
+        );
+    }
+    for dtype in TILED_TYPES {
         for (out, inp) in [(16, 256), (40, 512), (600, 768)] {
             for (w, wf) in weights(dtype, out, inp, out as u64) {
                 let p = Packed::new(dtype, &w, out, inp).unwrap().unwrap();
@@ -146,4 +132,24 @@ fn mismatched_sizes_and_unread_types_are_refused() {
     let p = Packed::new(GgmlDType::Q4_1, &w, 4, 64).unwrap().unwrap();
     assert!(p.matmul(&[0.0; 64], &mut [0.0; 3]).is_err());
     assert!(p.matmul(&[0.0; 63], &mut [0.0; 4]).is_err());
+}
+
+/// An activation that is not finite makes its row's outputs NaN (as an f32 product
+/// would), instead of quantizing to zeros; the other rows are untouched.
+#[test]
+fn activations_that_are_not_finite_poison_their_row() {
+    for dtype in TILED_TYPES {
+        let (w, _) = weights(dtype, 16, 256, 3).remove(0);
+        let p = Packed::new(dtype, &w, 16, 256).unwrap().unwrap();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = vec![0.5f32; 2 * 256];
+            x[256 + 7] = bad;
+            for vnni in [false, tiled_kernel_is_fast()] {
+                let mut dst = vec![0f32; 2 * 16];
+                p.run(&x, &mut dst, vnni).unwrap();
+                assert!(dst[..16].iter().all(|v| v.is_finite()), "{dtype:?}");
+                assert!(dst[16..].iter().all(|v| v.is_nan()), "{dtype:?} {bad}");
+            }
+        }
+    }
 }
