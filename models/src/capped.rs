@@ -12,10 +12,11 @@ pub(crate) struct Capped {
 
 impl Capped {
     fn check(&self, tokens: usize, pos: usize) -> Result<(), ModelError> {
-        if pos + tokens > self.max {
+        let needed = pos.saturating_add(tokens);
+        if needed > self.max {
             return Err(ModelError::Context {
                 what: "prompt and output",
-                needed: pos + tokens,
+                needed,
                 max: self.max,
             });
         }

@@ -177,9 +177,9 @@ impl Linear {
         let tiled = match (kernels, weight.device().is_cpu()) {
             (Kernels::Own, true) if crate::quant::tiled_kernel_is_fast() => {
                 let (out, inp) = weight.shape().dims2()?;
-                // A type it does not read, or rows it cannot split into its blocks,
-                // stay with candle.
-                Packed::new(weight.dtype(), &weight.data()?, out, inp).unwrap_or(None)
+                // A type it does not read stays with candle.
+                Packed::new(weight.dtype(), &weight.data()?, out, inp)
+                    .map_err(candle_core::Error::wrap)?
             }
             _ => None,
         };
@@ -281,7 +281,7 @@ fn kernel_forward(weight: &QTensor, ty: WeightType, x: &Tensor) -> Result<Tensor
     let mut dst = vec![0f32; values.len() / inp * out];
     let data = weight.data()?;
     crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
-        .map_err(candle_core::Error::Msg)?;
+        .map_err(candle_core::Error::wrap)?;
     output(dst, x, out)
 }
 
@@ -291,7 +291,7 @@ fn tiled_forward(p: &Packed, x: &Tensor) -> Result<Tensor> {
     let values = x.flatten_all()?.to_vec1::<f32>()?;
     let mut dst = vec![0f32; values.len() / p.dims().1 * out];
     p.matmul(&values, &mut dst)
-        .map_err(candle_core::Error::Msg)?;
+        .map_err(candle_core::Error::wrap)?;
     output(dst, x, out)
 }
 
@@ -444,9 +444,16 @@ impl Layer {
         let mut r = 0;
         for (cache, &(pos, n)) in caches.iter_mut().zip(seqs) {
             let held = cache.len(shape)?;
-            if held != pos || pos + n > w.rope.positions() {
+            if held != pos {
                 return Err(candle_core::Error::Msg(format!(
                     "the KV cache holds {held} positions, not the {pos} before this input"
+                )));
+            }
+            if pos.saturating_add(n) > w.rope.positions() {
+                return Err(candle_core::Error::Msg(format!(
+                    "positions {pos}..{}: the model's positions end at {}",
+                    pos.saturating_add(n),
+                    w.rope.positions()
                 )));
             }
             let (cos, sin) = w.rope.rows(pos, n);
@@ -616,10 +623,10 @@ impl Llama {
                 "an empty input has no logits".into(),
             ));
         }
-        if pos + seq > self.max_positions() {
+        if pos.saturating_add(seq) > self.max_positions() {
             return Err(candle_core::Error::Msg(format!(
                 "positions {pos}..{}: the model's positions end at {}",
-                pos + seq,
+                pos.saturating_add(seq),
                 self.max_positions()
             )));
         }

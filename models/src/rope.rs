@@ -5,8 +5,9 @@
 //! a 128k-position model keeps only its frequencies. Frequencies are `base^(-2i/d)`, then:
 //! - divided by the file's per-frequency factors where it has a `rope_freqs` tensor
 //!   (Llama 3.1's long-context scaling);
-//! - divided by the factor of `llama.rope.scaling.type = linear` (or the older
-//!   `llama.rope.scale_linear`).
+//! - divided by the factor of linear scaling: `llama.rope.scaling.factor` (or the older
+//!   `llama.rope.scale_linear`) where `llama.rope.scaling.type` is `linear` or absent, as
+//!   llama.cpp reads them; a factor of 0 means none, and type `none` ignores the factor.
 //!
 //! Other scalings (YaRN) are refused when the model loads.
 
@@ -15,6 +16,18 @@ use candle_core::{Result, Tensor};
 
 /// Positions of a GGUF file that does not say (`llama.context_length` absent).
 pub const DEFAULT_POSITIONS: usize = 4096;
+
+/// A float of the metadata: `None` where absent, an error where it is not a number.
+fn float(content: &Content, key: &str) -> Result<Option<f32>> {
+    match content.metadata.get(key) {
+        None => Ok(None),
+        Some(Value::F32(f)) => Ok(Some(*f)),
+        Some(Value::F64(f)) => Ok(Some(*f as f32)),
+        Some(v) => Err(candle_core::Error::Msg(format!(
+            "{key} is not a float ({v:?})"
+        ))),
+    }
+}
 
 /// A model's RoPE frequencies and its number of positions.
 #[derive(Clone, Debug)]
@@ -32,28 +45,47 @@ impl RopeAngles {
         factors: Option<Vec<f32>>,
     ) -> Result<RopeAngles> {
         let msg = |m: String| candle_core::Error::Msg(m);
-        let meta = |key: &str| content.metadata.get(key);
-        let float = |key: &str| meta(key).and_then(|v| v.to_f32().ok());
-        let base = float("llama.rope.freq_base").unwrap_or(10_000.0);
-        let positions = meta("llama.context_length")
-            .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(u64::from)))
-            .map_or(DEFAULT_POSITIONS, |n| n as usize);
-        let kind = match meta("llama.rope.scaling.type") {
-            Some(Value::String(s)) => s.as_str(),
-            _ => "none",
+        let base = float(content, "llama.rope.freq_base")?.unwrap_or(10_000.0);
+        let positions = match content.metadata.get("llama.context_length") {
+            None => DEFAULT_POSITIONS,
+            Some(Value::U32(n)) => *n as usize,
+            Some(Value::U64(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+            Some(v) => {
+                return Err(msg(format!(
+                    "llama.context_length is not an unsigned integer ({v:?})"
+                )));
+            }
         };
-        let linear = match kind {
-            "none" => float("llama.rope.scale_linear").unwrap_or(1.0),
-            "linear" => float("llama.rope.scaling.factor").unwrap_or(1.0),
-            other => {
+        if positions == 0 {
+            return Err(msg("llama.context_length is 0".into()));
+        }
+        // As llama.cpp reads the keys: the type defaults to linear, the factor comes from
+        // `scaling.factor` or else the older `scale_linear`, and 0 means none.
+        let kind = match content.metadata.get("llama.rope.scaling.type") {
+            None => "linear",
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => {
+                return Err(msg(format!(
+                    "llama.rope.scaling.type is not a string ({v:?})"
+                )));
+            }
+        };
+        let factor = match float(content, "llama.rope.scaling.factor")? {
+            Some(f) => f,
+            None => float(content, "llama.rope.scale_linear")?.unwrap_or(0.0),
+        };
+        let linear = match (kind, factor) {
+            ("none", _) | ("linear", 0.0) => 1.0,
+            ("linear", f) => f,
+            (other, _) => {
                 return Err(msg(format!(
                     "RoPE scaling '{other}' is not supported (none and linear are)"
                 )));
             }
         };
-        if !(linear.is_finite() && linear > 0.0) {
+        if !(linear.is_finite() && linear > 0.0 && base.is_finite() && base > 0.0) {
             return Err(msg(format!(
-                "RoPE scaling factor {linear} is not a positive number"
+                "RoPE base {base} or scaling factor {linear} is not a positive number"
             )));
         }
         let half = dim / 2;
@@ -171,6 +203,39 @@ mod tests {
             .to_string();
         assert!(e.contains("yarn"), "{e}");
         assert!(RopeAngles::from_gguf(&content(&[]), 8, Some(vec![1.0; 3])).is_err());
+        // Metadata of the wrong type is refused, not read as absent.
+        for bad in [
+            ("llama.rope.scaling.type", Value::U32(1)),
+            ("llama.rope.scaling.factor", Value::String("2".into())),
+            ("llama.rope.freq_base", Value::U32(10_000)),
+            ("llama.context_length", Value::F32(8192.0)),
+            ("llama.context_length", Value::U32(0)),
+            ("llama.rope.scaling.factor", Value::F32(-1.0)),
+        ] {
+            let key = bad.0;
+            assert!(
+                RopeAngles::from_gguf(&content(&[bad]), 8, None).is_err(),
+                "{key}"
+            );
+        }
         assert!(RopeAngles::from_gguf(&content(&[]), 8, Some(vec![1.0, 0.0, 1.0, 1.0])).is_err());
+    }
+
+    /// A factor without a type scales linearly; type `none` ignores it; 0 means no scaling.
+    #[test]
+    fn the_scaling_keys_read_as_llama_cpp_reads_them() {
+        let first = |c: Content| RopeAngles::from_gguf(&c, 8, None).unwrap().inv[0];
+        let factor = ("llama.rope.scaling.factor", Value::F32(4.0));
+        assert_eq!(first(content(std::slice::from_ref(&factor))), 0.25);
+        assert_eq!(
+            first(content(&[("llama.rope.scale_linear", Value::F32(2.0))])),
+            0.5
+        );
+        let none = ("llama.rope.scaling.type", Value::String("none".into()));
+        assert_eq!(first(content(&[factor, none])), 1.0);
+        assert_eq!(
+            first(content(&[("llama.rope.scaling.factor", Value::F32(0.0))])),
+            1.0
+        );
     }
 }
