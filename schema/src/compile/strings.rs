@@ -2,6 +2,7 @@
 //! JSON text.
 
 use super::*;
+use std::sync::Mutex;
 
 impl Compiler<'_> {
     pub(super) fn string(
@@ -52,7 +53,10 @@ impl Compiler<'_> {
         }
         if parts.len() > 1 || counter > 1 {
             let length = if counter > 1 { Some(length()?) } else { None };
-            self.refuse_large_product(&mut parts, counter, length, (min, max), ptr)?;
+            // A format alone with a length: its product's size is a constant of the process.
+            let format_alone = (parts.len() == 1 && format_at == Some(0)).then_some(format_name);
+            let lengths = (min, max, counter);
+            self.refuse_large_product(&mut parts, lengths, length, ptr, format_alone)?;
         }
         let mut operands = Vec::with_capacity(parts.len());
         for (i, h) in parts.iter().enumerate() {
@@ -115,17 +119,35 @@ impl Compiler<'_> {
     fn refuse_large_product(
         &mut self,
         parts: &mut Vec<Hir>,
-        counter: usize,
+        (min, max, counter): (u64, Option<u64>, usize),
         length: Option<Hir>,
-        (min, max): (u64, Option<u64>),
         ptr: &str,
+        format_alone: Option<&str>,
     ) -> Res<()> {
-        // The product automaton has at most the product of the parts' states.
-        let states = parts.iter().try_fold(counter, |acc, h| {
-            self.dfa_states(h).map(|n| acc.saturating_mul(n.max(1)))
-        });
+        // The product automaton has at most the product of the parts' states; where that
+        // bound is over the limit, the states it can reach are counted (a format whose
+        // own counters advance with the length counter reaches few of the pairs). For a
+        // format alone the answer is a constant of the process, kept.
+        type Memo = FxHashMap<(String, usize, usize), Option<usize>>;
+        static FORMATS: Mutex<Option<Memo>> = Mutex::new(None);
+        let limit = self.opts.max_product_states;
+        let key = format_alone.map(|f| (f.to_string(), counter, limit));
+        let memo = || FORMATS.lock().unwrap_or_else(|e| e.into_inner());
+        let known = key
+            .as_ref()
+            .and_then(|k| memo().as_ref().and_then(|m| m.get(k).copied()));
+        let states = match known {
+            Some(n) => n,
+            None => {
+                let n = self.product_states(parts, counter, limit);
+                if let Some(k) = key {
+                    memo().get_or_insert_with(FxHashMap::default).insert(k, n);
+                }
+                n
+            }
+        };
         parts.extend(length);
-        if states.is_none_or(|s| s > self.opts.max_product_states) {
+        if states.is_none_or(|s| s > limit) {
             let bounded = min > 0 || max.is_some();
             let keyword = match (bounded, max) {
                 (true, Some(_)) => "maxLength",
@@ -143,6 +165,30 @@ impl Compiler<'_> {
             parts.truncate(1);
         }
         Ok(())
+    }
+
+    /// The states of the intersection of `parts` and a counter of `counter` states: the
+    /// product of their numbers where that is within `limit`, else the states reachable
+    /// (`None` past `limit`).
+    fn product_states(&self, parts: &[Hir], counter: usize, limit: usize) -> Option<usize> {
+        let bound = parts.iter().try_fold(counter, |acc, h| {
+            self.dfa_states(h).map(|n| acc.saturating_mul(n.max(1)))
+        })?;
+        if bound <= limit {
+            return Some(bound);
+        }
+        let dfas = parts
+            .iter()
+            .map(|h| {
+                LexemeDfa::build_whole(
+                    h,
+                    self.opts.limits.max_lexeme_bytes,
+                    self.opts.dfa_cache.as_ref(),
+                )
+                .ok()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        reachable_states(&dfas, counter, limit)
     }
 }
 
@@ -166,4 +212,84 @@ pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa, max_pairs: usize) -> 
         }
     }
     false
+}
+
+/// The states of the product of `dfas` and a counter of `counter` states (characters
+/// counted as UTF-8 lead bytes; 1: no counter) that the start reaches, or `None` past
+/// `limit`. Counted layer by layer (the tuples reached at each count): once a layer is the
+/// one before it, so is every later one.
+fn reachable_states(
+    dfas: &[std::sync::Arc<LexemeDfa>],
+    counter: usize,
+    limit: usize,
+) -> Option<usize> {
+    type Tuple = Vec<u32>;
+    // One byte of each class of the product: bytes every DFA and the counter treat alike.
+    let mut reps: Vec<u8> = Vec::new();
+    let mut signatures: FxHashSet<Vec<u8>> = FxHashSet::default();
+    for b in 0..=255u8 {
+        let mut sig: Vec<u8> = dfas.iter().map(|d| d.class_of(b)).collect();
+        sig.push(u8::from(b & 0xC0 == 0x80));
+        if signatures.insert(sig) {
+            reps.push(b);
+        }
+    }
+    let counted = counter > 1;
+    let lead = |b: u8| counted && b & 0xC0 != 0x80;
+    let step = |t: &Tuple, b: u8| -> Option<Tuple> {
+        let next: Tuple = dfas.iter().zip(t).map(|(d, &s)| d.next(s, b)).collect();
+        (!next.contains(&DEAD)).then_some(next)
+    };
+    // The tuples reached from `from` by bytes that do not count, or `None` past `limit`.
+    let close = |from: FxHashSet<Tuple>| -> Option<FxHashSet<Tuple>> {
+        let mut seen = FxHashSet::default();
+        let mut stack: Vec<Tuple> = from.into_iter().collect();
+        while let Some(t) = stack.pop() {
+            if !seen.insert(t.clone()) {
+                continue;
+            }
+            if seen.len() > limit {
+                return None;
+            }
+            stack.extend(
+                reps.iter()
+                    .filter(|&&b| !lead(b))
+                    .filter_map(|&b| step(&t, b)),
+            );
+        }
+        Some(seen)
+    };
+    let start: Tuple = dfas.iter().map(|d| d.start()).collect();
+    if start.contains(&DEAD) {
+        return Some(0);
+    }
+    let mut layer = close(FxHashSet::from_iter([start]))?;
+    if !counted {
+        return Some(layer.len());
+    }
+    let mut total = 0usize;
+    for n in 0..counter {
+        total += layer.len();
+        if total > limit {
+            return None;
+        }
+        if n + 1 == counter {
+            break;
+        }
+        let next: FxHashSet<Tuple> = layer
+            .iter()
+            .flat_map(|t| {
+                reps.iter()
+                    .filter(|&&b| lead(b))
+                    .filter_map(|&b| step(t, b))
+            })
+            .collect();
+        let next = close(next)?;
+        if next == layer {
+            total = total.saturating_add(layer.len().saturating_mul(counter - 1 - n));
+            return (total <= limit).then_some(total);
+        }
+        layer = next;
+    }
+    Some(total)
 }

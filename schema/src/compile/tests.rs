@@ -223,6 +223,14 @@ fn strings() {
         &[r#""a@b.com""#],
         &[r#""ab@cd.com""#, r#""abcdefgh""#],
     );
+    // The email's counted local part times a counter of 255: more states than
+    // max_product_states as a product of sizes, few of them reachable.
+    let (l64, l65) = ("a".repeat(64), "a".repeat(65));
+    check(
+        r#"{"type":"string","format":"email","maxLength":254}"#,
+        &[r#""a@b.com""#, &format!(r#""{l64}@x.y""#)],
+        &[&format!(r#""{l65}@x.y""#), &format!(r#""a@{}""#, "b".repeat(253))],
+    );
 }
 
 #[test]
