@@ -229,7 +229,10 @@ fn strings() {
     check(
         r#"{"type":"string","format":"email","maxLength":254}"#,
         &[r#""a@b.com""#, &format!(r#""{l64}@x.y""#)],
-        &[&format!(r#""{l65}@x.y""#), &format!(r#""a@{}""#, "b".repeat(253))],
+        &[
+            &format!(r#""{l65}@x.y""#),
+            &format!(r#""a@{}""#, "b".repeat(253)),
+        ],
     );
 }
 
