@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Most heap bytes the constraint cache holds (compiled lexemes and token sets).
     #[arg(long, default_value_t = corral::engine::DEFAULT_CACHE_BYTES)]
     cache_bytes: usize,
+    /// Most bytes the prompt cache holds (KV caches of earlier prompts, copied by a prompt
+    /// that starts with the same tokens); 0 turns it off.
+    #[arg(long, default_value_t = corral::server::DEFAULT_PROMPT_CACHE_BYTES)]
+    prompt_cache_bytes: usize,
     /// The model's id in responses (default: the model file's name).
     #[arg(long)]
     model_name: Option<String>,
@@ -111,6 +115,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         max_connections: args.max_connections,
         prefill_per_pass: args.prefill_per_pass,
         cache_bytes: args.cache_bytes,
+        prompt_cache_bytes: args.prompt_cache_bytes,
         model_name,
         reasoning: match args.reasoning {
             ReasoningArg::Auto => Reasoning::Auto,

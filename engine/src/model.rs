@@ -46,6 +46,20 @@ pub trait CausalLm: Send {
         &mut self,
         items: &mut [BatchItem<'_>],
     ) -> Result<Vec<Box<dyn Logits>>, ModelError>;
+    /// A new sequence holding a copy of the first `positions` positions of `sequence`'s
+    /// cache (at most the positions it holds), sized to them, so that a prompt sharing
+    /// those tokens runs only the rest; `None` where the model cannot copy its caches (the
+    /// default).
+    fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
+        let _ = (sequence, positions);
+        None
+    }
+    /// The bytes `sequence`'s cache holds, where the model counts them (the default:
+    /// `None`, and [`CausalLm::copy_prefix`] should then be `None` too).
+    fn sequence_bytes(&self, sequence: &Sequence) -> Option<usize> {
+        let _ = sequence;
+        None
+    }
 }
 
 /// One sequence's KV cache, apart from the model's own ([`CausalLm::new_sequence`]); what
@@ -60,6 +74,11 @@ impl Sequence {
     /// Whether the state is a `T`.
     pub fn is<T: Any>(&self) -> bool {
         self.0.is::<T>()
+    }
+
+    /// The state, if it is a `T`.
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
     }
 
     /// The state, if it is a `T`.

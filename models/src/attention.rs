@@ -95,6 +95,38 @@ impl KvCache {
         }
     }
 
+    /// Bytes held, on the host (capacity) or on a device.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            KvCache::Host { .. } => self.host_bytes(),
+            KvCache::Device(None) => 0,
+            KvCache::Device(Some((k, v))) => {
+                (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
+            }
+        }
+    }
+
+    /// A copy of the first `positions` positions (at most those held), sized to them.
+    pub(crate) fn copy_prefix(&self, positions: usize, heads: &Heads) -> Result<KvCache> {
+        Ok(match self {
+            KvCache::Host { k, v } => {
+                let n = positions.saturating_mul(heads.row()).min(k.len());
+                KvCache::Host {
+                    k: k[..n].to_vec(),
+                    v: v[..n].to_vec(),
+                }
+            }
+            KvCache::Device(None) => KvCache::Device(None),
+            KvCache::Device(Some((k, v))) => match positions.min(k.dim(2)?) {
+                0 => KvCache::Device(None),
+                n => KvCache::Device(Some((
+                    k.narrow(2, 0, n)?.contiguous()?,
+                    v.narrow(2, 0, n)?.contiguous()?,
+                ))),
+            },
+        })
+    }
+
     /// Positions held.
     pub(crate) fn len(&self, heads: &Heads) -> Result<usize> {
         match self {

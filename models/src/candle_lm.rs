@@ -33,6 +33,17 @@ pub trait CandleNet: Clone + Send + 'static {
     ) -> candle_core::Result<Tensor> {
         forward_one_by_one(nets, tokens, pos, device)
     }
+    /// Another sequence over the same weights whose cache holds a copy of this one's first
+    /// `positions` positions (at most those it holds), sized to them; `None` (the default)
+    /// where the network cannot.
+    fn copy_prefix(&self, positions: usize) -> Option<Self> {
+        let _ = positions;
+        None
+    }
+    /// Bytes the KV cache holds, where the network counts them (the default: `None`).
+    fn kv_cache_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// [`CandleNet::forward_batch`] one sequence at a time.
@@ -197,5 +208,14 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
             .into_iter()
             .map(|l| l.expect("every item ran"))
             .collect())
+    }
+
+    fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
+        let net = sequence.downcast_ref::<N>()?;
+        net.copy_prefix(positions).map(Sequence::new)
+    }
+
+    fn sequence_bytes(&self, sequence: &Sequence) -> Option<usize> {
+        sequence.downcast_ref::<N>()?.kv_cache_bytes()
     }
 }

@@ -55,4 +55,12 @@ impl CausalLm for Capped {
         }
         self.inner.forward_batch(items)
     }
+
+    fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
+        self.inner.copy_prefix(sequence, positions)
+    }
+
+    fn sequence_bytes(&self, sequence: &Sequence) -> Option<usize> {
+        self.inner.sequence_bytes(sequence)
+    }
 }

@@ -109,6 +109,20 @@ impl CandleNet for GgufNet {
         crate::candle_lm::forward_one_by_one(nets, tokens, pos, device)
     }
 
+    fn copy_prefix(&self, positions: usize) -> Option<GgufNet> {
+        match self {
+            GgufNet::Dense(m) => m.copy_prefix(positions).ok().map(GgufNet::Dense),
+            GgufNet::Experts(_) | GgufNet::GptOss(_) | GgufNet::GptOssDevice(_) => None,
+        }
+    }
+
+    fn kv_cache_bytes(&self) -> Option<usize> {
+        match self {
+            GgufNet::Dense(m) => Some(m.kv_cache_bytes()),
+            GgufNet::Experts(_) | GgufNet::GptOss(_) | GgufNet::GptOssDevice(_) => None,
+        }
+    }
+
     fn clear_kv_cache(&mut self) {
         match self {
             GgufNet::Dense(m) => m.clear_kv_cache(),
@@ -601,6 +615,25 @@ impl Llama {
     /// Bytes this sequence's KV caches hold on the host.
     pub fn kv_bytes(&self) -> usize {
         self.caches.iter().map(KvCache::host_bytes).sum()
+    }
+
+    /// Another sequence over the same weights whose caches hold a copy of this one's first
+    /// `positions` positions (at most those it holds), sized to them.
+    pub fn copy_prefix(&self, positions: usize) -> Result<Llama> {
+        let heads = &self.weights.heads;
+        Ok(Llama {
+            weights: self.weights.clone(),
+            caches: self
+                .caches
+                .iter()
+                .map(|c| c.copy_prefix(positions, heads))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Bytes this sequence's KV caches hold, on the host or on a device.
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.caches.iter().map(KvCache::bytes).sum()
     }
 
     /// Another sequence over the same weights, its cache empty.

@@ -233,3 +233,72 @@ fn batched_decoding_steps_give_each_sequence_its_own_logits() {
     }
     assert_eq!(done, [6, 6, 6]);
 }
+
+/// A sequence copied from the first positions of another (`CausalLm::copy_prefix`, what
+/// the server's prompt cache keeps) continues as the whole prompt run from position 0
+/// does, holds only the bytes of its positions, and leaves the original as it was.
+#[test]
+fn a_copied_prefix_continues_as_the_whole_prompt() {
+    use corral_engine::{BatchItem, Sequence};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let Some(path) = require::require_input(path, "run scripts/fetch-assets model") else {
+        return;
+    };
+    let (mut lm, tokenizer, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let encode = |t: &str| TokenId::all(tokenizer.encode(t, false).unwrap().get_ids());
+    let first = encode(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName a colour.",
+    );
+    let second = encode(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName a bird.",
+    );
+    let shared = first
+        .iter()
+        .zip(&second)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        shared > 10 && shared < second.len(),
+        "{shared} shared tokens"
+    );
+    let run = |lm: &mut dyn corral_engine::CausalLm, seq: &mut Sequence, t: &[TokenId], pos| {
+        let mut batch = [BatchItem {
+            tokens: t,
+            pos,
+            sequence: seq,
+        }];
+        let out = lm.forward_batch(&mut batch).unwrap();
+        out[0].to_masked_vec(None).unwrap()
+    };
+    let mut original = lm.new_sequence();
+    run(&mut lm, &mut original, &first, 0);
+    let bytes = lm.sequence_bytes(&original).unwrap();
+    let mut copy = lm.copy_prefix(&original, shared).unwrap();
+    // SmolLM2-135M: 30 layers, keys and values of 3 heads of 64 f32 each per position.
+    assert_eq!(lm.sequence_bytes(&copy), Some(shared * 30 * 2 * 3 * 64 * 4));
+    assert!(bytes >= first.len() * 30 * 2 * 3 * 64 * 4);
+    let got = run(&mut lm, &mut copy, &second[shared..], shared);
+    let mut whole = lm.new_sequence();
+    let want = run(&mut lm, &mut whole, &second, 0);
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(worst(&got, &want) < 1e-4, "{}", worst(&got, &want));
+    // The original continues as if no copy had been made.
+    let next = encode(" Blue");
+    let a = run(&mut lm, &mut original, &next, first.len());
+    let mut again = lm.new_sequence();
+    run(&mut lm, &mut again, &first, 0);
+    let b = run(&mut lm, &mut again, &next, first.len());
+    assert!(worst(&a, &b) < 1e-4, "{}", worst(&a, &b));
+    // Asking for more positions than the sequence holds copies what it holds.
+    let all = lm.copy_prefix(&original, usize::MAX).unwrap();
+    assert_eq!(
+        lm.sequence_bytes(&all),
+        Some((first.len() + next.len()) * 30 * 2 * 3 * 64 * 4)
+    );
+}

@@ -45,6 +45,7 @@ pub mod tools;
 
 mod handlers;
 mod harmony;
+mod prompt_cache;
 
 use corral_models::{LoadError, Model, ModelText};
 use error::ApiError;
@@ -92,6 +93,10 @@ pub struct ServeConfig {
     /// [`corral_engine::CacheLimits`]). Default [`corral_engine::DEFAULT_CACHE_BYTES`]
     /// (1 GiB).
     pub cache_bytes: usize,
+    /// Most bytes the prompt cache holds: the KV caches of earlier prompts, which a prompt
+    /// starting with the same tokens copies instead of running them (see
+    /// [`scheduler`]). 0 turns it off. Default [`DEFAULT_PROMPT_CACHE_BYTES`].
+    pub prompt_cache_bytes: usize,
     /// The model's id in responses and `/v1/models`.
     pub model_name: String,
     /// Whether the model reasons before it answers. Default [`Reasoning::Auto`].
@@ -116,6 +121,7 @@ impl Default for ServeConfig {
             max_connections: 1024,
             prefill_per_pass: DEFAULT_PREFILL_PER_PASS,
             cache_bytes: corral_engine::DEFAULT_CACHE_BYTES,
+            prompt_cache_bytes: DEFAULT_PROMPT_CACHE_BYTES,
             model_name: "corral".into(),
             reasoning: Reasoning::Auto,
             handle_signals: false,
@@ -138,6 +144,10 @@ pub enum Reasoning {
 
 /// The default of [`ServeConfig::prefill_per_pass`].
 pub const DEFAULT_PREFILL_PER_PASS: usize = 2;
+
+/// The default of [`ServeConfig::prompt_cache_bytes`]: 64 MiB, about 1,400 positions of
+/// SmolLM2-135M's f32 KV cache (46 KiB each).
+pub const DEFAULT_PROMPT_CACHE_BYTES: usize = 64 << 20;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -267,9 +277,10 @@ async fn serve(
                 let budget = scheduler::PassBudget {
                     prefill_while_decoding: state.config.prefill_per_pass,
                 };
+                let cache = state.config.prompt_cache_bytes;
                 let h = std::thread::Builder::new()
                     .name("corral-scheduler".into())
-                    .spawn(move || scheduler::run(lm, queue, max, budget, metrics));
+                    .spawn(move || scheduler::run(lm, queue, max, budget, cache, metrics));
                 if let Ok(h) = h {
                     *scheduler.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
                 }

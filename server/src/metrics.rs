@@ -13,6 +13,9 @@ pub struct Metrics {
     pub timed_out: AtomicU64,
     pub failed: AtomicU64,
     pub prompt_tokens: AtomicU64,
+    /// Prompt tokens whose positions were copied from the prompt cache, not run.
+    pub prompt_cached_tokens: AtomicU64,
+    pub prompt_cache_bytes: AtomicU64,
     pub generated_tokens: AtomicU64,
     pub queued: AtomicU64,
     /// Requests queued or generating: what admission counts against
@@ -57,6 +60,8 @@ impl Metrics {
             ("corral_requests_timed_out_total", COUNTER, "Generations stopped at the request time limit.", get(&self.timed_out)),
             ("corral_requests_failed_total", COUNTER, "Generations ended by an error of the model or the decoder.", get(&self.failed)),
             ("corral_prompt_tokens_total", COUNTER, "Prompt tokens of admitted requests.", get(&self.prompt_tokens)),
+            ("corral_prompt_tokens_cached_total", COUNTER, "Prompt tokens copied from the prompt cache instead of run.", get(&self.prompt_cached_tokens)),
+            ("corral_prompt_cache_bytes", GAUGE, "Bytes the prompt cache holds: KV caches of earlier prompts.", get(&self.prompt_cache_bytes)),
             ("corral_generated_tokens_total", COUNTER, "Tokens generated.", get(&self.generated_tokens)),
             ("corral_queue_depth", GAUGE, "Requests being prepared or waiting for a generation slot.", get(&self.queued)),
             ("corral_active_requests", GAUGE, "Requests generating now.", get(&self.active)),

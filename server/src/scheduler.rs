@@ -13,10 +13,12 @@
 //!
 //! A long prompt runs [`PREFILL_STEP`] positions per pass, so that the requests beside it
 //! keep decoding between its pieces, and its time limit and its client's departure are
-//! checked between them.
+//! checked between them. A prompt that starts with tokens an earlier prompt ran copies
+//! their positions from the [`PromptCache`] and runs only the rest.
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::prompt_cache::PromptCache;
 use corral_engine::{
     AdapterError, BatchItem, CausalLm, Decoder, Emit, FinishReason, GenerateError, GenerationStats,
     Logits, Next, Sequence, TokenLogprob,
@@ -111,20 +113,27 @@ struct Running {
     pos: usize,
     /// Positions of the prompt still to run after `feed`'s current piece (0: decoding).
     prompt_left: usize,
+    /// The whole prompt, kept for the [`PromptCache`] when the request leaves.
+    prompt: Vec<TokenId>,
+    /// False once a forward pass over the sequence failed: its cache is then not kept.
+    sound: bool,
     sequence: Sequence,
     /// What this pass runs (taken from `feed`).
     piece: Vec<TokenId>,
 }
 
-/// Runs until the queue's senders are gone and nothing runs.
+/// Runs until the queue's senders are gone and nothing runs. The prompt cache keeps at
+/// most `prompt_cache_bytes` bytes.
 pub fn run(
     mut lm: Box<dyn CausalLm>,
     queue: Receiver<Job>,
     max_concurrent: usize,
     budget: PassBudget,
+    prompt_cache_bytes: usize,
     metrics: Arc<Metrics>,
 ) {
     let mut running: Vec<Running> = Vec::new();
+    let mut cache = PromptCache::new(prompt_cache_bytes);
     loop {
         while running.len() < max_concurrent.max(1) {
             let job = if running.is_empty() {
@@ -146,23 +155,33 @@ pub fn run(
             }
             Metrics::add(&metrics.active, 1);
             Metrics::add(&metrics.prompt_tokens, job.prompt.len() as u64);
+            let (sequence, pos) = match cache.take(lm.as_ref(), &job.prompt) {
+                Some(hit) => {
+                    Metrics::add(&metrics.prompt_cached_tokens, hit.positions as u64);
+                    (hit.sequence, hit.positions)
+                }
+                None => (lm.new_sequence(), 0),
+            };
+            let feed = job.prompt[pos..].to_vec();
             running.push(Running {
                 decoder: Some(job.decoder),
                 events: job.events,
                 deadline: job.deadline,
                 timeout: job.timeout,
                 stopped: job.stopped,
-                prompt_left: job.prompt.len(),
-                feed: job.prompt,
-                pos: 0,
-                sequence: lm.new_sequence(),
+                prompt_left: feed.len(),
+                feed,
+                pos,
+                prompt: job.prompt,
+                sound: true,
+                sequence,
                 piece: Vec::new(),
             });
         }
         running.retain_mut(|r| {
             let live = still_wanted(r, lm.max_positions(), &metrics);
             if !live {
-                retire(r, &metrics);
+                retire(r, lm.as_ref(), &mut cache, &metrics);
             }
             live
         });
@@ -175,7 +194,7 @@ pub fn run(
             let keep = !ended[i];
             i += 1;
             if !keep {
-                retire(r, &metrics);
+                retire(r, lm.as_ref(), &mut cache, &metrics);
             }
             keep
         });
@@ -211,9 +230,16 @@ fn still_wanted(r: &Running, max_positions: usize, metrics: &Metrics) -> bool {
     true
 }
 
-/// A request leaves: the masks of a generation that did not finish are counted (one that
-/// did counted them).
-fn retire(r: &Running, metrics: &Metrics) {
+/// A request leaves: the positions of its prompt that ran go to the prompt cache, and the
+/// masks of a generation that did not finish are counted (one that did counted them).
+fn retire(r: &Running, lm: &dyn CausalLm, cache: &mut PromptCache, metrics: &Metrics) {
+    if r.sound {
+        let ran = r.pos.min(r.prompt.len());
+        cache.insert(lm, &r.prompt[..ran], &r.sequence);
+        metrics
+            .prompt_cache_bytes
+            .store(cache.bytes() as u64, Relaxed);
+    }
     if let Some(d) = &r.decoder {
         let (n, us) = d.mask_work();
         Metrics::add(&metrics.masks, n as u64);
@@ -298,7 +324,8 @@ fn pass(
         Ok(l) => l,
         Err(e) => {
             Metrics::add(&metrics.failed, running.len() as u64);
-            for r in running.iter() {
+            for r in running.iter_mut() {
+                r.sound = false;
                 let _ = r.events.send(Event::Failed(ApiError::internal(e.clone())));
             }
             return vec![true; running.len()];

@@ -504,6 +504,47 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
     }
 }
 
+/// A prompt that starts as an earlier one did copies those positions from the prompt
+/// cache and runs only the rest (at least its last token): the same prompt again, and
+/// another question after the same system turn. Greedy outputs are those of a server
+/// without the cache, and the cache's bytes are counted.
+#[test]
+fn a_prompt_sharing_an_earlier_start_runs_only_the_rest() {
+    let Some(s) = Server::start(ServeConfig::default()) else {
+        return;
+    };
+    let Some(off) = Server::start(ServeConfig {
+        prompt_cache_bytes: 0,
+        ..ServeConfig::default()
+    }) else {
+        return;
+    };
+    let sea = chat("Tell me about the sea.", json!({"max_tokens": 20}));
+    let hills = chat("Tell me about the hills.", json!({"max_tokens": 20}));
+    let cached = |s: &Server| s.metric("corral_prompt_tokens_cached_total");
+    let (_, first) = s.post("/v1/chat/completions", &sea);
+    assert_eq!(cached(&s), 0.0);
+    // The request leaves the scheduler (its prompt kept) just after its answer is sent.
+    s.wait_for("the prompt kept", |s| {
+        s.metric("corral_prompt_cache_bytes") > 0.0
+    });
+    let (_, again) = s.post("/v1/chat/completions", &sea);
+    let prompt = again["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(cached(&s), prompt - 1.0);
+    let (_, other) = s.post("/v1/chat/completions", &hills);
+    let shared = cached(&s) - (prompt - 1.0);
+    assert!(
+        shared > 10.0 && shared < prompt - 1.0,
+        "{shared} of {prompt}"
+    );
+    for (body, got) in [(&sea, &first), (&sea, &again), (&hills, &other)] {
+        let (_, want) = off.post("/v1/chat/completions", body);
+        assert_eq!(content(got), content(&want));
+    }
+    assert_eq!(cached(&off), 0.0);
+    assert_eq!(off.metric("corral_prompt_cache_bytes"), 0.0);
+}
+
 /// Concurrent requests share forward passes: four greedy requests of 30 tokens each
 /// (`ignore_eos`, so each runs to `max_tokens`) take far fewer passes than the 4 x 30 they
 /// would one after another, and each still gets the output it gets alone. Prompts run
