@@ -17,8 +17,8 @@
 //! Several new positions of one sequence (a short prompt, or a piece of one beside other
 //! sequences' steps) go the same way, each row seeing its own prefix of the cache, so a
 //! position's result is the same however its rows are grouped. Long prompt chunks attend
-//! through candle's matrix multiply, over tensors built from the same buffers. On other
-//! devices (CUDA) the cache stays candle tensors, concatenated as before.
+//! by hand too, in blocks of rows that share each key ([`crate::chunk_attention`]). On
+//! other devices (CUDA) the cache stays candle tensors, concatenated as before.
 
 use candle_core::{Result, Tensor};
 
@@ -61,7 +61,7 @@ pub(crate) struct Span<'a> {
 
 impl Heads {
     /// Floats of one position's keys (or values).
-    fn row(&self) -> usize {
+    pub(crate) fn row(&self) -> usize {
         self.kv_heads * self.head_dim
     }
 }

@@ -46,6 +46,7 @@ mod attention;
 pub mod candle_lm;
 mod capped;
 pub mod chat;
+mod chunk_attention;
 pub mod device;
 pub mod gguf_llama;
 pub mod gguf_tokenizer;

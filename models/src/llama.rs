@@ -397,6 +397,12 @@ impl Layer {
                 "the KV cache holds {held} positions, not the {pos} before this input"
             )));
         }
+        if b == 1
+            && w.attention == Attention::ByHand
+            && let Some(y) = self.attention_by_hand(cache, x, pos, w)?
+        {
+            return Ok(y);
+        }
         let q = rope(&heads(self.q.forward(x)?, shape.heads)?)?;
         let k = rope(&heads(self.k.forward(x)?, shape.kv_heads)?)?;
         let v = heads(self.v.forward(x)?, shape.kv_heads)?;
@@ -454,7 +460,6 @@ impl Layer {
             shape.heads * shape.head_dim,
             shape.kv_heads * shape.head_dim,
         );
-        let half = shape.head_dim / 2;
         let mut r = 0;
         for (cache, &(pos, n)) in caches.iter_mut().zip(seqs) {
             let held = cache.len(shape)?;
@@ -463,26 +468,10 @@ impl Layer {
                     "the KV cache holds {held} positions, not the {pos} before this input"
                 )));
             }
-            if pos.saturating_add(n) > w.rope.positions() {
-                return Err(candle_core::Error::Msg(format!(
-                    "positions {pos}..{}: the model's positions end at {}",
-                    pos.saturating_add(n),
-                    w.rope.positions()
-                )));
-            }
-            let (cos, sin) = w.rope.rows(pos, n);
-            for j in 0..n {
-                let at = j * half..(j + 1) * half;
-                push_step(
-                    cache,
-                    shape,
-                    (&cos[at.clone()], &sin[at]),
-                    &mut q[r * qn..(r + 1) * qn],
-                    &mut k[r * kn..(r + 1) * kn],
-                    &v[r * kn..(r + 1) * kn],
-                )?;
-                r += 1;
-            }
+            let rows = r * qn..(r + n) * qn;
+            let kv = r * kn..(r + n) * kn;
+            push_rows(cache, w, pos, &mut q[rows], &mut k[kv.clone()], &v[kv])?;
+            r += n;
         }
         let mut y = vec![0f32; q.len()];
         let views: Vec<(&KvCache, usize)> = caches
@@ -493,6 +482,36 @@ impl Layer {
         attend_steps(&views, shape, Span::default(), &q, &mut y)?;
         let y = Tensor::from_vec(y, (r, 1, qn), x.device())?;
         self.o.forward_rows(&y)
+    }
+
+    /// Attention for a chunk of one sequence's prompt (`x`: `(1, seq, width)`) by hand,
+    /// blocked ([`crate::chunk_attention`]), where the cache is on the host and the head
+    /// size is one it takes; `None` (the cache unchanged) elsewhere.
+    fn attention_by_hand(
+        &self,
+        cache: &mut KvCache,
+        x: &Tensor,
+        pos: usize,
+        w: &Weights,
+    ) -> Result<Option<Tensor>> {
+        let shape = &w.heads;
+        if !matches!(cache, KvCache::Host { .. }) || !crate::chunk_attention::takes(shape.head_dim)
+        {
+            return Ok(None);
+        }
+        let (_, seq, _) = x.dims3()?;
+        let rows = |t: Tensor| t.flatten_all()?.to_vec1::<f32>();
+        let mut q = rows(self.q.forward(x)?)?;
+        let mut k = rows(self.k.forward(x)?)?;
+        let v = rows(self.v.forward(x)?)?;
+        push_rows(cache, w, pos, &mut q, &mut k, &v)?;
+        let KvCache::Host { k: ck, v: cv } = &*cache else {
+            return Ok(None);
+        };
+        let mut y = vec![0f32; q.len()];
+        crate::chunk_attention::attend_chunk((ck, cv), shape, pos, seq, &q, &mut y)?;
+        let y = Tensor::from_vec(y, (1, seq, shape.heads * shape.head_dim), x.device())?;
+        self.o.forward(&y).map(Some)
     }
 
     /// The rest of the layer after attention `a`: residual, feed-forward, residual
@@ -507,6 +526,44 @@ impl Layer {
         let gated = (candle_nn::ops::silu(&mul(&self.gate, &h)?)? * mul(&self.up, &h)?)?;
         mul(&self.down, &gated)? + x
     }
+}
+
+/// Rotates the queries and keys of `n` new rows of one sequence (`q`: `n x heads x
+/// head_dim`, `k` and `v`: `n x kv_heads x head_dim`) for positions `pos..pos + n` and
+/// appends the keys and values to its cache.
+fn push_rows(
+    cache: &mut KvCache,
+    w: &Weights,
+    pos: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &[f32],
+) -> Result<()> {
+    let shape = &w.heads;
+    let (qn, kn) = (
+        shape.heads * shape.head_dim,
+        shape.kv_heads * shape.head_dim,
+    );
+    let n = q.len() / qn;
+    if pos.saturating_add(n) > w.rope.positions() {
+        return Err(candle_core::Error::Msg(format!(
+            "positions {pos}..{}: the model's positions end at {}",
+            pos.saturating_add(n),
+            w.rope.positions()
+        )));
+    }
+    let half = shape.head_dim / 2;
+    let (cos, sin) = w.rope.rows(pos, n);
+    for (j, ((q, k), v)) in q
+        .chunks_exact_mut(qn)
+        .zip(k.chunks_exact_mut(kn))
+        .zip(v.chunks_exact(kn))
+        .enumerate()
+    {
+        let at = j * half..(j + 1) * half;
+        push_step(cache, shape, (&cos[at.clone()], &sin[at]), q, k, v)?;
+    }
+    Ok(())
 }
 
 impl Llama {
@@ -686,8 +743,12 @@ impl Llama {
             .embeddings
             .index_select(&ids, 0)?
             .reshape((1, seq, width))?;
-        // Which of the `pos + seq` keys each new position may not see (those after it).
-        let blocked = if seq > 1 {
+        // Which of the `pos + seq` keys each new position may not see (those after it),
+        // where candle attends (by hand, each row sees its own positions).
+        let by_hand = w.attention == Attention::ByHand
+            && input.device().is_cpu()
+            && crate::chunk_attention::takes(w.heads.head_dim);
+        let blocked = if seq > 1 && !by_hand {
             let kv = pos + seq;
             let cells: Vec<u8> = (0..seq)
                 .flat_map(|i| (0..kv).map(move |j| u8::from(j > pos + i)))
