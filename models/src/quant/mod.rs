@@ -154,7 +154,7 @@ pub fn matmul(
     if rows == 0 || out == 0 {
         return Ok(());
     }
-    let q: Vec<RowBlock> = x.chunks_exact(BLOCK).map(quantize_block).collect();
+    let q: Vec<RowBlock> = quantize_pieces(x, quantize_block);
     let pass = Pass {
         ty,
         simd: simd_available(),
@@ -283,24 +283,67 @@ fn quantize_block(x: &[f32]) -> RowBlock {
 /// A scale too small to invert quantizes the values to zeros; a value that is not finite
 /// makes `d` NaN, so that it reaches the output as a plain f32 product would carry it.
 pub(crate) fn quantize_32(x: &[f32], qs: &mut [i8; 32]) -> (f32, [i32; 2]) {
-    debug_assert_eq!(x.len(), 32);
-    if x.iter().any(|v| !v.is_finite()) {
+    let x: &[f32; 32] = x.try_into().expect("32 values");
+    // Lane by lane, so that the loops vectorize.
+    let mut amax = [0f32; 16];
+    let mut finite = [true; 16];
+    for half in x.chunks_exact(16) {
+        for ((m, f), &v) in amax.iter_mut().zip(&mut finite).zip(half) {
+            *m = m.max(v.abs());
+            *f &= v.is_finite();
+        }
+    }
+    if !finite.iter().fold(true, |a, &f| a & f) {
         *qs = [0; 32];
         return (f32::NAN, [0; 2]);
     }
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let amax = amax.iter().fold(0f32, |m, &v| m.max(v));
     let d = match amax / 127.0 {
         d if d.is_normal() => d,
         _ => 0.0,
     };
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut sums = [0i32; 2];
-    for (k, (q, &v)) in qs.iter_mut().zip(x).enumerate() {
-        // |v * inv| <= 127 up to rounding; clamped so that -128 never appears.
-        *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
-        sums[k / 16] += i32::from(*q);
+    for (q, &v) in qs.iter_mut().zip(x) {
+        // |v * inv| <= 127 up to rounding; clamped so that -128 never appears. Ties go to
+        // even, as the SIMD rounding instructions do.
+        *q = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
     }
-    (d, sums)
+    let sum = |h: &[i8]| h.iter().map(|&q| i32::from(q)).sum::<i32>();
+    (d, [sum(&qs[..16]), sum(&qs[16..])])
+}
+
+/// Values from which [`quantize_pieces`] splits the work among threads.
+const PARALLEL_MIN_VALUES: usize = 1 << 15;
+
+/// `quantize` of each 32 values of `x` (a multiple of 32 long), in order; a long input's
+/// pieces are split among candle's pool of threads.
+pub(crate) fn quantize_pieces<T: Copy + Default + Send + Sync>(
+    x: &[f32],
+    quantize: fn(&[f32]) -> T,
+) -> Vec<T> {
+    if x.len() < PARALLEL_MIN_VALUES {
+        return x.chunks_exact(32).map(quantize).collect();
+    }
+    let pieces = x.len() / 32;
+    let mut out = vec![T::default(); pieces];
+    let per_chunk = 256;
+    let base = out.as_mut_ptr() as usize;
+    candle_core::utils::barrier_pool().execute_chunked(pieces.div_ceil(per_chunk), |range| {
+        for c in range {
+            let at = c * per_chunk..pieces.min((c + 1) * per_chunk);
+            // SAFETY: chunk c writes only pieces `at`, which no other chunk writes, and
+            // `out` (`pieces` long) outlives the call.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut((base as *mut T).add(at.start), at.len()) };
+            for (d, piece) in dst
+                .iter_mut()
+                .zip(x[at.start * 32..at.end * 32].chunks_exact(32))
+            {
+                *d = quantize(piece);
+            }
+        }
+    });
+    out
 }
 
 fn simd_available() -> bool {

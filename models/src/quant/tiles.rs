@@ -299,7 +299,7 @@ impl Packed {
         if rows == 0 || out == 0 {
             return Ok(());
         }
-        let xq: Vec<XPiece> = x.chunks_exact(32).map(quantize_piece).collect();
+        let xq: Vec<XPiece> = super::quantize_pieces(x, quantize_piece);
         let tiles = out.div_ceil(TILE);
         let pass = Pass {
             w: self,
