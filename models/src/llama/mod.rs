@@ -10,22 +10,24 @@
 //! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K where the CPU has AVX-512 VNNI (prompt chunks
 //! too: it reads each weight once for 8 rows, and its form is slow to dequantize), else an
 //! AVX2 one for Q4_1 and Q8_0; and attention by hand over KV caches appended in place
-//! ([`crate::attention`]). The
-//! steps of several sequences run as one pass ([`Llama::forward_batch`]): their rows go
-//! through each weight matrix together, each attends to its own cache.
+//! ([`crate::attention`]; a prompt chunk's rows in blocks that share each key,
+//! [`crate::chunk_attention`]). The steps of several sequences run as one pass
+//! ([`Llama::forward_batch`]): their rows go through each weight matrix together, each
+//! attends to its own cache. The weight matrices and their kernels are in `linear.rs`.
 //!
 //! Mixture-of-experts GGUFs keep candle-transformers' model ([`GgufNet::Experts`]).
 
+mod gguf_net;
+mod linear;
+
+pub use gguf_net::GgufNet;
+pub use linear::Kernels;
+
 use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
-use crate::candle_lm::CandleNet;
-use crate::gpt_oss::GptOss;
-use crate::gpt_oss::device::DeviceGptOss;
-use crate::quant::{Packed, WeightType};
 use crate::rope::RopeAngles;
 use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{D, Device, IndexOp, Module, Result, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
+use candle_core::{Device, IndexOp, Result, Tensor};
+use linear::{Linear, RmsNorm};
 use std::sync::Arc;
 
 /// Rows from which a multiplication dequantizes its weight instead of running candle's
@@ -47,294 +49,14 @@ pub const STEP_MAX_POSITIONS: usize = 128;
 /// dequantized, 200 tokens at 215-280 against 336.
 pub const KERNEL_GEMM_MIN_ROWS: usize = 128;
 
-/// A GGUF network.
-#[derive(Clone)]
-pub enum GgufNet {
-    /// Dense llama-family models (Llama, SmolLM2, Mistral, ...): [`Llama`].
-    Dense(Llama),
-    /// Llama-family mixture-of-experts models: candle-transformers' `quantized_llama`.
-    Experts(Box<ModelWeights>),
-    /// gpt-oss ([`crate::gpt_oss`]).
-    GptOss(GptOss),
-    /// gpt-oss on a device other than the CPU ([`crate::gpt_oss::device`]).
-    GptOssDevice(DeviceGptOss),
-}
-
-impl CandleNet for GgufNet {
-    fn forward(&mut self, input: &Tensor, pos: usize) -> Result<Tensor> {
-        match self {
-            GgufNet::Dense(m) => m.forward(input, pos),
-            GgufNet::Experts(m) => m.forward(input, pos),
-            GgufNet::GptOss(m) => CandleNet::forward(m, input, pos),
-            GgufNet::GptOssDevice(m) => m.forward(input, pos),
-        }
-    }
-
-    fn fresh(&self) -> GgufNet {
-        match self {
-            GgufNet::Dense(m) => GgufNet::Dense(m.fresh()),
-            GgufNet::Experts(m) => {
-                let mut m = m.clone();
-                m.clear_kv_cache();
-                GgufNet::Experts(m)
-            }
-            GgufNet::GptOss(m) => GgufNet::GptOss(m.fresh()),
-            GgufNet::GptOssDevice(m) => GgufNet::GptOssDevice(m.fresh()),
-        }
-    }
-
-    fn forward_batch(
-        nets: &mut [&mut GgufNet],
-        tokens: &[&[u32]],
-        pos: &[usize],
-        device: &Device,
-    ) -> Result<Tensor> {
-        let n = nets.len();
-        let mut dense = Vec::with_capacity(n);
-        let mut gpt_oss = Vec::with_capacity(n);
-        for net in nets.iter_mut() {
-            match &mut **net {
-                GgufNet::Dense(m) => dense.push(m),
-                GgufNet::GptOss(m) => gpt_oss.push(m),
-                GgufNet::Experts(_) | GgufNet::GptOssDevice(_) => break,
-            }
-        }
-        if dense.len() == n {
-            return Llama::forward_batch(&mut dense, tokens, pos);
-        }
-        if gpt_oss.len() == n {
-            return GptOss::forward_batch(&mut gpt_oss, tokens, pos);
-        }
-        drop((dense, gpt_oss));
-        crate::candle_lm::forward_one_by_one(nets, tokens, pos, device)
-    }
-
-    fn copy_prefix(&self, positions: usize) -> Option<GgufNet> {
-        match self {
-            GgufNet::Dense(m) => m.copy_prefix(positions).ok().map(GgufNet::Dense),
-            GgufNet::Experts(_) | GgufNet::GptOss(_) | GgufNet::GptOssDevice(_) => None,
-        }
-    }
-
-    fn kv_cache_bytes(&self) -> Option<usize> {
-        match self {
-            GgufNet::Dense(m) => Some(m.kv_cache_bytes()),
-            GgufNet::Experts(_) | GgufNet::GptOss(_) | GgufNet::GptOssDevice(_) => None,
-        }
-    }
-
-    fn clear_kv_cache(&mut self) {
-        match self {
-            GgufNet::Dense(m) => m.clear_kv_cache(),
-            GgufNet::Experts(m) => m.clear_kv_cache(),
-            GgufNet::GptOss(m) => m.clear_kv_cache(),
-            GgufNet::GptOssDevice(m) => m.clear_kv_cache(),
-        }
-    }
-}
-
-/// Which kernels multiply a [`Llama`]'s quantized weights.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kernels {
-    /// corral's own ([`crate::quant`]) on the CPU: the tiled kernel for every layout it
-    /// reads where the CPU has AVX-512 VNNI, else the AVX2 kernel for Q4_1 and Q8_0;
-    /// candle's quantized kernel for others, and prompt chunks of many rows on dequantized
-    /// weights.
-    Own,
-    /// The same without the tiled kernel (to measure what it gives): the AVX2 kernel for
-    /// Q4_1 and Q8_0, candle's for the others.
-    Untiled,
-    /// candle's quantized kernel (as candle-transformers' `quantized_llama`), prompt
-    /// chunks of many rows on dequantized weights.
-    Candle,
-    /// Every multiplication on f32 weights, dequantized once when chosen (memory: the
-    /// model in f32): the closest to the weights' values (activations are not rounded to
-    /// 8 bits).
-    Dequantized,
-}
-
 /// How a [`Llama`] computes a decoding step's attention on the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attention {
     /// By hand over the KV cache ([`crate::attention`]); the default.
     ByHand,
-    /// Through candle's tensor operations, as candle-transformers' `quantized_llama` (and
-    /// prompt chunks) do.
+    /// Through candle's tensor operations, as candle-transformers' `quantized_llama` does
+    /// (prompt chunks too).
     Candle,
-}
-
-/// A weight matrix `(out, in)`, kept quantized.
-#[derive(Clone)]
-struct Linear {
-    weight: Weight,
-    /// The weight dequantized once, under [`Kernels::Dequantized`].
-    dequantized: Option<Tensor>,
-}
-
-/// Where a [`Linear`]'s weight is held, which decides the kernel that multiplies it.
-#[derive(Clone)]
-enum Weight {
-    /// As candle holds it: candle's kernel, or corral's AVX2 one ([`crate::quant::matmul`])
-    /// for Q4_1 and Q8_0 on the CPU.
-    Candle {
-        weight: Arc<QTensor>,
-        quantized: QMatMul,
-        kernel: Option<WeightType>,
-    },
-    /// Repacked for corral's tiled kernel ([`crate::quant::Packed`]), on CPUs with
-    /// AVX-512 VNNI, for every block layout it reads; the file's bytes are not kept.
-    Tiled(Arc<Packed>),
-}
-
-impl Linear {
-    fn new(weight: QTensor, kernels: Kernels) -> Result<Linear> {
-        let msg = candle_core::Error::Msg;
-        let tiled = match (kernels, weight.device().is_cpu()) {
-            (Kernels::Own, true) if crate::quant::tiled_kernel_is_fast() => {
-                let (out, inp) = weight.shape().dims2()?;
-                // A type it does not read stays with candle.
-                Packed::new(weight.dtype(), &weight.data()?, out, inp)
-                    .map_err(candle_core::Error::wrap)?
-            }
-            _ => None,
-        };
-        let weight = match tiled {
-            Some(p) => Weight::Tiled(Arc::new(p)),
-            None => {
-                let weight = Arc::new(weight);
-                let kernel = match (kernels, weight.dtype()) {
-                    _ if !weight.device().is_cpu() => None,
-                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q4_1) => Some(WeightType::Q4_1),
-                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q8_0) => Some(WeightType::Q8_0),
-                    _ => None,
-                };
-                Weight::Candle {
-                    // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
-                    quantized: QMatMul::from_arc(weight.clone())?,
-                    weight,
-                    kernel,
-                }
-            }
-        };
-        let mut linear = Linear {
-            weight,
-            dequantized: None,
-        };
-        if kernels == Kernels::Dequantized {
-            linear.dequantized = Some(
-                linear
-                    .dequantize(&Device::Cpu)
-                    .map_err(|e| msg(e.to_string()))?,
-            );
-        }
-        Ok(linear)
-    }
-
-    /// The weight in f32.
-    fn dequantize(&self, device: &Device) -> Result<Tensor> {
-        match &self.weight {
-            Weight::Candle { weight, .. } => weight.dequantize(device),
-            Weight::Tiled(p) => Tensor::from_vec(p.dequantize(), p.dims(), device),
-        }
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if let Some(w) = &self.dequantized {
-            return QMatMul::Tensor(w.clone()).forward(x);
-        }
-        let rows = x.elem_count() / x.dim(D::Minus1)?;
-        match &self.weight {
-            // Every row count: dequantizing the tiled form per call costs more than the
-            // f32 multiply saves (654-token prompts ran at 79 tok/s that way).
-            Weight::Tiled(p) => tiled_forward(p, x),
-            Weight::Candle {
-                weight,
-                quantized,
-                kernel,
-            } => {
-                let gemm_rows = match kernel {
-                    Some(_) => KERNEL_GEMM_MIN_ROWS,
-                    None => GEMM_MIN_ROWS,
-                };
-                match (quantized, kernel) {
-                    (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
-                        QMatMul::Tensor(weight.dequantize(x.device())?).forward(x)
-                    }
-                    (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => {
-                        kernel_forward(weight, *ty, x)
-                    }
-                    (q, _) => q.forward(x),
-                }
-            }
-        }
-    }
-
-    /// The same for the rows of a step pass ([`Llama::forward_batch`]): always the
-    /// quantized kernel a decoding step uses, however many rows, so each row's result is
-    /// the same whatever it is batched with (the dequantized path rounds differently).
-    fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
-        if self.dequantized.is_some() {
-            return self.forward(x);
-        }
-        match &self.weight {
-            Weight::Tiled(p) => tiled_forward(p, x),
-            Weight::Candle {
-                weight,
-                quantized: QMatMul::QTensor(_),
-                kernel: Some(ty),
-            } if x.device().is_cpu() => kernel_forward(weight, *ty, x),
-            Weight::Candle { quantized, .. } => quantized.forward(x),
-        }
-    }
-}
-
-/// `x * weight^T` through [`crate::quant::matmul`].
-fn kernel_forward(weight: &QTensor, ty: WeightType, x: &Tensor) -> Result<Tensor> {
-    let (out, inp) = weight.shape().dims2()?;
-    let values = x.flatten_all()?.to_vec1::<f32>()?;
-    let mut dst = vec![0f32; values.len() / inp * out];
-    let data = weight.data()?;
-    crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
-        .map_err(candle_core::Error::wrap)?;
-    output(dst, x, out)
-}
-
-/// `x * weight^T` through the tiled kernel.
-fn tiled_forward(p: &Packed, x: &Tensor) -> Result<Tensor> {
-    let out = p.dims().0;
-    let values = x.flatten_all()?.to_vec1::<f32>()?;
-    let mut dst = vec![0f32; values.len() / p.dims().1 * out];
-    p.matmul(&values, &mut dst)
-        .map_err(candle_core::Error::wrap)?;
-    output(dst, x, out)
-}
-
-/// `dst` shaped as `x` with its last dimension `out`.
-fn output(dst: Vec<f32>, x: &Tensor, out: usize) -> Result<Tensor> {
-    let mut dims = x.dims().to_vec();
-    if let Some(last) = dims.last_mut() {
-        *last = out;
-    }
-    Tensor::from_vec(dst, dims, x.device())
-}
-
-#[derive(Clone)]
-struct RmsNorm {
-    weight: Tensor,
-    eps: f32,
-}
-
-impl RmsNorm {
-    fn new(weight: QTensor, eps: f32) -> Result<RmsNorm> {
-        Ok(RmsNorm {
-            weight: weight.dequantize(&weight.device())?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        candle_nn::ops::rms_norm(x, &self.weight, self.eps)
-    }
 }
 
 /// One layer's weights.

@@ -1,0 +1,201 @@
+//! The weight matrices of a [`super::Llama`] and the kernels that multiply them.
+
+use super::{GEMM_MIN_ROWS, KERNEL_GEMM_MIN_ROWS};
+use crate::quant::{Packed, WeightType};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{D, Device, Module, Result, Tensor};
+use std::sync::Arc;
+
+/// Which kernels multiply a [`Llama`]'s quantized weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// corral's own ([`crate::quant`]) on the CPU: the tiled kernel for every layout it
+    /// reads where the CPU has AVX-512 VNNI, else the AVX2 kernel for Q4_1 and Q8_0;
+    /// candle's quantized kernel for others, and prompt chunks of many rows on dequantized
+    /// weights.
+    Own,
+    /// The same without the tiled kernel (to measure what it gives): the AVX2 kernel for
+    /// Q4_1 and Q8_0, candle's for the others.
+    Untiled,
+    /// candle's quantized kernel (as candle-transformers' `quantized_llama`), prompt
+    /// chunks of many rows on dequantized weights.
+    Candle,
+    /// Every multiplication on f32 weights, dequantized once when chosen (memory: the
+    /// model in f32): the closest to the weights' values (activations are not rounded to
+    /// 8 bits).
+    Dequantized,
+}
+
+/// A weight matrix `(out, in)`, kept quantized.
+#[derive(Clone)]
+pub(super) struct Linear {
+    weight: Weight,
+    /// The weight dequantized once, under [`Kernels::Dequantized`].
+    dequantized: Option<Tensor>,
+}
+
+/// Where a [`Linear`]'s weight is held, which decides the kernel that multiplies it.
+#[derive(Clone)]
+enum Weight {
+    /// As candle holds it: candle's kernel, or corral's AVX2 one ([`crate::quant::matmul`])
+    /// for Q4_1 and Q8_0 on the CPU.
+    Candle {
+        weight: Arc<QTensor>,
+        quantized: QMatMul,
+        kernel: Option<WeightType>,
+    },
+    /// Repacked for corral's tiled kernel ([`crate::quant::Packed`]), on CPUs with
+    /// AVX-512 VNNI, for every block layout it reads; the file's bytes are not kept.
+    Tiled(Arc<Packed>),
+}
+
+impl Linear {
+    pub(super) fn new(weight: QTensor, kernels: Kernels) -> Result<Linear> {
+        let msg = candle_core::Error::Msg;
+        let tiled = match (kernels, weight.device().is_cpu()) {
+            (Kernels::Own, true) if crate::quant::tiled_kernel_is_fast() => {
+                let (out, inp) = weight.shape().dims2()?;
+                // A type it does not read stays with candle.
+                Packed::new(weight.dtype(), &weight.data()?, out, inp)
+                    .map_err(candle_core::Error::wrap)?
+            }
+            _ => None,
+        };
+        let weight = match tiled {
+            Some(p) => Weight::Tiled(Arc::new(p)),
+            None => {
+                let weight = Arc::new(weight);
+                let kernel = match (kernels, weight.dtype()) {
+                    _ if !weight.device().is_cpu() => None,
+                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q4_1) => Some(WeightType::Q4_1),
+                    (Kernels::Own | Kernels::Untiled, GgmlDType::Q8_0) => Some(WeightType::Q8_0),
+                    _ => None,
+                };
+                Weight::Candle {
+                    // Unquantized (f32, f16, bf16) weights become plain f32 tensors here.
+                    quantized: QMatMul::from_arc(weight.clone())?,
+                    weight,
+                    kernel,
+                }
+            }
+        };
+        let mut linear = Linear {
+            weight,
+            dequantized: None,
+        };
+        if kernels == Kernels::Dequantized {
+            linear.dequantized = Some(
+                linear
+                    .dequantize(&Device::Cpu)
+                    .map_err(|e| msg(e.to_string()))?,
+            );
+        }
+        Ok(linear)
+    }
+
+    /// The weight in f32.
+    pub(super) fn dequantize(&self, device: &Device) -> Result<Tensor> {
+        match &self.weight {
+            Weight::Candle { weight, .. } => weight.dequantize(device),
+            Weight::Tiled(p) => Tensor::from_vec(p.dequantize(), p.dims(), device),
+        }
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(w) = &self.dequantized {
+            return QMatMul::Tensor(w.clone()).forward(x);
+        }
+        let rows = x.elem_count() / x.dim(D::Minus1)?;
+        match &self.weight {
+            // Every row count: dequantizing the tiled form per call costs more than the
+            // f32 multiply saves (654-token prompts ran at 79 tok/s that way).
+            Weight::Tiled(p) => tiled_forward(p, x),
+            Weight::Candle {
+                weight,
+                quantized,
+                kernel,
+            } => {
+                let gemm_rows = match kernel {
+                    Some(_) => KERNEL_GEMM_MIN_ROWS,
+                    None => GEMM_MIN_ROWS,
+                };
+                match (quantized, kernel) {
+                    (QMatMul::QTensor(_), _) if rows >= gemm_rows && x.device().is_cpu() => {
+                        QMatMul::Tensor(weight.dequantize(x.device())?).forward(x)
+                    }
+                    (QMatMul::QTensor(_), Some(ty)) if x.device().is_cpu() => {
+                        kernel_forward(weight, *ty, x)
+                    }
+                    (q, _) => q.forward(x),
+                }
+            }
+        }
+    }
+
+    /// The same for the rows of a step pass ([`Llama::forward_batch`]): always the
+    /// quantized kernel a decoding step uses, however many rows, so each row's result is
+    /// the same whatever it is batched with (the dequantized path rounds differently).
+    pub(super) fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
+        if self.dequantized.is_some() {
+            return self.forward(x);
+        }
+        match &self.weight {
+            Weight::Tiled(p) => tiled_forward(p, x),
+            Weight::Candle {
+                weight,
+                quantized: QMatMul::QTensor(_),
+                kernel: Some(ty),
+            } if x.device().is_cpu() => kernel_forward(weight, *ty, x),
+            Weight::Candle { quantized, .. } => quantized.forward(x),
+        }
+    }
+}
+
+/// `x * weight^T` through [`crate::quant::matmul`].
+fn kernel_forward(weight: &QTensor, ty: WeightType, x: &Tensor) -> Result<Tensor> {
+    let (out, inp) = weight.shape().dims2()?;
+    let values = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut dst = vec![0f32; values.len() / inp * out];
+    let data = weight.data()?;
+    crate::quant::matmul(ty, &data, out, inp, &values, &mut dst)
+        .map_err(candle_core::Error::wrap)?;
+    output(dst, x, out)
+}
+
+/// `x * weight^T` through the tiled kernel.
+fn tiled_forward(p: &Packed, x: &Tensor) -> Result<Tensor> {
+    let out = p.dims().0;
+    let values = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut dst = vec![0f32; values.len() / p.dims().1 * out];
+    p.matmul(&values, &mut dst)
+        .map_err(candle_core::Error::wrap)?;
+    output(dst, x, out)
+}
+
+/// `dst` shaped as `x` with its last dimension `out`.
+fn output(dst: Vec<f32>, x: &Tensor, out: usize) -> Result<Tensor> {
+    let mut dims = x.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = out;
+    }
+    Tensor::from_vec(dst, dims, x.device())
+}
+
+#[derive(Clone)]
+pub(super) struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub(super) fn new(weight: QTensor, eps: f32) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: weight.dequantize(&weight.device())?,
+            eps,
+        })
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::rms_norm(x, &self.weight, self.eps)
+    }
+}
