@@ -73,10 +73,16 @@ impl PromptCache {
         })
     }
 
-    /// Keeps the first `tokens.len()` positions of `sequence` (which holds at least that
-    /// many) under `tokens`: an entry whose tokens start the new ones is replaced, and
-    /// nothing is added when an entry already starts with them.
-    pub fn insert(&mut self, lm: &dyn CausalLm, tokens: &[TokenId], sequence: &Sequence) {
+    /// Keeps the first `tokens.len()` positions of `sequence` (which holds `held`, at
+    /// least that many) under `tokens`: an entry whose tokens start the new ones is
+    /// replaced, and nothing is added when an entry already starts with them.
+    pub fn insert(
+        &mut self,
+        lm: &dyn CausalLm,
+        tokens: &[TokenId],
+        sequence: &Sequence,
+        held: usize,
+    ) {
         if tokens.is_empty() || self.budget == 0 {
             return;
         }
@@ -88,6 +94,12 @@ impl PromptCache {
             let entry = self.entries.remove(e);
             self.entries.push(entry);
             return;
+        }
+        // No copy that could exceed the budget is made: the sequence's bytes per position
+        // (its buffers' spare room counted) bound the copy's.
+        match lm.sequence_bytes(sequence) {
+            Some(b) if held >= tokens.len() && b / held * tokens.len() <= self.budget => {}
+            _ => return,
         }
         let Some(copy) = lm.copy_prefix(sequence, tokens.len()) else {
             return;
@@ -127,8 +139,17 @@ mod tests {
     use super::*;
     use corral_engine::{BatchItem, Logits, ModelError};
 
-    /// A model whose sequences are the count of positions they hold, 10 bytes each.
-    struct Counting;
+    /// A model whose sequences are the count of positions they hold, 10 bytes each; it
+    /// counts the copies it makes.
+    struct Counting {
+        copies: std::cell::Cell<usize>,
+    }
+
+    fn lm() -> Counting {
+        Counting {
+            copies: std::cell::Cell::new(0),
+        }
+    }
 
     impl CausalLm for Counting {
         fn forward(&mut self, _: &[TokenId], _: usize) -> Result<Box<dyn Logits>, ModelError> {
@@ -152,6 +173,7 @@ mod tests {
         }
         fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
             let held = *sequence.downcast_ref::<usize>()?;
+            self.copies.set(self.copies.get() + 1);
             Some(Sequence::new(positions.min(held)))
         }
         fn sequence_bytes(&self, sequence: &Sequence) -> Option<usize> {
@@ -165,7 +187,12 @@ mod tests {
 
     /// Puts `tokens` in the cache as a sequence that ran them all.
     fn keep(cache: &mut PromptCache, tokens: &[u32]) {
-        cache.insert(&Counting, &ids(tokens), &Sequence::new(tokens.len()));
+        cache.insert(
+            &lm(),
+            &ids(tokens),
+            &Sequence::new(tokens.len()),
+            tokens.len(),
+        );
     }
 
     fn held(hit: &Hit) -> usize {
@@ -177,16 +204,16 @@ mod tests {
         let mut cache = PromptCache::new(1000);
         keep(&mut cache, &[1, 2, 3]);
         keep(&mut cache, &[1, 2, 7, 8, 9]);
-        let hit = cache.take(&Counting, &ids(&[1, 2, 7, 8, 5])).unwrap();
+        let hit = cache.take(&lm(), &ids(&[1, 2, 7, 8, 5])).unwrap();
         assert_eq!((hit.positions, held(&hit)), (4, 4));
         // The same prompt again: all but its last token.
-        let hit = cache.take(&Counting, &ids(&[1, 2, 3])).unwrap();
+        let hit = cache.take(&lm(), &ids(&[1, 2, 3])).unwrap();
         assert_eq!((hit.positions, held(&hit)), (2, 2));
         // Entries stay for later prompts.
         assert_eq!(cache.entries.len(), 2);
-        assert!(cache.take(&Counting, &ids(&[4, 1, 2])).is_none());
-        assert!(cache.take(&Counting, &ids(&[1])).is_none());
-        assert!(cache.take(&Counting, &ids(&[])).is_none());
+        assert!(cache.take(&lm(), &ids(&[4, 1, 2])).is_none());
+        assert!(cache.take(&lm(), &ids(&[1])).is_none());
+        assert!(cache.take(&lm(), &ids(&[])).is_none());
     }
 
     #[test]
@@ -196,17 +223,17 @@ mod tests {
         keep(&mut cache, &[2, 2, 2, 2]);
         assert_eq!(cache.bytes(), 80);
         // Using the first makes the second the oldest.
-        assert!(cache.take(&Counting, &ids(&[1, 1, 5])).is_some());
+        assert!(cache.take(&lm(), &ids(&[1, 1, 5])).is_some());
         keep(&mut cache, &[3, 3, 3]);
         assert_eq!(cache.bytes(), 70);
-        assert!(cache.take(&Counting, &ids(&[2, 2, 5])).is_none());
-        assert!(cache.take(&Counting, &ids(&[1, 1, 5])).is_some());
+        assert!(cache.take(&lm(), &ids(&[2, 2, 5])).is_none());
+        assert!(cache.take(&lm(), &ids(&[1, 1, 5])).is_some());
         // Larger than the whole budget: not kept, nothing evicted.
         keep(&mut cache, &[4; 11]);
         assert_eq!(cache.bytes(), 70);
         let mut off = PromptCache::new(0);
         keep(&mut off, &[1, 2, 3]);
-        assert!(off.take(&Counting, &ids(&[1, 2, 3, 4])).is_none());
+        assert!(off.take(&lm(), &ids(&[1, 2, 3, 4])).is_none());
     }
 
     #[test]
@@ -218,7 +245,17 @@ mod tests {
         keep(&mut cache, &[1, 2, 3]);
         assert_eq!((cache.entries.len(), cache.bytes()), (1, 40));
         // Only the positions asked for are kept, however many the sequence holds.
-        cache.insert(&Counting, &ids(&[9, 9]), &Sequence::new(50usize));
+        cache.insert(&lm(), &ids(&[9, 9]), &Sequence::new(50usize), 50);
         assert_eq!(cache.bytes(), 60);
+    }
+
+    #[test]
+    fn a_prompt_too_large_for_the_budget_is_not_copied() {
+        let lm = lm();
+        let mut cache = PromptCache::new(100);
+        cache.insert(&lm, &ids(&[1; 11]), &Sequence::new(11usize), 11);
+        assert_eq!((lm.copies.get(), cache.bytes()), (0, 0));
+        cache.insert(&lm, &ids(&[1; 10]), &Sequence::new(10usize), 10);
+        assert_eq!((lm.copies.get(), cache.bytes()), (1, 100));
     }
 }

@@ -235,7 +235,7 @@ fn still_wanted(r: &Running, max_positions: usize, metrics: &Metrics) -> bool {
 fn retire(r: &Running, lm: &dyn CausalLm, cache: &mut PromptCache, metrics: &Metrics) {
     if r.sound {
         let ran = r.pos.min(r.prompt.len());
-        cache.insert(lm, &r.prompt[..ran], &r.sequence);
+        cache.insert(lm, &r.prompt[..ran], &r.sequence, r.pos);
         metrics
             .prompt_cache_bytes
             .store(cache.bytes() as u64, Relaxed);
