@@ -364,7 +364,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     // Rounds to the nearest integer for |t| < 2^22.
     const ROUND: f32 = 12_582_912.0;
     let below = x < -87.0;
-    let x = x.max(-87.0);
+    // Not `max`, which would turn NaN into -87: NaN stays NaN.
+    let x = if below { -87.0 } else { x };
     let k = (x * LOG2_E + ROUND) - ROUND;
     let r = (x - k * LN2_HI) - k * LN2_LO;
     // e^r by its Taylor series to r^6 (|r| <= ln 2 / 2).
@@ -397,6 +398,7 @@ mod tests {
         assert!(worst < 1e-6, "largest relative error {worst}");
         assert_eq!(exp(0.0), 1.0);
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
     }
 
     /// Every row of a chunk, at several positions of a cache that already holds some,
