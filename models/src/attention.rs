@@ -16,8 +16,9 @@
 //!
 //! Several new positions of one sequence (a short prompt, or a piece of one beside other
 //! sequences' steps) go the same way, each row seeing its own prefix of the cache, so a
-//! position's result is the same however its rows are grouped. Long prompt chunks attend
-//! by hand too, in blocks of rows that share each key ([`crate::chunk_attention`]). On
+//! position's result is the same however its rows are grouped within step passes. Long
+//! prompt chunks attend by hand too, in blocks of rows that share each key
+//! ([`crate::chunk_attention`]), rounding differently. On
 //! other devices (CUDA) the cache stays candle tensors, concatenated as before.
 
 use candle_core::{Result, Tensor};

@@ -506,7 +506,7 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
 
 /// A prompt that starts as an earlier one did copies those positions from the prompt
 /// cache and runs only the rest (at least its last token): the same prompt again, and
-/// another question after the same system turn. Greedy outputs are those of a server
+/// another question after the same system turn. Greedy outputs here are those of a server
 /// without the cache, and the cache's bytes are counted.
 #[test]
 fn a_prompt_sharing_an_earlier_start_runs_only_the_rest() {
