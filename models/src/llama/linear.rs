@@ -181,6 +181,85 @@ fn output(dst: Vec<f32>, x: &Tensor, out: usize) -> Result<Tensor> {
     Tensor::from_vec(dst, dims, x.device())
 }
 
+/// The token embedding table.
+#[derive(Clone)]
+pub(super) enum Embeddings {
+    /// In f32 (on a device, or beside candle's kernels).
+    Dense(Tensor),
+    /// Kept quantized in the tiled form on the CPU, each looked-up row dequantized: the
+    /// output matrix's own when the two are tied (as SmolLM2's are), so the table costs no
+    /// memory of its own (in f32 it was 113 MB for SmolLM2).
+    Packed(Arc<Packed>),
+}
+
+impl Embeddings {
+    /// The table `token_embd.weight`, when the file has an output matrix of its own.
+    pub(super) fn new(table: QTensor, kernels: Kernels) -> Result<Embeddings> {
+        if kernels == Kernels::Own && table.device().is_cpu() {
+            let (vocab, width) = table.shape().dims2()?;
+            if let Some(p) = Packed::new(table.dtype(), &table.data()?, vocab, width)
+                .map_err(candle_core::Error::wrap)?
+            {
+                return Ok(Embeddings::Packed(Arc::new(p)));
+            }
+        }
+        Ok(Embeddings::Dense(table.dequantize(&table.device())?))
+    }
+
+    /// The table tied to the output matrix `output` (built from the same tensor).
+    pub(super) fn tied(output: &Linear, kernels: Kernels, device: &Device) -> Result<Embeddings> {
+        match &output.weight {
+            Weight::Tiled(p) => Ok(Embeddings::Packed(p.clone())),
+            Weight::Candle { weight, .. } if kernels == Kernels::Own && device.is_cpu() => {
+                let (vocab, width) = weight.shape().dims2()?;
+                match Packed::new(weight.dtype(), &weight.data()?, vocab, width)
+                    .map_err(candle_core::Error::wrap)?
+                {
+                    Some(p) => Ok(Embeddings::Packed(Arc::new(p))),
+                    None => Ok(Embeddings::Dense(weight.dequantize(device)?)),
+                }
+            }
+            Weight::Candle { weight, .. } => Ok(Embeddings::Dense(weight.dequantize(device)?)),
+        }
+    }
+
+    /// Values per token.
+    pub(super) fn width(&self) -> Result<usize> {
+        match self {
+            Embeddings::Dense(t) => Ok(t.dims2()?.1),
+            Embeddings::Packed(p) => Ok(p.dims().1),
+        }
+    }
+
+    pub(super) fn device(&self) -> Device {
+        match self {
+            Embeddings::Dense(t) => t.device().clone(),
+            Embeddings::Packed(_) => Device::Cpu,
+        }
+    }
+
+    /// The rows of `ids` (a vector of token ids), `(ids, width)`; an error for an id past
+    /// the vocabulary.
+    pub(super) fn lookup(&self, ids: &Tensor) -> Result<Tensor> {
+        let p = match self {
+            Embeddings::Dense(t) => return t.index_select(ids, 0),
+            Embeddings::Packed(p) => p,
+        };
+        let (vocab, width) = p.dims();
+        let ids = ids.to_vec1::<u32>()?;
+        let mut rows = vec![0f32; ids.len() * width];
+        for (&id, row) in ids.iter().zip(rows.chunks_exact_mut(width)) {
+            if id as usize >= vocab {
+                return Err(candle_core::Error::Msg(format!(
+                    "token id {id} is past the vocabulary ({vocab} tokens)"
+                )));
+            }
+            p.dequantize_row(id as usize, row);
+        }
+        Tensor::from_vec(rows, (ids.len(), width), &Device::Cpu)
+    }
+}
+
 #[derive(Clone)]
 pub(super) struct RmsNorm {
     weight: Tensor,
@@ -197,5 +276,49 @@ impl RmsNorm {
 
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         candle_nn::ops::rms_norm(x, &self.weight, self.eps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table kept packed reads back the rows candle dequantizes (up to the rounding of
+    /// `u * d + m` against `(u - z) * d`), and refuses an id past its end.
+    #[test]
+    fn packed_embeddings_read_the_dequantized_rows() {
+        let (vocab, width) = (40, 256);
+        let values: Vec<f32> = (0..vocab * width)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let table = Tensor::from_vec(values, (vocab, width), &Device::Cpu).unwrap();
+        for dtype in [
+            GgmlDType::Q4_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&table, dtype).unwrap();
+            let expect = q.dequantize(&Device::Cpu).unwrap();
+            let e = Embeddings::new(q, Kernels::Own).unwrap();
+            assert!(matches!(e, Embeddings::Packed(_)), "{dtype:?}");
+            let ids = Tensor::new(&[3u32, 0, 39, 3], &Device::Cpu).unwrap();
+            let got = e.lookup(&ids).unwrap();
+            let want = expect.index_select(&ids, 0).unwrap();
+            let (got, want) = (
+                got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1e-2),
+                    "{dtype:?}: {g} vs {w}"
+                );
+            }
+            let past = Tensor::new(&[40u32], &Device::Cpu).unwrap();
+            let err = e.lookup(&past).unwrap_err().to_string();
+            assert!(err.contains("past the vocabulary"), "{err}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::rope::RopeAngles;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, IndexOp, Result, Tensor};
-use linear::{Linear, RmsNorm};
+use linear::{Embeddings, Linear, RmsNorm};
 use std::sync::Arc;
 
 /// Rows from which a multiplication dequantizes its weight instead of running candle's
@@ -76,7 +76,7 @@ struct Layer {
 /// The weights, shared by every sequence.
 #[derive(Clone)]
 struct Weights {
-    embeddings: Tensor,
+    embeddings: Embeddings,
     layers: Vec<Layer>,
     norm: RmsNorm,
     output: Linear,
@@ -345,11 +345,17 @@ impl Llama {
         };
         let rope = RopeAngles::from_gguf(content, rope_dim, factors)?;
         let embedding = tensor("token_embd.weight")?;
-        let embeddings = embedding.dequantize(device)?;
         let norm = RmsNorm::new(tensor("output_norm.weight")?, eps)?;
-        let output = match tensor("output.weight") {
-            Ok(w) => w,
-            Err(_) => embedding,
+        let (output, embeddings) = match tensor("output.weight") {
+            Ok(w) => (
+                Linear::new(w, kernels)?,
+                Embeddings::new(embedding, kernels)?,
+            ),
+            Err(_) => {
+                let output = Linear::new(embedding, kernels)?;
+                let embeddings = Embeddings::tied(&output, kernels, device)?;
+                (output, embeddings)
+            }
         };
         let mut layers = Vec::with_capacity(blocks);
         for i in 0..blocks {
@@ -370,7 +376,7 @@ impl Llama {
             embeddings,
             layers,
             norm,
-            output: Linear::new(output, kernels)?,
+            output,
             heads: Heads {
                 heads,
                 kv_heads,
@@ -459,11 +465,12 @@ impl Llama {
             self.clear_kv_cache();
         }
         let w = self.weights.clone();
-        let (_, width) = w.embeddings.dims2()?;
+        let width = w.embeddings.width()?;
         let ids = input.flatten_all()?;
         let mut x = w
             .embeddings
-            .index_select(&ids, 0)?
+            .lookup(&ids)?
+            .to_device(input.device())?
             .reshape((1, seq, width))?;
         // Which of the `pos + seq` keys each new position may not see (those after it),
         // where candle attends (by hand, each row sees its own positions).
@@ -507,7 +514,7 @@ impl Llama {
     ) -> Result<Tensor> {
         let n = nets.len();
         let w = crate::attention::batch_weights(nets.iter().map(|m| &m.weights), tokens, pos)?;
-        let dev = w.embeddings.device();
+        let dev = &w.embeddings.device();
         if !dev.is_cpu() || w.attention == Attention::Candle {
             // The step by hand needs the caches on the host: one sequence at a time,
             // through candle.
@@ -540,16 +547,13 @@ impl Llama {
                 m.clear_kv_cache();
             }
         }
-        let (_, width) = w.embeddings.dims2()?;
+        let width = w.embeddings.width()?;
         let ids: Vec<u32> = tokens.iter().flat_map(|t| t.iter().copied()).collect();
         let rows = ids.len();
         let seqs: Vec<(usize, usize)> =
             pos.iter().zip(tokens).map(|(&p, t)| (p, t.len())).collect();
         let ids = Tensor::new(ids, dev)?;
-        let mut x = w
-            .embeddings
-            .index_select(&ids, 0)?
-            .reshape((rows, 1, width))?;
+        let mut x = w.embeddings.lookup(&ids)?.reshape((rows, 1, width))?;
         for (l, layer) in w.layers.iter().enumerate() {
             let mut caches: Vec<&mut KvCache> = nets.iter_mut().map(|m| &mut m.caches[l]).collect();
             let a = layer.attention_steps(&mut caches, &layer.attn_norm.forward(&x)?, &seqs, &w)?;

@@ -277,14 +277,21 @@ impl Packed {
     pub fn dequantize(&self) -> Vec<f32> {
         let mut w = vec![0f32; self.out * self.inp];
         for (f, row) in w.chunks_exact_mut(self.inp).enumerate() {
-            for (p, values) in row.chunks_exact_mut(32).enumerate() {
-                let (u, d, m) = self.piece(f, p);
-                for (k, v) in values.iter_mut().enumerate() {
-                    *v = f32::from(u[k]) * d[k / 16] + m[k / 16];
-                }
-            }
+            self.dequantize_row(f, row);
         }
         w
+    }
+
+    /// Feature `f`'s weights as f32 into `row` (`inp` of them). Panics where `f` is not
+    /// below `out` or `row`'s length is not `inp`: callers check both.
+    pub fn dequantize_row(&self, f: usize, row: &mut [f32]) {
+        assert!(f < self.out && row.len() == self.inp);
+        for (p, values) in row.chunks_exact_mut(32).enumerate() {
+            let (u, d, m) = self.piece(f, p);
+            for (k, v) in values.iter_mut().enumerate() {
+                *v = f32::from(u[k]) * d[k / 16] + m[k / 16];
+            }
+        }
     }
 
     /// `dst (rows x out) = x (rows x inp) * w^T`; slices of matching sizes (checked).
