@@ -21,13 +21,14 @@
 //! ([`crate::chunk_attention`]), rounding differently. On
 //! other devices (CUDA) the cache stays candle tensors, concatenated as before.
 
+use crate::kv_store::{KvType, Values, ValuesRef};
 use candle_core::{Result, Tensor};
 
 /// Keys and values of the positions a layer has seen.
 #[derive(Clone, Debug)]
 pub(crate) enum KvCache {
     /// On the CPU: `[position][kv_head][head_dim]`, appended in place.
-    Host { k: Vec<f32>, v: Vec<f32> },
+    Host { k: Values, v: Values },
     /// On another device: `(1, kv_heads, positions, head_dim)` tensors, or none yet.
     Device(Option<(Tensor, Tensor)>),
 }
@@ -68,11 +69,12 @@ impl Heads {
 }
 
 impl KvCache {
-    pub(crate) fn new(on_cpu: bool) -> KvCache {
+    /// An empty cache; `ty` is the type of a host one's values.
+    pub(crate) fn new(on_cpu: bool, ty: KvType) -> KvCache {
         match on_cpu {
             true => KvCache::Host {
-                k: Vec::new(),
-                v: Vec::new(),
+                k: Values::new(ty),
+                v: Values::new(ty),
             },
             false => KvCache::Device(None),
         }
@@ -91,7 +93,7 @@ impl KvCache {
     /// Host bytes held (capacity), zero for a cache on a device.
     pub(crate) fn host_bytes(&self) -> usize {
         match self {
-            KvCache::Host { k, v } => 4 * (k.capacity() + v.capacity()),
+            KvCache::Host { k, v } => k.bytes() + v.bytes(),
             KvCache::Device(_) => 0,
         }
     }
@@ -111,10 +113,10 @@ impl KvCache {
     pub(crate) fn copy_prefix(&self, positions: usize, heads: &Heads) -> Result<KvCache> {
         Ok(match self {
             KvCache::Host { k, v } => {
-                let n = positions.saturating_mul(heads.row()).min(k.len());
+                let n = positions.saturating_mul(heads.row());
                 KvCache::Host {
-                    k: k[..n].to_vec(),
-                    v: v[..n].to_vec(),
+                    k: k.prefix(n),
+                    v: v.prefix(n),
                 }
             }
             KvCache::Device(None) => KvCache::Device(None),
@@ -149,11 +151,11 @@ impl KvCache {
                         .flatten_all()?
                         .to_vec1::<f32>()
                 };
-                append(ck, &rows(&k)?, kv_heads * head_dim);
-                append(cv, &rows(&v)?, kv_heads * head_dim);
+                ck.append(&rows(&k)?, kv_heads * head_dim);
+                cv.append(&rows(&v)?, kv_heads * head_dim);
                 let n = ck.len() / (kv_heads * head_dim);
-                let whole = |c: &[f32]| -> Result<Tensor> {
-                    Tensor::from_slice(c, (n, kv_heads, head_dim), k.device())?
+                let whole = |c: &Values| -> Result<Tensor> {
+                    Tensor::from_slice(&c.view().to_f32(), (n, kv_heads, head_dim), k.device())?
                         .transpose(0, 1)?
                         .contiguous()?
                         .unsqueeze(0)
@@ -225,20 +227,9 @@ pub(crate) fn push_step(
             Rope::Halves => rotate_halves(head, cos, sin),
         }
     }
-    append(ck, k, heads.row());
-    append(cv, v, heads.row());
+    ck.append(k, heads.row());
+    cv.append(v, heads.row());
     Ok(())
-}
-
-/// Appends `values` to a host cache of `row` floats per position, growing it by an eighth
-/// (at least 256 positions) when full rather than doubling it: a 2,550-token prompt held
-/// 4,096 positions' room that way, 40% of its cache unused.
-fn append(cache: &mut Vec<f32>, values: &[f32], row: usize) {
-    if cache.capacity() - cache.len() < values.len() {
-        let more = values.len().max(256 * row).max(cache.len() / 8);
-        cache.reserve_exact(more);
-    }
-    cache.extend_from_slice(values);
 }
 
 /// The second half, for several rows at once: row i attends to the first `views[i].1`
@@ -265,7 +256,8 @@ pub(crate) fn attend_steps(
         match cache {
             KvCache::Host { k, v } if seen * row <= k.len() => {
                 let first = span.window.map_or(0, |w| seen.saturating_sub(w));
-                host.push((&k[first * row..seen * row], &v[first * row..seen * row]))
+                let span = first * row..seen * row;
+                host.push((k.view().slice(span.clone()), v.view().slice(span)))
             }
             KvCache::Host { k, .. } => {
                 return Err(candle_core::Error::Msg(format!(
@@ -320,7 +312,7 @@ pub(crate) fn attend_steps(
 /// `groups x head_dim` values, `sinks`: their sink logits) over the positions of one
 /// sequence's cache it sees.
 fn attend_group(
-    (ck, cv): (&[f32], &[f32]),
+    (ck, cv): (ValuesRef, ValuesRef),
     heads: &Heads,
     g: usize,
     sinks: Option<&[f32]>,
@@ -334,8 +326,9 @@ fn attend_group(
     let scale = 1.0 / (d as f32).sqrt();
     // scores[r * n + j]: query head r of the group against position j.
     let mut scores = vec![0f32; groups * n];
+    let mut scratch = vec![0f32; d];
     for j in 0..n {
-        let key = &ck[j * row + g * d..j * row + (g + 1) * d];
+        let key = ck.read(j * row + g * d, &mut scratch);
         for (r, qh) in q.chunks_exact(d).enumerate() {
             scores[r * n + j] = dot(qh, key) * scale;
         }
@@ -357,7 +350,7 @@ fn attend_group(
     }
     out.fill(0.0);
     for j in 0..n {
-        let value = &cv[j * row + g * d..j * row + (g + 1) * d];
+        let value = cv.read(j * row + g * d, &mut scratch);
         for (r, oh) in out.chunks_exact_mut(d).enumerate() {
             let w = scores[r * n + j] / totals[r];
             for (o, x) in oh.iter_mut().zip(value) {
@@ -402,32 +395,4 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
-}
-
-#[cfg(test)]
-mod tests {
-    use super::append;
-
-    /// A cache holds a long prompt's positions with little room to spare, and steps after
-    /// it grow it by an eighth.
-    #[test]
-    fn a_cache_grows_by_an_eighth_not_twofold() {
-        let row = 192;
-        let mut cache = Vec::new();
-        append(&mut cache, &vec![1.0; 2_550 * row], row);
-        assert!(cache.capacity() < 2_551 * row, "{}", cache.capacity());
-        for _ in 0..10 {
-            append(&mut cache, &vec![2.0; row], row);
-        }
-        assert_eq!(cache.len(), 2_560 * row);
-        assert!(
-            cache.capacity() <= (2_550 + 2_550 / 8 + 1) * row,
-            "{}",
-            cache.capacity()
-        );
-        assert_eq!(cache[2_550 * row], 2.0);
-        let mut small = Vec::new();
-        append(&mut small, &vec![1.0; row], row);
-        assert!(small.capacity() >= 256 * row);
-    }
 }

@@ -15,6 +15,7 @@
 //! [`crate::attention::attend_steps`]'s.
 
 use crate::attention::Heads;
+use crate::kv_store::ValuesRef;
 use candle_core::Result;
 
 /// Rows of the chunk per part.
@@ -28,7 +29,7 @@ const KEYS: usize = 32;
 /// gets each row's output in the same layout. Head sizes other than 64 and 128 return
 /// `Ok(false)` (the caller attends another way), having written nothing.
 pub(crate) fn attend_chunk(
-    kv: (&[f32], &[f32]),
+    kv: (ValuesRef, ValuesRef),
     heads: &Heads,
     pos: usize,
     n: usize,
@@ -40,7 +41,7 @@ pub(crate) fn attend_chunk(
 
 /// [`attend_chunk`], its tile loops on AVX-512 or portable.
 fn attend(
-    (k, v): (&[f32], &[f32]),
+    (k, v): (ValuesRef, ValuesRef),
     heads: &Heads,
     (pos, n): (usize, usize),
     q: &[f32],
@@ -103,11 +104,13 @@ pub(crate) fn takes(head_dim: usize) -> bool {
 /// The first `end` keys, per key-value head, per tile of [`KEYS`] positions, transposed:
 /// `[head][tile][value][position in the tile]`, the last tile padded with zeros. Made once
 /// per chunk and read by every block.
-fn transposed(k: &[f32], heads: &Heads, end: usize) -> Vec<[f32; KEYS]> {
+fn transposed(k: ValuesRef, heads: &Heads, end: usize) -> Vec<[f32; KEYS]> {
     let (d, row) = (heads.head_dim, heads.row());
     let tiles = end.div_ceil(KEYS);
     let mut kt = vec![[0f32; KEYS]; heads.kv_heads * tiles * d];
-    for (j, key) in k[..end * row].chunks_exact(row).enumerate() {
+    let mut scratch = vec![0f32; row];
+    for j in 0..end {
+        let key = k.read(j * row, &mut scratch);
         let (t, i) = (j / KEYS, j % KEYS);
         for (g, head) in key.chunks_exact(d).enumerate() {
             let tile = &mut kt[(g * tiles + t) * d..(g * tiles + t + 1) * d];
@@ -123,7 +126,7 @@ fn transposed(k: &[f32], heads: &Heads, end: usize) -> Vec<[f32; KEYS]> {
 struct Part<'a> {
     /// The keys, [`transposed`].
     kt: Vec<[f32; KEYS]>,
-    v: &'a [f32],
+    v: ValuesRef<'a>,
     heads: &'a Heads,
     pos: usize,
     n: usize,
@@ -170,13 +173,24 @@ impl Part<'_> {
         let mut max = vec![f32::NEG_INFINITY; nq];
         let mut sum = vec![0f32; nq];
         let mut scores = vec![[0f32; KEYS]; nq];
+        let mut scratch = vec![0f32; KEYS * D];
         let tiles = (self.pos + self.n).div_ceil(KEYS);
         let end = self.pos + rows.end;
         for (t, j0) in (0..end).step_by(KEYS).enumerate() {
             let keys = KEYS.min(end - j0);
             let at = (g * tiles + t) * D;
             let kt: &[[f32; KEYS]; D] = self.kt[at..at + D].try_into().expect("D rows");
-            let values = &self.v[j0 * row + g * D..];
+            // The tile's values of head g: in place where the cache is f32 (`row` apart),
+            // else converted into `scratch` (`D` apart).
+            let values = match self.v {
+                ValuesRef::F32(v) => (&v[j0 * row + g * D..], row),
+                ValuesRef::F16(_) => {
+                    for (j, dst) in scratch.chunks_exact_mut(D).take(keys).enumerate() {
+                        self.v.read((j0 + j) * row + g * D, dst);
+                    }
+                    (&scratch[..], D)
+                }
+            };
             // The queries that see some of the tile: all but those of the first rows,
             // in the diagonal tile.
             let first = (0..nq).find(|&i| last(i) >= j0).unwrap_or(nq);
@@ -195,7 +209,7 @@ impl Part<'_> {
                 }
                 sum[i] += s.iter().sum::<f32>();
                 let a = &mut acc[i * D..(i + 1) * D];
-                tile_values::<D>(&s[..seen], (values, row), rescale, a, self.avx512);
+                tile_values::<D>(&s[..seen], values, rescale, a, self.avx512);
             }
         }
         for i in 0..nq {
@@ -381,6 +395,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 mod tests {
     use super::*;
     use crate::attention::{KvCache, Rope, Span, attend_steps};
+    use crate::kv_store::{KvType, Values};
 
     #[test]
     fn the_polynomial_exp_is_close_to_the_library_one() {
@@ -427,24 +442,32 @@ mod tests {
             };
             let (k, v) = (values((pos + n) * row), values((pos + n) * row));
             let q = values(n * heads * d);
-            let mut got = [vec![0f32; q.len()], vec![0f32; q.len()]];
-            for (out, fast) in got.iter_mut().zip([false, avx512_available()]) {
-                assert!(attend((&k, &v), &shape, (pos, n), &q, out, fast).unwrap());
-            }
-            let cache = KvCache::Host { k, v };
-            let views: Vec<(&KvCache, usize)> = (pos..pos + n).map(|p| (&cache, p + 1)).collect();
-            let mut want = vec![0f32; q.len()];
-            attend_steps(&views, &shape, Span::default(), &q, &mut want).unwrap();
-            for got in &got {
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(
-                    worst < 1e-5,
-                    "{heads}/{kv_heads} heads of {d}, {pos}+{n}: {worst}"
-                );
+            // On a cache of either type: both read the same stored values.
+            for ty in [KvType::F32, KvType::F16] {
+                let (mut ck, mut cv) = (Values::new(ty), Values::new(ty));
+                ck.append(&k, row);
+                cv.append(&v, row);
+                let mut got = [vec![0f32; q.len()], vec![0f32; q.len()]];
+                for (out, fast) in got.iter_mut().zip([false, avx512_available()]) {
+                    let kv = (ck.view(), cv.view());
+                    assert!(attend(kv, &shape, (pos, n), &q, out, fast).unwrap());
+                }
+                let cache = KvCache::Host { k: ck, v: cv };
+                let views: Vec<(&KvCache, usize)> =
+                    (pos..pos + n).map(|p| (&cache, p + 1)).collect();
+                let mut want = vec![0f32; q.len()];
+                attend_steps(&views, &shape, Span::default(), &q, &mut want).unwrap();
+                for got in &got {
+                    let worst = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    assert!(
+                        worst < 1e-5,
+                        "{ty:?}, {heads}/{kv_heads} heads of {d}, {pos}+{n}: {worst}"
+                    );
+                }
             }
         }
     }
@@ -459,7 +482,8 @@ mod tests {
         };
         let (k, v, q) = (vec![0f32; 80 * 3], vec![0f32; 80 * 3], vec![0f32; 160 * 3]);
         let mut out = vec![0f32; q.len()];
-        assert!(!attend_chunk((&k, &v), &shape, 0, 3, &q, &mut out).unwrap());
-        assert!(attend_chunk((&k, &v), &shape, 1, 3, &q, &mut out).is_err());
+        let kv = (ValuesRef::F32(&k), ValuesRef::F32(&v));
+        assert!(!attend_chunk(kv, &shape, 0, 3, &q, &mut out).unwrap());
+        assert!(attend_chunk(kv, &shape, 1, 3, &q, &mut out).is_err());
     }
 }

@@ -54,6 +54,7 @@ pub mod gpt_oss;
 pub mod harmony;
 pub mod hf_folder;
 pub mod hub;
+mod kv_store;
 pub mod llama;
 pub mod logits;
 pub mod prompt;

@@ -74,7 +74,7 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     use candle_core::Tensor;
     use candle_core::quantized::gguf_file::Content;
     use candle_transformers::models::quantized_llama::ModelWeights;
-    use corral_models::llama::{Attention, Kernels, Llama};
+    use corral_models::llama::{Attention, Kernels, KvType, Llama};
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let Some(path) = require::require_input(path, "run scripts/fetch-assets model") else {
@@ -84,7 +84,13 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     let mut file = std::fs::File::open(&path).unwrap();
     let content = Content::read(&mut file).unwrap();
     let mut ours = Llama::from_gguf(&content, &mut file, &dev).unwrap();
-    let mut load = |kernels| Llama::from_gguf_with(&content, &mut file, &dev, kernels).unwrap();
+    // The reference passes keep their caches in f32, as candle-transformers does; `ours`
+    // keeps the default f16 cache, which strays within the 8-bit activations' spread.
+    let mut load = |kernels| {
+        Llama::from_gguf_with(&content, &mut file, &dev, kernels)
+            .unwrap()
+            .with_kv_type(KvType::F32)
+    };
     let mut ours_on_candle = load(Kernels::Candle).with_attention(Attention::Candle);
     let mut exact = load(Kernels::Dequantized);
     let mut exact_on_candle = exact.clone().with_attention(Attention::Candle);
@@ -275,9 +281,9 @@ fn a_copied_prefix_continues_as_the_whole_prompt() {
     run(&mut lm, &mut original, &first, 0);
     let bytes = lm.sequence_bytes(&original).unwrap();
     let mut copy = lm.copy_prefix(&original, shared).unwrap();
-    // SmolLM2-135M: 30 layers, keys and values of 3 heads of 64 f32 each per position.
-    assert_eq!(lm.sequence_bytes(&copy), Some(shared * 30 * 2 * 3 * 64 * 4));
-    assert!(bytes >= first.len() * 30 * 2 * 3 * 64 * 4);
+    // SmolLM2-135M: 30 layers, keys and values of 3 heads of 64 f16 each per position.
+    assert_eq!(lm.sequence_bytes(&copy), Some(shared * 30 * 2 * 3 * 64 * 2));
+    assert!(bytes >= first.len() * 30 * 2 * 3 * 64 * 2);
     let got = run(&mut lm, &mut copy, &second[shared..], shared);
     let mut whole = lm.new_sequence();
     let want = run(&mut lm, &mut whole, &second, 0);
@@ -299,6 +305,6 @@ fn a_copied_prefix_continues_as_the_whole_prompt() {
     let all = lm.copy_prefix(&original, usize::MAX).unwrap();
     assert_eq!(
         lm.sequence_bytes(&all),
-        Some((first.len() + next.len()) * 30 * 2 * 3 * 64 * 4)
+        Some((first.len() + next.len()) * 30 * 2 * 3 * 64 * 2)
     );
 }

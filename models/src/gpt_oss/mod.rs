@@ -30,6 +30,7 @@ pub mod mxfp4;
 use crate::LoadError;
 use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
 use crate::candle_lm::CandleNet;
+use crate::kv_store::KvType;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Result, Tensor};
 use config::Config;
@@ -234,7 +235,7 @@ impl GptOss {
             head_dim: config.head_dim,
             rope: Rope::Halves,
         };
-        let caches = vec![KvCache::new(true); layers.len()];
+        let caches = vec![KvCache::new(true, KvType::F32); layers.len()];
         Ok(GptOss {
             weights: Arc::new(Weights {
                 config,

@@ -24,6 +24,7 @@ pub use gguf_net::GgufNet;
 pub use linear::Kernels;
 
 use crate::attention::{Heads, KvCache, Rope, Span, attend_steps, push_step};
+pub use crate::kv_store::KvType;
 use crate::rope::RopeAngles;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, IndexOp, Result, Tensor};
@@ -84,6 +85,8 @@ struct Weights {
     /// RoPE's frequencies, and the positions the model takes.
     rope: RopeAngles,
     attention: Attention,
+    /// The type host KV caches store.
+    kv: KvType,
 }
 
 /// A dense llama network: the weights (shared: [`Llama::fresh`] makes another sequence
@@ -231,7 +234,7 @@ impl Layer {
             return Ok(None);
         };
         let mut y = vec![0f32; q.len()];
-        crate::chunk_attention::attend_chunk((ck, cv), shape, pos, seq, &q, &mut y)?;
+        crate::chunk_attention::attend_chunk((ck.view(), cv.view()), shape, pos, seq, &q, &mut y)?;
         let y = Tensor::from_vec(y, (1, seq, shape.heads * shape.head_dim), x.device())?;
         self.o.forward(&y).map(Some)
     }
@@ -385,9 +388,10 @@ impl Llama {
             },
             rope,
             attention: Attention::ByHand,
+            kv: KvType::default(),
         };
         Ok(Llama {
-            caches: vec![KvCache::new(device.is_cpu()); blocks],
+            caches: vec![KvCache::new(device.is_cpu(), KvType::default()); blocks],
             weights: Arc::new(weights),
         })
     }
@@ -426,7 +430,7 @@ impl Llama {
         let on_cpu = self.weights.embeddings.device().is_cpu();
         Llama {
             weights: self.weights.clone(),
-            caches: vec![KvCache::new(on_cpu); self.caches.len()],
+            caches: vec![KvCache::new(on_cpu, self.weights.kv); self.caches.len()],
         }
     }
 
@@ -576,6 +580,15 @@ impl Llama {
     /// passes). The weights are no longer shared with other sequences.
     pub fn with_attention(mut self, attention: Attention) -> Llama {
         Arc::make_mut(&mut self.weights).attention = attention;
+        self
+    }
+
+    /// The same network with host KV caches of type `kv` (f16 by default), emptied. The
+    /// weights are no longer shared with other sequences.
+    pub fn with_kv_type(mut self, kv: KvType) -> Llama {
+        Arc::make_mut(&mut self.weights).kv = kv;
+        let on_cpu = self.weights.embeddings.device().is_cpu();
+        self.caches = vec![KvCache::new(on_cpu, kv); self.caches.len()];
         self
     }
 
