@@ -1,0 +1,203 @@
+//! Building a [`LexemeDfa`] from a regular expression: whole tables up front, or lazily,
+//! one state's row at a time, for big ones.
+
+use super::*;
+
+impl LexemeDfa {
+    /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and of the DFA table.
+    ///
+    /// A sequence with counted repetitions is composed from its pieces, its table filled on
+    /// first use ([`compose`]). Anything else: regex-automata compiles the Thompson NFA
+    /// (UTF-8 automata for Unicode classes); the subset construction is ours: for the small
+    /// anchored automata of lexemes it costs a few microseconds, where a general dense-DFA
+    /// build (all start states, match delay, quit bytes) costs about a hundred.
+    pub fn build(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        Self::build_in(hir, size_limit, None)
+    }
+
+    /// [`LexemeDfa::build`], with the pieces of a composed DFA through `cache`.
+    pub(crate) fn build_in(
+        hir: &Hir,
+        size_limit: usize,
+        cache: Option<&crate::DfaCache>,
+    ) -> Result<LexemeDfa, ErrorKind> {
+        match compose::compose(hir, size_limit, cache) {
+            Some(composed) => composed,
+            None => Self::build_lazy(hir, size_limit),
+        }
+    }
+
+    /// [`LexemeDfa::build`] by subset construction of every state and minimization, never
+    /// composed nor lazy (for the pieces of composed DFAs, which must be whole).
+    pub(crate) fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        let mut sub = subset::Subsets::new(hir, size_limit)?;
+        let too_big = || size_error("limit".into(), size_limit);
+        let stride = sub.stride;
+        let start = sub.start().map_err(|_| too_big())?;
+        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut i = 1;
+        while i < sub.len() {
+            trans.resize((i + 1) * stride, DEAD);
+            sub.row(i as u32, &mut trans[i * stride..])
+                .map_err(|_| too_big())?;
+            if trans.len() * 4 > size_limit {
+                return Err(too_big());
+            }
+            i += 1;
+        }
+        let accept = (0..sub.len() as u32).map(|i| sub.accepting(i)).collect();
+        Ok(Self::from_tables(
+            sub.classes,
+            stride,
+            trans,
+            accept,
+            start,
+            true,
+        ))
+    }
+
+    /// [`LexemeDfa::build`] lazily: the NFA and the start state now, every other state the
+    /// first time a transition reaches it.
+    pub(super) fn build_lazy(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        let mut sub = subset::Subsets::new(hir, size_limit)?;
+        let start = sub
+            .start()
+            .map_err(|_| size_error("limit".into(), size_limit))?;
+        let tag = |sub: &subset::Subsets, i: u32| {
+            if i == DEAD {
+                DEAD
+            } else {
+                i | if sub.accepting(i) { ACCEPT } else { 0 }
+                    | if sub.continues(i) { CONTINUE } else { 0 }
+            }
+        };
+        let start = tag(&sub, start);
+        let (classes, stride) = (sub.classes, sub.stride);
+        let fill = Fill::Subset(Box::new(Lazy {
+            subsets: Mutex::new(sub),
+            overflow: AtomicBool::new(false),
+            shortest: Mutex::new(FxHashMap::default()),
+        }));
+        Ok(Self::built_on_demand(classes, stride, start, fill))
+    }
+
+    /// A DFA whose states are numbered as `fill` reaches them (its own numbering), from its
+    /// start state.
+    pub(super) fn built_on_demand(
+        classes: [u8; 256],
+        stride: usize,
+        start: u32,
+        fill: Fill,
+    ) -> LexemeDfa {
+        let dfa = LexemeDfa {
+            classes,
+            stride,
+            trans: Table::growing(stride),
+            len: 0,
+            first: [0; 4],
+            start,
+            fill,
+            shortest: OnceLock::new(),
+            numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
+        };
+        let mut first = [0u64; 4];
+        if start != DEAD {
+            for b in 0..=255u8 {
+                if dfa.next(start, b) != DEAD {
+                    first[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
+        }
+        LexemeDfa { first, ..dfa }
+    }
+
+    /// Finishes a DFA from a raw table (state 0 dead): merges states that cannot reach a
+    /// match into `DEAD`, renumbers, and tags ids with their flags.
+    pub(super) fn from_tables(
+        classes: [u8; 256],
+        stride: usize,
+        trans: Vec<u32>,
+        accept: Vec<bool>,
+        start_ix: u32,
+        minimize_states: bool,
+    ) -> LexemeDfa {
+        let n = accept.len();
+        let live = live_states(stride, &trans, &accept);
+        // Renumber: keep live states only; everything else becomes DEAD.
+        let mut renum = vec![DEAD; n];
+        let mut kept = 1u32;
+        for s in 1..n {
+            if live[s] {
+                renum[s] = kept;
+                kept += 1;
+            }
+        }
+        // Merge equivalent states (Hopcroft): the same language from both.
+        let mut live_trans = vec![DEAD; kept as usize * stride];
+        let mut live_accept = vec![false; kept as usize];
+        for s in 1..n {
+            let ns = renum[s] as usize;
+            if ns == 0 {
+                continue;
+            }
+            live_accept[ns] = accept[s];
+            for c in 0..stride {
+                live_trans[ns * stride + c] = renum[trans[s * stride + c] as usize];
+            }
+        }
+        let blocks = if minimize_states {
+            minimize(kept as usize, stride, &live_trans, &live_accept)
+        } else {
+            (0..kept).collect()
+        };
+        for r in renum.iter_mut() {
+            *r = blocks[*r as usize];
+        }
+        let kept = blocks.iter().max().map_or(1, |&m| m as usize + 1);
+        // A representative original state per merged state, for its flags and transitions.
+        let mut rep = vec![usize::MAX; kept];
+        for (s, &ns) in renum.iter().enumerate().skip(1) {
+            let ns = ns as usize;
+            if ns != 0 && rep[ns] == usize::MAX {
+                rep[ns] = s;
+            }
+        }
+        // Tag every kept state with its flags, then write the table with tagged targets.
+        let mut tagged = vec![DEAD; n];
+        for s in 1..n {
+            let ns = renum[s];
+            if ns == DEAD {
+                continue;
+            }
+            let cont = (0..stride).any(|c| renum[trans[s * stride + c] as usize] != DEAD);
+            tagged[s] = ns | if accept[s] { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
+        }
+        let mut new_trans = vec![DEAD; kept * stride];
+        for (ns, &s) in rep.iter().enumerate().skip(1) {
+            for c in 0..stride {
+                new_trans[ns * stride + c] = tagged[trans[s * stride + c] as usize];
+            }
+        }
+        let start = tagged[start_ix as usize];
+        let mut first = [0u64; 4];
+        if start != DEAD {
+            for b in 0..=255u8 {
+                let t = new_trans[(start & INDEX) as usize * stride + classes[b as usize] as usize];
+                if t != DEAD {
+                    first[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
+        }
+        LexemeDfa {
+            classes,
+            stride,
+            trans: Table::from_ids(new_trans, stride),
+            len: kept,
+            first,
+            start,
+            fill: Fill::Built,
+            shortest: OnceLock::new(),
+            numbering: 0,
+        }
+    }
+}
