@@ -43,9 +43,12 @@ pub mod shape;
 pub mod stop;
 pub mod tools;
 
+mod fields;
 mod handlers;
 mod harmony;
 mod prompt_cache;
+mod respond;
+mod structured;
 
 use corral_models::{LoadError, Model, ModelText};
 use error::ApiError;
