@@ -7,7 +7,7 @@
 use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use corral_models::llama::{Attention, Kernels, Llama};
+use corral_models::llama::{Attention, Kernels, KvType, Llama};
 use std::io::Cursor;
 
 const WIDTH: usize = 64;
@@ -112,9 +112,11 @@ fn sixteen_thousand_positions_match_the_reference_in_linear_memory() {
     let content = Content::read(&mut file).unwrap();
     let dev = Device::Cpu;
     let mut ours = Llama::from_gguf(&content, &mut file, &dev).unwrap();
+    // The reference keeps its cache in f32; `ours` keeps the default f16 cache.
     let mut exact = Llama::from_gguf_with(&content, &mut file, &dev, Kernels::Dequantized)
         .unwrap()
-        .with_attention(Attention::Candle);
+        .with_attention(Attention::Candle)
+        .with_kv_type(KvType::F32);
     assert_eq!(ours.max_positions(), CONTEXT as usize);
     let prompt: Vec<u32> = (0..16_000u32)
         .map(|i| (i * 7 + i / 13) % VOCAB as u32)
