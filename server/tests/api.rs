@@ -162,8 +162,14 @@ fn logit_bias_and_penalties_change_the_output() {
     // than the largest penalty (2).
     let looping = "The cat sat on the mat. The cat";
     let plain = run(json!({"prompt": looping}));
-    assert_ne!(run(json!({"prompt": looping, "frequency_penalty": 2.0})), plain);
-    assert_ne!(run(json!({"prompt": looping, "presence_penalty": 2.0})), plain);
+    assert_ne!(
+        run(json!({"prompt": looping, "frequency_penalty": 2.0})),
+        plain
+    );
+    assert_ne!(
+        run(json!({"prompt": looping, "presence_penalty": 2.0})),
+        plain
+    );
     // Out of range, or a key that is no token: refused, naming the field.
     for (extra, param) in [
         (json!({"frequency_penalty": 3}), "frequency_penalty"),

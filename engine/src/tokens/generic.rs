@@ -100,7 +100,7 @@ fn run_leaving(
 }
 
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
-/// a string's body: there the slice's tails decide (see [`CharSlice::tail`]).
+/// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
     start: u32,
