@@ -274,7 +274,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rows", default=None,
+                    help="run only the rows whose name holds this text (\"gap\" names the "
+                         "token-gap rows): to measure one row again, over more rounds")
     args = ap.parse_args()
+    rows = [r for r in ROWS if args.rows is None or args.rows in r[0]]
+    with_gaps = args.rows is None or args.rows in "token gap"
+    if not rows and not with_gaps:
+        ap.error(f"no row's name holds {args.rows!r}")
     llama_bin = args.llama_bin or subprocess.run(
         [os.path.join(HERE, "build-llama-server")], check=True, capture_output=True,
         text=True).stdout.strip().splitlines()[-1]
@@ -294,10 +301,10 @@ def main():
         results = {s.name: {name: [] for name, _, _ in ROWS + [("gap", None, None)]} for s in servers}
         for rnd in range(args.rounds):
             order = servers if rnd % 2 == 0 else servers[::-1]
-            for name, f, _ in ROWS:
+            for name, f, _ in rows:
                 for s in order:
                     results[s.name][name].append(f(s.base, args.tokens, rnd))
-            for s in order:
+            for s in order if with_gaps else []:
                 results[s.name]["gap"].append(gaps(s.base, args.tokens, rnd))
             print(f"round {rnd + 1}/{args.rounds} done", flush=True)
         print(f"(corral at {servers[0].base}, llama-server at {servers[1].base})")
@@ -314,13 +321,14 @@ def main():
     print("| | corral | llama-server | corral's advantage |")
     print("|---|---|---|---|")
     table = []
-    for name, _, kind in ROWS:
+    for name, _, kind in rows:
         c, ctext = cell(results["corral"][name])
         l, ltext = cell(results["llama"][name])
         adv = c / l if kind == "rate" else l / c
         table.append({"row": name, "corral": c, "llama": l, "advantage": adv})
         print(f"| {name} | {ctext} | {ltext} | {adv:.2f}x |")
-    for k, label in ((0, "alone"), (1, "during a long prompt, median"), (2, "during a long prompt, max")):
+    gap_rows = ((0, "alone"), (1, "during a long prompt, median"), (2, "during a long prompt, max"))
+    for k, label in gap_rows if with_gaps else ():
         c, ctext = cell([g[k] for g in results["corral"]["gap"]], "{:.0f}")
         l, ltext = cell([g[k] for g in results["llama"]["gap"]], "{:.0f}")
         table.append({"row": f"token gap {label} (ms)", "corral": c, "llama": l, "advantage": l / c})
