@@ -109,56 +109,6 @@ fn child(ptr: &str, token: &str) -> String {
     format!("{ptr}/{}", token.replace('~', "~0").replace('/', "~1"))
 }
 
-/// JSON types as a bit set; `integer` is a subset of `number`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Types(u8);
-
-impl Types {
-    const NULL: u8 = 1;
-    const BOOL: u8 = 2;
-    const OBJECT: u8 = 4;
-    const ARRAY: u8 = 8;
-    const NUMBER: u8 = 16;
-    const INTEGER: u8 = 32;
-    const STRING: u8 = 64;
-    const ALL: Types = Types(127);
-
-    fn parse(name: &str) -> Option<u8> {
-        Some(match name {
-            "null" => Types::NULL,
-            "boolean" => Types::BOOL,
-            "object" => Types::OBJECT,
-            "array" => Types::ARRAY,
-            "number" => Types::NUMBER | Types::INTEGER,
-            "integer" => Types::INTEGER,
-            "string" => Types::STRING,
-            _ => return None,
-        })
-    }
-
-    fn of(v: &Value) -> u8 {
-        match v {
-            Value::Null => Types::NULL,
-            Value::Bool(_) => Types::BOOL,
-            Value::Object(_) => Types::OBJECT,
-            Value::Array(_) => Types::ARRAY,
-            Value::String(_) => Types::STRING,
-            Value::Number(n) => {
-                let d = SDec::parse(&n.to_string());
-                if d.is_some_and(|d| d.is_integer()) {
-                    Types::NUMBER | Types::INTEGER
-                } else {
-                    Types::NUMBER
-                }
-            }
-        }
-    }
-
-    fn has(self, t: u8) -> bool {
-        self.0 & t != 0
-    }
-}
-
 /// How the GBNF of a schema is compiled.
 pub(crate) fn grammar_options(opts: &JsonSchemaOptions) -> CompileOptions {
     CompileOptions {
@@ -498,89 +448,6 @@ impl<'a> Compiler<'a> {
         self.body(&flat, ptr, hint)
     }
 
-    /// `m` with its `$ref` and `allOf` merged in (recursively), so neither is at the top.
-    fn flatten(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
-        self.depth += 1;
-        if self.depth > self.opts.max_schema_depth {
-            self.depth -= 1;
-            return Err(too_deep(ptr, self.opts.max_schema_depth));
-        }
-        let r = self.flatten_inner(m, ptr);
-        self.depth -= 1;
-        r
-    }
-
-    fn flatten_inner(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
-        let mut base = m.clone();
-        let mut parts: Vec<Map<String, Value>> = Vec::new();
-        if let Some(r) = base.shift_remove("$ref") {
-            let r = r
-                .as_str()
-                .ok_or_else(|| invalid(ptr, "$ref must be a string"))?;
-            let target = self.resolve(r, ptr)?;
-            if self.old_ref {
-                base = Map::new();
-            }
-            if let Some(target) = target {
-                let t = self.root.pointer(&target).expect("resolved").clone();
-                parts.push(self.as_map(&t, &target)?);
-            }
-        }
-        if let Some(all) = base.shift_remove("allOf") {
-            let Value::Array(items) = all else {
-                return Err(invalid(ptr, "allOf must be an array"));
-            };
-            for (i, it) in items.iter().enumerate() {
-                let p = child(&child(ptr, "allOf"), &i.to_string());
-                parts.push(self.as_map(it, &p)?);
-            }
-        }
-        let mut out = base;
-        for p in parts {
-            out = self.merge(out, p, ptr)?;
-        }
-        Ok(out)
-    }
-
-    /// A subschema as a flattened map (`true` is `{}`, `false` a schema with no values).
-    fn as_map(&mut self, s: &Value, ptr: &str) -> Res<Map<String, Value>> {
-        match s {
-            Value::Bool(true) => Ok(Map::new()),
-            Value::Bool(false) => {
-                let mut m = Map::new();
-                m.insert("enum".into(), Value::Array(Vec::new()));
-                Ok(m)
-            }
-            Value::Object(m) => self.flatten(m, ptr),
-            _ => Err(invalid(ptr, "a schema must be an object or a boolean")),
-        }
-    }
-
-    /// Checks for keywords the grammar cannot express.
-    fn check_keywords(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<()> {
-        for (k, v) in m {
-            let reason = match k.as_str() {
-                "not" => "a negated subschema is not expressible as a grammar",
-                "if" => "conditional subschemas (if/then/else) depend on the instance",
-                "dependentRequired" | "dependentSchemas" | "dependencies" => {
-                    "dependencies between properties"
-                }
-                "contains" => "'an item matching somewhere in the array'",
-                "propertyNames" => "constraints on property names",
-                "unevaluatedProperties" | "unevaluatedItems" => {
-                    "what other subschemas did not evaluate"
-                }
-                "$dynamicRef" | "$recursiveRef" => "dynamic references",
-                "uniqueItems" if v == &Value::Bool(true) => {
-                    "all items different is not a context-free property"
-                }
-                _ => continue,
-            };
-            self.unsupported(k, ptr, reason)?;
-        }
-        Ok(())
-    }
-
     /// The values of a flattened schema.
     fn body(&mut self, m: &Map<String, Value>, ptr: &str, hint: &str) -> Res<Option<Expr>> {
         self.check_keywords(m, ptr)?;
@@ -625,27 +492,6 @@ impl<'a> Compiler<'a> {
             alts.push(lit("null"));
         }
         Ok(alt(alts).map(|b| self.rule(hint, b)))
-    }
-
-    fn types(&self, m: &Map<String, Value>, ptr: &str) -> Res<Types> {
-        let bad = || {
-            invalid(
-                &child(ptr, "type"),
-                "unknown type (known: null boolean object array number integer string)",
-            )
-        };
-        match m.get("type") {
-            None => Ok(Types::ALL),
-            Some(Value::String(s)) => Types::parse(s).map(Types).ok_or_else(bad),
-            Some(Value::Array(xs)) => {
-                let mut t = 0;
-                for x in xs {
-                    t |= x.as_str().and_then(Types::parse).ok_or_else(bad)?;
-                }
-                Ok(Types(t))
-            }
-            Some(_) => Err(bad()),
-        }
     }
 
     /// `anyOf` / `oneOf`: each branch merged with the schema around it.
@@ -706,9 +552,12 @@ fn is_simple(e: &Expr) -> bool {
     matches!(e.kind, ExprKind::RuleRef(_) | ExprKind::Literal(_))
 }
 
+use keywords::Types;
+
 mod arrays;
 mod disjoint;
 mod enums;
+mod keywords;
 mod merge;
 mod number;
 mod objects;
