@@ -14,7 +14,7 @@ use std::time::Duration;
 fn json_gbnf() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/conformance/llama_cpp/grammars/json.gbnf"
+        "/tests/data/llama_cpp/grammars/json.gbnf"
     );
     std::fs::read_to_string(path).expect("json.gbnf from ../shared/conformance")
 }

@@ -49,7 +49,7 @@ fn main() {
         DeviceSpec::Cpu,
     )
     .expect("model");
-    let grammars = root.join("../shared/conformance/llama_cpp/grammars");
+    let grammars = root.join("tests/data/llama_cpp/grammars");
     let json_arr = compile_gbnf(
         &std::fs::read_to_string(grammars.join("json_arr.gbnf")).unwrap(),
         &Default::default(),

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{conformance_dir, run_corral, temp_file};
+use common::{llama_cpp_data, run_corral, temp_file};
 use corral::engine::SamplingOptions;
 use corral::{
     DeviceSpec, FinishReason, GenerateOptions, MatchOutcome, Model, compile_gbnf,
@@ -15,21 +15,18 @@ use corral::{
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-fn model_path() -> Option<PathBuf> {
+fn model_path() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     common::require_input(p, "run scripts/fetch-assets model")
 }
 
 /// One model for the whole test binary (tests take turns).
-fn model() -> Option<&'static Mutex<Model>> {
-    static MODEL: OnceLock<Option<Mutex<Model>>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            model_path()
-                .map(|p| Mutex::new(Model::load(p.to_str().unwrap(), DeviceSpec::Cpu).unwrap()))
-        })
-        .as_ref()
+fn model() -> &'static Mutex<Model> {
+    static MODEL: OnceLock<Mutex<Model>> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        Mutex::new(Model::load(model_path().to_str().unwrap(), DeviceSpec::Cpu).unwrap())
+    })
 }
 
 fn greedy(max_tokens: usize) -> GenerateOptions {
@@ -62,13 +59,12 @@ fn check_in_language(g: &std::sync::Arc<corral::Grammar>, out: &corral::Generati
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn json_gbnf_output_is_valid_json() {
-    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
-        return;
-    };
+    let (m, dir) = (model(), llama_cpp_data());
     let mut m = m.lock().unwrap();
     let g = compile_gbnf(
-        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &std::fs::read_to_string(dir.join("grammars/json.gbnf")).unwrap(),
         &Default::default(),
     )
     .unwrap();
@@ -100,8 +96,9 @@ fn json_gbnf_output_is_valid_json() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn small_closed_grammar() {
-    let Some(m) = model() else { return };
+    let m = model();
     let mut m = m.lock().unwrap();
     let g = compile_gbnf(
         r#"root ::= "The answer is " ("yes" | "no") "." "#,
@@ -130,10 +127,9 @@ fn small_closed_grammar() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn shipped_grammars() {
-    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
-        return;
-    };
+    let (m, dir) = (model(), llama_cpp_data());
     let mut m = m.lock().unwrap();
     let cases = [
         (
@@ -149,7 +145,7 @@ fn shipped_grammars() {
     ];
     for (file, prompt) in cases {
         let g = compile_gbnf(
-            &std::fs::read_to_string(dir.join("llama_cpp/grammars").join(file)).unwrap(),
+            &std::fs::read_to_string(dir.join("grammars").join(file)).unwrap(),
             &Default::default(),
         )
         .unwrap();
@@ -159,13 +155,12 @@ fn shipped_grammars() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn same_seed_same_output() {
-    let (Some(m), Some(dir)) = (model(), conformance_dir()) else {
-        return;
-    };
+    let (m, dir) = (model(), llama_cpp_data());
     let mut m = m.lock().unwrap();
     let g = compile_gbnf(
-        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &std::fs::read_to_string(dir.join("grammars/json.gbnf")).unwrap(),
         &Default::default(),
     )
     .unwrap();
@@ -194,8 +189,9 @@ fn same_seed_same_output() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn forced_output_uses_fewer_forward_passes_than_tokens() {
-    let Some(m) = model() else { return };
+    let m = model();
     let mut m = m.lock().unwrap();
     let g = compile_gbnf(
         r#"root ::= "{\"name\": \"" [A-Za-z ]{1,16} "\", \"species\": \"" ("cat" | "dog" | "bird") "\", \"age_in_years\": " [0-9]{1,2} ", \"vaccinated\": " ("true" | "false") "}""#,
@@ -224,8 +220,9 @@ fn forced_output_uses_fewer_forward_passes_than_tokens() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn gguf_tokenizer_round_trips_without_a_prefix_space() {
-    let Some(m) = model() else { return };
+    let m = model();
     let m = m.lock().unwrap();
     let tok = m.tokenizer();
     for text in [
@@ -259,11 +256,11 @@ fn gguf_tokenizer_round_trips_without_a_prefix_space() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn cli_generate_streams_and_reports_stats() {
-    let (Some(_), Some(dir)) = (model_path(), conformance_dir()) else {
-        return;
-    };
-    let g = dir.join("llama_cpp/grammars/json.gbnf");
+    model_path();
+    let dir = llama_cpp_data();
+    let g = dir.join("grammars/json.gbnf");
     let (code, out, err) = run_corral(
         &[
             "generate",
@@ -317,8 +314,9 @@ fn cli_generate_streams_and_reports_stats() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn cli_generate_errors_are_clear() {
-    let Some(_) = model_path() else { return };
+    let _ = model_path();
     let (code, _, err) = run_corral(
         &[
             "generate",
@@ -365,8 +363,9 @@ fn cli_generate_errors_are_clear() {
 /// standard error), the end of reasoning is forced after the budget, and the grammar applies
 /// to the answer only (on standard output, valid for the schema).
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn cli_generate_grammar_applies_to_the_answer_after_reasoning() {
-    let Some(_) = model_path() else { return };
+    let _ = model_path();
     let schema = temp_file(
         "person.schema.json",
         r#"{"type":"object","properties":{"name":{"type":"string","maxLength":30},
@@ -411,8 +410,9 @@ fn cli_generate_grammar_applies_to_the_answer_after_reasoning() {
 /// constraint and end complete, with jump-forward on and off, greedy and sampled, with
 /// room to spare and with a budget that forces the completion.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn token_reference_grammars_generate_outputs_of_the_grammar() {
-    let Some(m) = model() else { return };
+    let m = model();
     let mut m = m.lock().unwrap();
     let grammars = [
         r#"root ::= "a" <|im_end|> "x""#,

@@ -1,4 +1,4 @@
-//! llama.cpp's GBNF conformance data (../shared/conformance/llama_cpp): grammar cases,
+//! llama.cpp's GBNF conformance data (tests/data/llama_cpp): grammar cases,
 //! example grammars, grammars that must parse and grammars that must be refused.
 //!
 //! One runner reads grammar_cases.json: text cases through the recognizer (and the CLI),
@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{conformance_dir, read_json, run_corral};
+use common::{llama_cpp_data, read_json, run_corral};
 use corral::engine::{Constraint, RobustConstrainedAdapter};
 use corral::grammar::{CompileOptions, ErrorKind, MatchOutcome, compile_gbnf, match_bytes};
 use corral::trie::{TokenId, TokenSpace, Vocabulary};
@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 #[test]
 fn grammar_cases_agree() {
-    let Some(dir) = conformance_dir() else { return };
-    let cases = read_json(&dir.join("llama_cpp/grammar_cases.json"));
+    let dir = llama_cpp_data();
+    let cases = read_json(&dir.join("grammar_cases.json"));
     let (mut pass_ok, mut fail_ok, mut segments) = (0, 0, 0);
     let mut failures = Vec::new();
     for case in cases.as_array().unwrap() {
@@ -118,8 +118,8 @@ fn segment_case(case: &serde_json::Value) -> usize {
 
 #[test]
 fn grammar_cases_through_the_cli_exit_codes() {
-    let Some(dir) = conformance_dir() else { return };
-    let cases = read_json(&dir.join("llama_cpp/grammar_cases.json"));
+    let dir = llama_cpp_data();
+    let cases = read_json(&dir.join("grammar_cases.json"));
     let tmp = std::env::temp_dir().join(format!("corral-cli-cases-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let mut checked = 0;
@@ -146,9 +146,9 @@ fn grammar_cases_through_the_cli_exit_codes() {
 
 #[test]
 fn example_grammars_and_valid_grammars_compile() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = llama_cpp_data();
     let mut n = 0;
-    for entry in std::fs::read_dir(dir.join("llama_cpp/grammars")).unwrap() {
+    for entry in std::fs::read_dir(dir.join("grammars")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "gbnf") {
             let text = std::fs::read_to_string(&path).unwrap();
@@ -157,7 +157,7 @@ fn example_grammars_and_valid_grammars_compile() {
             n += 1;
         }
     }
-    let valid = read_json(&dir.join("llama_cpp/parser_valid_grammars.json"));
+    let valid = read_json(&dir.join("parser_valid_grammars.json"));
     for case in valid.as_array().unwrap() {
         compile_gbnf(
             case["grammar"].as_str().unwrap(),
@@ -174,8 +174,8 @@ fn example_grammars_and_valid_grammars_compile() {
 /// accepted and compiled to exact bounded repetitions (or refused by a size limit).
 #[test]
 fn invalid_grammars_are_refused() {
-    let Some(dir) = conformance_dir() else { return };
-    let cases = read_json(&dir.join("llama_cpp/invalid_grammars.json"));
+    let dir = llama_cpp_data();
+    let cases = read_json(&dir.join("invalid_grammars.json"));
     let tmp = std::env::temp_dir().join(format!("corral-invalid-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let (mut refused, mut left_rec, mut repetition) = (0, 0, 0);

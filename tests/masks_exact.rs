@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{ASSET_TOKENIZERS, asset_tokenizer, conformance_dir};
+use common::{ASSET_TOKENIZERS, asset_tokenizer, llama_cpp_data};
 use corral::engine::Constraint;
 use corral::engine::replay::check_masks_exact;
 use corral::grammar::{CompileOptions, Grammar, compile_gbnf};
@@ -34,9 +34,7 @@ fn schema(name: &str) -> Arc<Grammar> {
 fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
     let mut checked = 0;
     for name in ASSET_TOKENIZERS {
-        let Some(path) = asset_tokenizer(name) else {
-            continue;
-        };
+        let path = asset_tokenizer(name);
         let hf = tokenizers::Tokenizer::from_file(&path).unwrap();
         let vocab = Vocabulary::from_tokenizer(&hf).unwrap();
         let eos = vocab.default_eos().into_iter().collect();
@@ -88,10 +86,11 @@ fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn json_gbnf_masks_equal_brute_force() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = llama_cpp_data();
     let g = compile_gbnf(
-        &std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap(),
+        &std::fs::read_to_string(dir.join("grammars/json.gbnf")).unwrap(),
         &CompileOptions::default(),
     )
     .unwrap();
@@ -112,6 +111,7 @@ fn json_gbnf_masks_equal_brute_force() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn schema_masks_equal_brute_force_with_bounded_whitespace() {
     // The default whitespace is bounded ([ \t\n\r]{0,32}): runs at and one or two short of
     // the bound, where a whitespace token that overruns it must be refused.
@@ -123,6 +123,7 @@ fn schema_masks_equal_brute_force_with_bounded_whitespace() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
     check(
         "nested",
@@ -132,6 +133,7 @@ fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn schema_masks_equal_brute_force_on_long_strings_near_their_bounds() {
     // Long words before quotes and escapes (tokens whose slice prefix is long), strings at
     // their maxLength, multi-byte characters: the sliced mask paths.
@@ -143,6 +145,7 @@ fn schema_masks_equal_brute_force_on_long_strings_near_their_bounds() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
     let g = compile_gbnf(&data("counted.gbnf"), &CompileOptions::default()).unwrap();
     check(
@@ -155,6 +158,7 @@ fn counted_gbnf_masks_equal_brute_force_at_the_bounds() {
 /// Lexemes of letters and digits (names, e-mail addresses, host names, codes): states
 /// whose letters and digits all lead one way are computed from the words slice.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn word_masks_equal_brute_force() {
     let g = compile_gbnf(&data("words.gbnf"), &CompileOptions::default()).unwrap();
     check("words.gbnf", &g, &[data("words.txt")]);
@@ -163,6 +167,7 @@ fn word_masks_equal_brute_force() {
 /// A class repeated up to 300 times: away from the bound its states are one class of the
 /// mask cache (no token tells them apart), near it each is its own; both are exact.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn long_counted_masks_equal_brute_force_where_states_share_classes() {
     let g = compile_gbnf(&data("long_counted.gbnf"), &CompileOptions::default()).unwrap();
     check(
@@ -176,13 +181,12 @@ fn long_counted_masks_equal_brute_force_where_states_share_classes() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn masks_stay_exact_when_grammars_share_a_token_set_cache() {
     // Two compiles of one grammar (no shared DFA cache) build two lazily numbered DFAs of
     // the same regex; reached in different orders, their state numbers mean different
     // states, so the shared cache must not confuse them.
-    let Some(path) = asset_tokenizer("llama3_1") else {
-        return;
-    };
+    let path = asset_tokenizer("llama3_1");
     let space = Arc::new(TokenSpace::from_tokenizer_json(&path).unwrap());
     let cache = corral::engine::MaskCache::new(space.clone());
     let text = r#"root ::= (w " ")+
@@ -207,12 +211,11 @@ w ::= "ab" [a-e]* "." | "cd" [0-9]* "!" | "xy""#;
 /// referenced token an end token: at every step of outputs that go through them, the mask
 /// equals brute force, and the output ends complete.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn token_reference_masks_equal_brute_force() {
     let mut checked = 0;
     for name in ASSET_TOKENIZERS {
-        let Some(path) = asset_tokenizer(name) else {
-            continue;
-        };
+        let path = asset_tokenizer(name);
         let space = Arc::new(TokenSpace::from_tokenizer_json(&path).unwrap());
         let vocab = space.vocab();
         let Some(&eos) = space.eos().first() else {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{conformance_dir, run_corral};
+use common::{llama_cpp_data, run_corral};
 use corral::engine::Constraint;
 use corral::engine::replay::replay;
 use corral::grammar::{CompileOptions, compile_gbnf};
@@ -41,7 +41,7 @@ const MORE_TOKENIZERS: [&str; 9] = [
     "command_r_plus",
 ];
 
-fn tokenizer_path(name: &str) -> Option<PathBuf> {
+fn tokenizer_path(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("assets/tokenizers")
         .join(name)
@@ -86,16 +86,15 @@ fn setups() -> &'static [Setup] {
 fn load_setups() -> Vec<Setup> {
     TOKENIZERS
         .iter()
-        .filter_map(|&name| {
-            let path = tokenizer_path(name)?;
-            let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        .map(|&name| {
+            let tok = tokenizers::Tokenizer::from_file(tokenizer_path(name)).unwrap();
             let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
             let eos = vocab.default_eos().into_iter().collect();
-            Some(Setup {
+            Setup {
                 name,
                 tok: continuation_tokenizer(&tok),
                 space: Arc::new(TokenSpace::new(vocab, None, eos)),
-            })
+            }
         })
         .collect()
 }
@@ -111,9 +110,10 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn json_documents_replay_on_every_tokenizer() {
-    let Some(dir) = conformance_dir() else { return };
-    let gbnf = std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap();
+    let dir = llama_cpp_data();
+    let gbnf = std::fs::read_to_string(dir.join("grammars/json.gbnf")).unwrap();
     let grammar = compile_gbnf(&gbnf, &CompileOptions::default()).unwrap();
     for s in setups().iter() {
         let c = Constraint::new(grammar.clone(), s.space.clone());
@@ -167,14 +167,13 @@ fn json_documents_replay_on_every_tokenizer() {
 /// families, with the end token the model's configuration names (or the family's usual
 /// one) allowed at the end.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn json_documents_replay_on_more_families() {
-    let Some(dir) = conformance_dir() else { return };
-    let gbnf = std::fs::read_to_string(dir.join("llama_cpp/grammars/json.gbnf")).unwrap();
+    let dir = llama_cpp_data();
+    let gbnf = std::fs::read_to_string(dir.join("grammars/json.gbnf")).unwrap();
     let grammar = compile_gbnf(&gbnf, &CompileOptions::default()).unwrap();
     for name in MORE_TOKENIZERS {
-        let Some(path) = tokenizer_path(name) else {
-            continue;
-        };
+        let path = tokenizer_path(name);
         let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
         let vocab = Vocabulary::from_tokenizer(&tok).unwrap();
         let eos = vocab
@@ -209,12 +208,11 @@ fn json_documents_replay_on_more_families() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn invalid_documents_are_refused_at_the_right_byte() {
-    let Some(dir) = conformance_dir() else { return };
-    let gbnf = dir.join("llama_cpp/grammars/json.gbnf");
-    let Some(tok) = tokenizer_path("llama3_1") else {
-        return;
-    };
+    let dir = llama_cpp_data();
+    let gbnf = dir.join("grammars/json.gbnf");
+    let tok = tokenizer_path("llama3_1");
     let tmp = std::env::temp_dir().join(format!("corral-replay-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for (doc, bad_byte) in [
@@ -259,12 +257,11 @@ fn invalid_documents_are_refused_at_the_right_byte() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn replay_cli_reports_the_contract_fields() {
-    let Some(dir) = conformance_dir() else { return };
-    let Some(tok) = tokenizer_path("qwen3") else {
-        return;
-    };
-    let gbnf = dir.join("llama_cpp/grammars/json.gbnf");
+    let dir = llama_cpp_data();
+    let tok = tokenizer_path("qwen3");
+    let gbnf = dir.join("grammars/json.gbnf");
     let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/person.json");
     let args = |t: &'static str, runs: &'static str| {
         vec![
@@ -326,8 +323,9 @@ fn replay_cli_reports_the_contract_fields() {
 
 /// The other grammars shipped with llama.cpp, on inputs written for them.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn other_shipped_grammars_replay() {
-    let Some(dir) = conformance_dir() else { return };
+    let dir = llama_cpp_data();
     let cases: &[(&str, &[&str])] = &[
         ("arithmetic.gbnf", &["1+2=3\n", "x1 *(y+2)=  z\n12/4=3\n"]),
         (
@@ -352,7 +350,7 @@ fn other_shipped_grammars_replay() {
     for s in setups().iter() {
         for (file, inputs) in cases {
             let g = compile_gbnf(
-                &std::fs::read_to_string(dir.join("llama_cpp/grammars").join(file)).unwrap(),
+                &std::fs::read_to_string(dir.join("grammars").join(file)).unwrap(),
                 &CompileOptions::default(),
             )
             .unwrap();

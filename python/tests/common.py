@@ -7,7 +7,6 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSETS = pathlib.Path(os.environ.get("CORRAL_ASSETS", ROOT / "assets"))
-CONFORMANCE = pathlib.Path(os.environ.get("CORRAL_CONFORMANCE", ROOT.parent / "shared" / "conformance"))
 
 # A JSON document with escapes, numbers, nesting and a line break.
 DOC = '{"name": "Ada", "tags": ["x", "y"], "n": -12.5e3, "ok": true, "none": null,\n "nested": {"a": [1, 2, {"b": "\\u00e9"}]}}'
@@ -26,7 +25,7 @@ def tokenizer_path(name):
 
 
 def json_gbnf():
-    return need(CONFORMANCE / "llama_cpp/grammars/json.gbnf").read_text()
+    return need(ROOT / "tests/data/llama_cpp/grammars/json.gbnf").read_text()
 
 
 def json_lark():

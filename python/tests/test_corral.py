@@ -15,7 +15,7 @@ import pytest
 
 import corral
 
-from common import CONFORMANCE, DOC, ROOT, allowed, json_gbnf, json_lark, need, tokenizer_path
+from common import DOC, ROOT, allowed, json_gbnf, json_lark, need, tokenizer_path
 
 
 SCHEMA = {
@@ -238,7 +238,7 @@ def test_json_gbnf_masks_equal_the_rust_engines(name, tmp_path):
     doc = tmp_path / "doc.json"
     doc.write_text(DOC)
     masks = tmp_path / "masks.jsonl"
-    grammar = need(CONFORMANCE / "llama_cpp/grammars/json.gbnf")
+    grammar = need(ROOT / "tests/data/llama_cpp/grammars/json.gbnf")
     cmd = [str(corral_binary()), "replay", "--tokenizer", path, "--grammar", str(grammar)]
     cmd += ["--text", str(doc), "--eos", str(eos), "--masks", str(masks)]
     run = subprocess.run(cmd, capture_output=True, text=True)

@@ -25,22 +25,22 @@ use std::sync::{Arc, Mutex};
 use support::{Server, chat, content, error_message};
 
 /// A random gpt-oss folder of its own (`name` tells them apart), with the real tokenizer.
-fn random_folder(name: &str) -> Option<PathBuf> {
-    let tokenizer = support::gptoss_tokenizer()?;
+fn random_folder(name: &str) -> PathBuf {
+    let tokenizer = support::gptoss_tokenizer();
     let dir = std::env::temp_dir().join(format!(
         "corral-serve-gpt-oss-{name}-{}",
         std::process::id()
     ));
     let shape = GptOssShape::with_gpt_oss_vocabulary();
     write_random_gpt_oss(&dir, &shape, Some(&tokenizer), 21);
-    Some(dir)
+    dir
 }
 
 /// A server over a random gpt-oss folder of its own.
-fn random_server(name: &str) -> Option<(Server, PathBuf)> {
-    let dir = random_folder(name)?;
+fn random_server(name: &str) -> (Server, PathBuf) {
+    let dir = random_folder(name);
     let s = Server::start_from(Default::default(), dir.display().to_string());
-    Some((s, dir))
+    (s, dir)
 }
 
 /// A network that writes `script` (harmony text, tokenized by the model's tokenizer): at
@@ -127,8 +127,8 @@ impl CausalLm for Scripted {
 
 /// A server whose network writes `script` after each prompt, and the text of the last
 /// sequence it ran (control tokens by name).
-fn scripted_server(name: &str, script: &str) -> Option<(Server, impl Fn() -> String)> {
-    let dir = random_folder(name)?;
+fn scripted_server(name: &str, script: &str) -> (Server, impl Fn() -> String) {
+    let dir = random_folder(name);
     let model = Model::load(&dir.display().to_string(), DeviceSpec::Cpu).expect("loads");
     std::fs::remove_dir_all(&dir).unwrap();
     let (lm, text) = model.into_parts();
@@ -153,7 +153,7 @@ fn scripted_server(name: &str, script: &str) -> Option<(Server, impl Fn() -> Str
         let ids = last.lock().unwrap().clone();
         text.tokenizer().decode(&ids, false).expect("decodes")
     };
-    Some((s, seen))
+    (s, seen)
 }
 
 /// A streamed chat completion: the `delta`s' content, reasoning, calls (name, arguments)
@@ -227,13 +227,12 @@ fn valid_weather_args(args: &str) {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn reasoning_and_answer_are_split_by_channel() {
-    let Some((s, _seen)) = scripted_server(
+    let (s, _seen) = scripted_server(
         "split",
         "<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final<|message|>Hello there.<|return|>",
-    ) else {
-        return;
-    };
+    );
     let body = chat("Hi!", json!({"max_tokens": 100}));
     let (code, v) = s.post("/v1/chat/completions", &body);
     assert_eq!(code, 200, "{v}");
@@ -254,14 +253,13 @@ fn reasoning_and_answer_are_split_by_channel() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_call_in_commentary_is_a_tool_call_with_constrained_arguments() {
     // The script's arguments break the schema (Rome, 7 days): the grammar has the last word.
-    let Some((s, _seen)) = scripted_server(
+    let (s, _seen) = scripted_server(
         "call",
         "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\",\"days\":7}<|call|>",
-    ) else {
-        return;
-    };
+    );
     let body = chat(
         "Weather in Paris?",
         json!({"tools": weather_tools(), "max_tokens": 100}),
@@ -285,13 +283,12 @@ fn a_call_in_commentary_is_a_tool_call_with_constrained_arguments() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_tool_result_goes_back_as_the_tools_message() {
-    let Some((s, seen)) = scripted_server(
+    let (s, seen) = scripted_server(
         "result",
         "<|channel|>final<|message|>It is sunny in Paris.<|return|>",
-    ) else {
-        return;
-    };
+    );
     let body = json!({
         "messages": [
             {"role": "system", "content": "Be brief."},
@@ -324,10 +321,9 @@ fn a_tool_result_goes_back_as_the_tools_message() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_random_gpt_oss_answers_in_its_final_channel_under_a_schema() {
-    let Some((s, dir)) = random_server("schema") else {
-        return;
-    };
+    let (s, dir) = random_server("schema");
     let schema = json!({
         "type": "object",
         "properties": {"city": {"enum": ["Paris", "Lima"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
@@ -375,10 +371,9 @@ fn a_random_gpt_oss_answers_in_its_final_channel_under_a_schema() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_random_gpt_oss_makes_the_call_it_is_required_to() {
-    let Some((s, dir)) = random_server("required") else {
-        return;
-    };
+    let (s, dir) = random_server("required");
     for choice in [
         json!("required"),
         json!({"type": "function", "function": {"name": "get_weather"}}),
@@ -405,10 +400,9 @@ fn a_random_gpt_oss_makes_the_call_it_is_required_to() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn what_a_harmony_model_cannot_honour_is_refused_by_name() {
-    let Some((s, dir)) = random_server("refused") else {
-        return;
-    };
+    let (s, dir) = random_server("refused");
     let bad_name = json!([{"type": "function", "function": {"name": "get weather", "parameters": {"type": "object"}}}]);
     for (extra, field) in [
         (json!({"stop": ["\n"]}), "stop"),

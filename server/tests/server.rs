@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use support::{Server, chat, content, error_message, raw_answer};
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn schema_constrained_chat_returns_valid_json_with_usage() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let models: Value = ureq::get(&format!("{}/v1/models", s.base))
         .call()
         .unwrap()
@@ -73,10 +72,9 @@ fn schema_constrained_chat_returns_valid_json_with_usage() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn every_constraint_field_is_honored() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let cases = [
         (
             json!({"grammar": "root ::= (\"yes\" | \"no\") \".\""}),
@@ -138,10 +136,9 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn streaming_sends_openai_chunks_then_usage_then_done() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let body = chat(
         "Count.",
         json!({"stream": true, "stream_options": {"include_usage": true}, "regex": "[0-9]{1,2}( [0-9]{1,2}){5}", "max_tokens": 40}),
@@ -188,13 +185,12 @@ fn streaming_sends_openai_chunks_then_usage_then_done() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         max_body_bytes: 64 << 10,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let url = "/v1/chat/completions";
     let (code, v) = s.post_raw(url, r#"{"messages": [{"role": "user""#, None);
     assert_eq!(code, 400);
@@ -303,10 +299,9 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
 /// alternatives of 40 random letters: the limit is met at the first mask) is a 400 naming
 /// the field, found while the request is prepared; the server goes on serving.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_grammar_too_large_to_build_is_a_400_not_a_failed_generation() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let alts: Vec<String> = (0..20_000)
         .map(|_| {
@@ -334,10 +329,9 @@ fn a_grammar_too_large_to_build_is_a_400_not_a_failed_generation() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     // 4 MB: more bytes than 8,192 positions of the longest token can hold.
     let t = Instant::now();
     let (code, v) = s.post(
@@ -360,15 +354,14 @@ fn a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         body_timeout: Duration::from_millis(500),
         header_timeout: Duration::from_millis(500),
         max_body_bytes: 64 << 10,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let post =
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n";
     // A declared length over the limit: refused before the body is sent.
@@ -409,13 +402,12 @@ fn slow_or_oversized_requests_are_cut_and_the_server_keeps_serving() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn an_api_key_is_required_when_set() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         api_key: Some("sesame".into()),
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let body = chat("x", json!({"regex": "a", "max_tokens": 2})).to_string();
     for key in [None, Some("wrong")] {
         let (code, v) = s.post_raw("/v1/chat/completions", &body, key);
@@ -436,14 +428,13 @@ fn long_request(n: usize, stream: bool) -> Value {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_full_queue_answers_429_and_requests_run_concurrently() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         max_concurrent: 2,
         queue: 1,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let base = s.base.clone();
     let send = move |body: Value| {
         let base = base.clone();
@@ -492,10 +483,9 @@ fn post_concurrently(s: &Server, body: &Value, n: usize) -> Vec<Value> {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn concurrent_greedy_requests_match_the_same_request_alone() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let body = chat("Tell me about the sea.", json!({"max_tokens": 40}));
     let (_, alone) = s.post("/v1/chat/completions", &body);
     for v in post_concurrently(&s, &body, 3) {
@@ -509,16 +499,13 @@ fn concurrent_greedy_requests_match_the_same_request_alone() {
 /// another question after the same system turn. Greedy outputs here are those of a server
 /// without the cache, and the cache's bytes are counted.
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_prompt_sharing_an_earlier_start_runs_only_the_rest() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
-    let Some(off) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig::default());
+    let off = Server::start(ServeConfig {
         prompt_cache_bytes: 0,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let sea = chat("Tell me about the sea.", json!({"max_tokens": 20}));
     let hills = chat("Tell me about the hills.", json!({"max_tokens": 20}));
     let cached = |s: &Server| s.metric("corral_prompt_tokens_cached_total");
@@ -552,13 +539,12 @@ fn a_prompt_sharing_an_earlier_start_runs_only_the_rest() {
 /// decode over many passes, which is the other test's subject
 /// (`a_long_prompt_beside_a_stream_runs_in_small_pieces` in hostile.rs).
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn concurrent_decoding_steps_run_in_shared_passes() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         prefill_per_pass: corral_server::scheduler::PREFILL_STEP,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let body = chat(
         "Tell me about the sea.",
         json!({"max_tokens": 30, "ignore_eos": true}),
@@ -577,10 +563,9 @@ fn concurrent_decoding_steps_run_in_shared_passes() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_client_that_goes_away_stops_its_generation() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
         .send_string(&long_request(400, true).to_string())
         .expect("200");
@@ -599,13 +584,12 @@ fn a_client_that_goes_away_stops_its_generation() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_request_past_its_time_limit_gets_504() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         request_timeout: Duration::from_millis(300),
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let (code, v) = s.post("/v1/chat/completions", &long_request(2000, false));
     assert_eq!(code, 504, "{v}");
     assert_eq!(v["error"]["code"], "timeout");
@@ -613,13 +597,12 @@ fn a_request_past_its_time_limit_gets_504() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_long_prompt_runs_in_steps_and_its_time_limit_cuts_it() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         request_timeout: Duration::from_millis(300),
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     // About 2,500 prompt positions: ten steps of PREFILL_STEP (256), several seconds.
     let request = chat(&"word ".repeat(2500), json!({"max_tokens": 1}));
     let t = Instant::now();
@@ -632,9 +615,7 @@ fn a_long_prompt_runs_in_steps_and_its_time_limit_cuts_it() {
     let passes = s.metric("corral_forward_passes_total");
     assert!((1.0..9.0).contains(&passes), "{passes} forward passes");
     drop(s);
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let t = Instant::now();
     let (code, v) = s.post("/v1/chat/completions", &request);
     let whole = t.elapsed();
@@ -643,10 +624,9 @@ fn a_long_prompt_runs_in_steps_and_its_time_limit_cuts_it() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_long_prompt_takes_one_pass_per_step() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let words = "word ".repeat(600);
     let (code, v) = s.post(
         "/v1/chat/completions",
@@ -662,10 +642,9 @@ fn a_long_prompt_takes_one_pass_per_step() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn stop_sequences_end_free_text_and_are_refused_under_a_constraint() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let (code, v) = s.post(
         "/v1/completions",
         &json!({"prompt": "Numbers: 1, 2, 3,", "stop": [","], "max_tokens": 20, "temperature": 0}),
@@ -697,10 +676,9 @@ fn stop_sequences_end_free_text_and_are_refused_under_a_constraint() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn shutdown_lets_requests_in_flight_finish() {
-    let Some(mut s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let mut s = Server::start(ServeConfig::default());
     let base = s.base.clone();
     let req = std::thread::spawn(move || {
         ureq::post(&format!("{base}/v1/chat/completions"))
@@ -748,10 +726,9 @@ fn calls(v: &Value) -> Vec<(String, Value)> {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn tool_choice_required_and_named_constrain_the_call() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let url = "/v1/chat/completions";
     let (code, v) = s.post(
         url,
@@ -818,10 +795,9 @@ fn tool_choice_required_and_named_constrain_the_call() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn streamed_tool_calls_reassemble() {
-    let Some(s) = Server::start(ServeConfig::default()) else {
-        return;
-    };
+    let s = Server::start(ServeConfig::default());
     let body = chat(
         "Weather in Rome?",
         json!({"tools": weather_tools(), "tool_choice": "required", "stream": true}),
@@ -857,13 +833,12 @@ fn streamed_tool_calls_reassemble() {
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn a_reasoning_model_reasons_freely_then_answers_under_the_schema() {
-    let Some(s) = Server::start(ServeConfig {
+    let s = Server::start(ServeConfig {
         reasoning: corral_server::Reasoning::Think,
         ..ServeConfig::default()
-    }) else {
-        return;
-    };
+    });
     let schema = json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"], "additionalProperties": false});
     let body = chat(
         "What is 2 + 3?",

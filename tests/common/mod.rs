@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// `../shared/conformance` beside the checkout (or `$CORRAL_CONFORMANCE`), required as
 /// [`require_input`] says.
-pub fn conformance_dir() -> Option<PathBuf> {
+pub fn conformance_dir() -> PathBuf {
     let dir = std::env::var_os("CORRAL_CONFORMANCE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"));
@@ -13,6 +13,11 @@ pub fn conformance_dir() -> Option<PathBuf> {
         dir,
         "the peer conformance data sits in ../shared/conformance beside the checkout, or set CORRAL_CONFORMANCE",
     )
+}
+
+/// llama.cpp's grammars and conformance cases, kept in `tests/data/llama_cpp`.
+pub fn llama_cpp_data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/llama_cpp")
 }
 
 /// Reads a JSON file.
@@ -71,7 +76,7 @@ pub use require::require_input;
 pub const ASSET_TOKENIZERS: [&str; 5] = ["llama3_1", "qwen3", "gptoss", "llama2", "gemma3"];
 
 /// `assets/tokenizers/NAME/tokenizer.json`, required as [`require_input`] says.
-pub fn asset_tokenizer(name: &str) -> Option<PathBuf> {
+pub fn asset_tokenizer(name: &str) -> PathBuf {
     require_input(
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("assets/tokenizers")

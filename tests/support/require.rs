@@ -1,19 +1,11 @@
 //! A test input that may be missing, shared by the test crates of the workspace (included
-//! with `#[path]`).
+//! with `#[path]`). Tests that read one are `#[ignore]`d with what they need, so a plain
+//! `cargo test` lists them as ignored; `scripts/test` runs them with `--include-ignored`.
 
 use std::path::PathBuf;
 
-/// `Some(path)` if it exists. Missing, it fails the test when `CORRAL_REQUIRE_ASSETS=1`
-/// (what `scripts/test` sets), saying how to get it (`how`); otherwise the skip is printed
-/// on standard output.
-pub fn require_input(path: PathBuf, how: &str) -> Option<PathBuf> {
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!("{} is missing ({how})", path.display());
-    if std::env::var_os("CORRAL_REQUIRE_ASSETS").is_some_and(|v| v != "0") {
-        panic!("{message}");
-    }
-    println!("skipped: {message}");
-    None
+/// `path`, which must exist: a test that reads it fails, saying how to get it (`how`).
+pub fn require_input(path: PathBuf, how: &str) -> PathBuf {
+    assert!(path.exists(), "{} is missing ({how})", path.display());
+    path
 }

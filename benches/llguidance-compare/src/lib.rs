@@ -41,10 +41,9 @@ pub enum Source {
 
 impl Source {
     pub fn json() -> Result<Source> {
-        let path = conformance().join("llama_cpp/grammars/json.gbnf");
+        let path = root().join("tests/data/llama_cpp/grammars/json.gbnf");
         Ok(Source::Json {
-            gbnf: std::fs::read_to_string(&path)
-                .with_context(|| format!("{} (../shared/conformance)", path.display()))?,
+            gbnf: std::fs::read_to_string(&path).with_context(|| path.display().to_string())?,
         })
     }
 

@@ -29,7 +29,7 @@ fn docs() -> Vec<(String, String)> {
 fn compare(e: &Engines, ours: &Source, theirs: &Source, tokens: &[TokenId], label: &str) -> usize {
     let mut a = RobustConstrainedAdapter::new(e.cold_constraint(ours).unwrap());
     let mut m = e.matcher(theirs).unwrap();
-    let mut mask = a.new_mask();
+    let mut mask = a.empty_mask();
     let width = mask.len();
     let bytes = |t: usize| {
         String::from_utf8_lossy(
@@ -83,6 +83,7 @@ fn compare(e: &Engines, ours: &Source, theirs: &Source, tokens: &[TokenId], labe
 }
 
 #[test]
+#[ignore = "needs scripts/fetch-assets"]
 fn json_gbnf_masks_equal_llguidance() {
     let ours = Source::json().unwrap();
     // By default llguidance narrows the mask where the grammar forces bytes (after `t` in
@@ -96,9 +97,7 @@ fn json_gbnf_masks_equal_llguidance() {
             .join("assets/tokenizers")
             .join(name)
             .join("tokenizer.json");
-        let Some(path) = require::require_input(path, "run scripts/fetch-assets") else {
-            continue;
-        };
+        let path = require::require_input(path, "run scripts/fetch-assets");
         let e = Engines::load(name, &path).unwrap();
         for (d, (doc, text)) in docs().iter().enumerate() {
             let canonical = e.tokens(text).unwrap();

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub fn model_path() -> Option<PathBuf> {
+pub fn model_path() -> PathBuf {
     let assets = std::env::var_os("CORRAL_ASSETS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets"));
@@ -27,7 +27,7 @@ pub struct Server {
 }
 
 /// The gpt-oss tokenizer (from `scripts/fetch-assets`).
-pub fn gptoss_tokenizer() -> Option<PathBuf> {
+pub fn gptoss_tokenizer() -> PathBuf {
     let assets = std::env::var_os("CORRAL_ASSETS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../assets"));
@@ -39,9 +39,8 @@ pub fn gptoss_tokenizer() -> Option<PathBuf> {
 
 impl Server {
     /// A server on a free port, once `/health` says the model is loaded.
-    pub fn start(config: ServeConfig) -> Option<Server> {
-        let path = model_path()?;
-        Some(Server::start_from(config, path.display().to_string()))
+    pub fn start(config: ServeConfig) -> Server {
+        Server::start_from(config, model_path().display().to_string())
     }
 
     /// The same with the model at `source`.
