@@ -15,9 +15,9 @@ use std::sync::Arc;
 fn bench(c: &mut Criterion) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let tok_path = root.join("assets/tokenizers/llama3_1/tokenizer.json");
-    let gbnf = root.join("../shared/conformance/llama_cpp/grammars/json.gbnf");
+    let gbnf = root.join("tests/data/llama_cpp/grammars/json.gbnf");
     if !tok_path.exists() || !gbnf.exists() {
-        eprintln!("masks bench: needs scripts/fetch-assets and ../shared/conformance; skipping");
+        eprintln!("masks bench: needs scripts/fetch-assets; skipping");
         return;
     }
     let hf = tokenizers::Tokenizer::from_file(&tok_path).unwrap();
@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
             .collect::<Vec<_>>();
         let mut a = RobustConstrainedAdapter::new(constraint.clone());
         a.step_with_tokens(&ids).unwrap();
-        let mut mask = a.new_mask();
+        let mut mask = a.empty_mask();
         a.compute_mask(&mut mask).unwrap(); // warm the per-state caches
         group.bench_function(name, |b| {
             b.iter(|| {
@@ -91,7 +91,7 @@ fn bench(c: &mut Criterion) {
             a
         })
         .collect();
-    let mut masks: Vec<_> = batch.iter().map(|a| a.new_mask()).collect();
+    let mut masks: Vec<_> = batch.iter().map(|a| a.empty_mask()).collect();
     let mut group = c.benchmark_group("mask-batch64/llama3_1");
     group.bench_function("json/sequential", |b| {
         b.iter(|| {
@@ -106,7 +106,8 @@ fn bench(c: &mut Criterion) {
             batch
                 .iter_mut()
                 .for_each(RobustConstrainedAdapter::forget_last_mask);
-            corral::engine::compute_masks(&mut batch, &mut masks);
+            let mut slots: Vec<_> = batch.iter_mut().zip(masks.iter_mut()).collect();
+            corral::engine::compute_masks(&mut slots);
         })
     });
     group.finish();

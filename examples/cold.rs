@@ -37,7 +37,7 @@ fn main() {
         let c = Constraint::new(g, space.clone());
         let t_setup = t0.elapsed();
         let mut ad = RobustConstrainedAdapter::new(c.clone());
-        let mut m = ad.new_mask();
+        let mut m = ad.empty_mask();
         let mut times = Vec::new();
         for &t in &toks {
             let t0 = Instant::now();

@@ -27,7 +27,7 @@ fn main() {
     let c = Constraint::new(g, space.clone());
     for pass in 0..3 {
         let mut ad = RobustConstrainedAdapter::new(c.clone());
-        let mut m = ad.new_mask();
+        let mut m = ad.empty_mask();
         let mut times = vec![];
         for &t in toks.iter() {
             let t0 = std::time::Instant::now();

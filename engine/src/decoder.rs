@@ -71,7 +71,7 @@ pub struct Decoder {
     opts: GenerateOptions,
     phase: Phase,
     sampler: Sampler,
-    /// The mask for the next sample, and whether it is computed already (`prepare`).
+    /// The mask for the next sample, and whether it is computed already (`prepare_mask`).
     mask: FixedBitSet,
     mask_ready: bool,
     mask_times: Vec<f64>,
@@ -257,7 +257,7 @@ impl Decoder {
 
     /// Computes the mask for the next token now (if the grammar applies), so that
     /// [`Decoder::advance`] need not: call it while the model runs.
-    pub fn prepare(&mut self) -> Result<(), GenerateError> {
+    pub fn prepare_mask(&mut self) -> Result<(), GenerateError> {
         if let Phase::Constrained(a) = &mut self.phase
             && !self.mask_ready
         {
@@ -314,7 +314,7 @@ impl Decoder {
         if let Some(t) = self.completing.pop() {
             return self.append_completion(&v, t, out);
         }
-        let tok = self.sample(&mut v)?;
+        let tok = self.sample_watching_trigger(&mut v)?;
         // An end token ends the output, unless the grammar names it here by reference.
         let named = masked && self.names_token(tok);
         if self.space.eos().contains(&tok) && !named {
@@ -485,7 +485,7 @@ impl Decoder {
     /// text), or nothing at all because the grammar is complete and admits nothing more
     /// (for tool calls, free text comes again instead).
     fn mask_for_sampling(&mut self) -> Result<Sampling, GenerateError> {
-        self.prepare()?;
+        self.prepare_mask()?;
         self.mask_ready = false;
         let Phase::Constrained(a) = &mut self.phase else {
             return Ok(Sampling::Free);
@@ -506,5 +506,15 @@ impl Decoder {
             }
         }
         Ok(Sampling::Masked)
+    }
+}
+
+/// A decoder in a batch of masks ([`crate::compute_masks`]): its mask for the next token,
+/// computed ahead as [`Decoder::prepare_mask`] does.
+impl crate::MaskSlot for Decoder {
+    type Error = GenerateError;
+
+    fn compute_mask(&mut self) -> Result<(), GenerateError> {
+        self.prepare_mask()
     }
 }

@@ -4,7 +4,7 @@
 //! or constrained by an adapter), the sampler, the budget, the text streamed so far. It is
 //! driven one step at a time, so a server can drive many of them around one batched
 //! forward pass; [`generate`] drives one with one model. Per step:
-//! 1. [`Decoder::prepare`]: the constraint's mask for the next token (on another thread
+//! 1. [`Decoder::prepare_mask`]: the constraint's mask for the next token (on another thread
 //!    while the forward pass runs, if `overlap_mask`);
 //! 2. [`Decoder::advance`] with the forward pass's logits: the mask is applied where the
 //!    logits live, the sampler picks a token, the adapter steps, the text delta is streamed
@@ -212,7 +212,7 @@ pub fn generate_emitting(
             // The next mask depends only on the tokens so far: compute it while the model
             // runs.
             let (fwd, prepared) = std::thread::scope(|s| {
-                let h = s.spawn(|| d.prepare());
+                let h = s.spawn(|| d.prepare_mask());
                 let fwd = lm.forward(&feed, pos);
                 (fwd, h.join().expect("mask thread"))
             });

@@ -35,6 +35,7 @@
 //! ```
 
 pub mod adapter;
+mod batch;
 pub mod cache;
 mod classes;
 pub mod constraint;
@@ -49,9 +50,8 @@ pub mod scope;
 pub mod tokens;
 mod utf8;
 
-pub use adapter::{
-    AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo, compute_masks,
-};
+pub use adapter::{AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo};
+pub use batch::{MaskSlot, PARALLEL_BATCH, compute_masks};
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
 pub use constraint::Constraint;
 pub use constraints::{
@@ -62,7 +62,9 @@ pub use generate::{
     Utf8Stream, generate, generate_emitting,
 };
 pub use logprobs::TokenLogprob;
-pub use model::{BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place};
+pub use model::{
+    BackendError, BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place,
+};
 pub use sampling::{Sampler, SamplingError, SamplingOptions};
 pub use scope::{Forced, Scope};
 

@@ -4,13 +4,17 @@
 
 use corral_trie::{FixedBitSet, TokenId};
 use std::any::Any;
+use std::sync::Arc;
 
 /// Why a model call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelError {
-    /// The backend (candle) failed.
+    /// The backend (candle, or a caller's own network) failed.
     #[error("model: {0}")]
-    Backend(String),
+    Backend(BackendError),
+    /// A forward pass over no tokens.
+    #[error("model: no tokens to run")]
+    NoTokens,
     /// More positions than the model supports.
     #[error("{what}: {needed} positions needed, the model supports {max}")]
     Context {
@@ -22,6 +26,47 @@ pub enum ModelError {
     #[error("the sequence does not belong to this model")]
     ForeignSequence,
 }
+
+/// A backend's error, kept whole: [`BackendError::get_ref`] gives the error itself (a
+/// `candle_core::Error` from corral-models), to downcast or to walk its sources. Clones
+/// share it; two are equal when they are the same error or say the same.
+#[derive(Clone, Debug)]
+pub struct BackendError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl BackendError {
+    /// Wraps a backend's error.
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> BackendError {
+        BackendError(Arc::new(e))
+    }
+
+    /// The backend's error.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+/// A backend error that is only a message.
+impl From<&str> for BackendError {
+    fn from(message: &str) -> BackendError {
+        BackendError(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+            message,
+        )))
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for BackendError {
+    fn eq(&self, other: &BackendError) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for BackendError {}
 
 /// A causal language model with a KV cache.
 pub trait CausalLm: Send {

@@ -95,7 +95,7 @@ pub fn replay_observed<E>(
     let mut completed = 0;
     for (r, tokens) in runs.iter().enumerate() {
         let mut a = RobustConstrainedAdapter::new(c.clone());
-        let mut mask = a.new_mask();
+        let mut mask = a.empty_mask();
         let mut refused = false;
         for (i, &t) in tokens.iter().enumerate() {
             let t0 = Instant::now();
@@ -252,7 +252,7 @@ pub struct MaskMismatch {
 /// checked.
 pub fn check_masks_exact(c: &Arc<Constraint>, tokens: &[TokenId]) -> Result<usize, MaskMismatch> {
     let mut a = RobustConstrainedAdapter::new(c.clone());
-    let mut mask = a.new_mask();
+    let mut mask = a.empty_mask();
     let fail = |a: &RobustConstrainedAdapter, error: String| MaskMismatch {
         step: a.tokens_consumed(),
         output: String::from_utf8_lossy(a.output()).into_owned(),

@@ -17,7 +17,7 @@
 //! A token reference yields one token and no bytes of its own: it costs one unit, like a
 //! byte, and appears in a completion as [`Piece::Token`] for the engine to resolve.
 
-use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
+use crate::compiled::{AfterDot, DotId, Grammar, LexemeId, RuleId, Sym, TokenRefId};
 
 /// A piece of a shortest completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,11 +97,11 @@ impl Shortest {
         let mut s = Shortest {
             rule: vec![(INF, None); g.rule_names.len()],
         };
-        // Productions: runs of dots ending at `Next::End`.
+        // Productions: runs of dots ending at `AfterDot::End`.
         let mut prods: Vec<(RuleId, DotId)> = Vec::new();
         let mut start = 0usize;
         for (d, next) in g.dot_next.iter().enumerate() {
-            if *next == Next::End {
+            if *next == AfterDot::End {
                 prods.push((g.dot_lhs[d], DotId(start as u32)));
                 start = d + 1;
             }
@@ -150,7 +150,7 @@ impl Shortest {
     pub(crate) fn suffix_len(&self, g: &Grammar, dot: DotId) -> u64 {
         let mut total = 0u64;
         let mut d = dot.0 as usize;
-        while let Next::Sym(sym) = g.dot_next[d] {
+        while let AfterDot::Sym(sym) = g.dot_next[d] {
             total = total.saturating_add(self.sym_len(g, sym)).min(INF);
             d += 1;
         }
@@ -177,7 +177,7 @@ impl Shortest {
     /// Appends the shortest yield of the symbols from `dot` to the end of its production.
     pub(crate) fn suffix_pieces(&self, g: &Grammar, dot: DotId, out: &mut Completion) {
         let mut d = dot.0 as usize;
-        while let Next::Sym(sym) = g.dot_next[d] {
+        while let AfterDot::Sym(sym) = g.dot_next[d] {
             match sym {
                 Sym::Rule(r) => {
                     if let Some(first) = self.rule[r.0 as usize].1 {

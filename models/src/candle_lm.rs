@@ -113,7 +113,7 @@ impl Runner {
             });
         }
         if tokens.is_empty() {
-            return Err(ModelError::Backend("no tokens to run".into()));
+            return Err(ModelError::NoTokens);
         }
         Ok(())
     }

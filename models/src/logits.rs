@@ -6,11 +6,11 @@
 //! then are the logits copied back for sampling.
 
 use candle_core::{D, DType, Device, Tensor};
-use corral_engine::{Logits, ModelError, apply_mask_in_place};
+use corral_engine::{BackendError, Logits, ModelError, apply_mask_in_place};
 use corral_trie::FixedBitSet;
 
 pub(crate) fn backend(e: candle_core::Error) -> ModelError {
-    ModelError::Backend(crate::without_backtrace(e).to_string())
+    ModelError::Backend(BackendError::new(crate::without_backtrace(e)))
 }
 
 /// Logits of the last position, shape `(vocab,)` or `(1, vocab)`, any device.

@@ -14,7 +14,7 @@ work: each row's state is found again from its tokens after the prompt, so rows 
 search reorders or copies keep the right state (``Matcher.fork``), within their prompt. A
 row that is over (it took an end token, or transformers ended it, on a stop string for
 instance) may only end or pad. Masks are filled
-on the CPU for all rows at once (in parallel, without the GIL), uploaded once to the
+on the CPU for all rows at once (in one call, without the GIL), uploaded once to the
 logits' device and applied there.
 """
 

@@ -9,7 +9,7 @@ patched.
   grammar that does not compile becomes SGLang's ``InvalidGrammarObject`` carrying
   corral's positioned message, and the request is aborted with it.
 - Masks are SGLang's packed int32 layout on the CPU (the llguidance / XGrammar layout); a
-  batch of rows is filled in parallel with the GIL released.
+  batch of rows is filled in one call with the GIL released (in parallel from 16 rows).
 - With ``--reasoning-parser``, the backend wraps itself in SGLang's
   ``ReasonerGrammarBackend`` (SGLang does not wrap registered backends), so the grammar
   applies after the reasoning ends.
@@ -75,7 +75,7 @@ class CorralGrammar(BaseGrammarObject):
 
     @staticmethod
     def fill_vocab_mask_batched(entries, vocab_mask):
-        """All rows at once (in parallel) when every grammar is corral's."""
+        """All rows in one call when every grammar is corral's."""
         if entries and all(isinstance(e.grammar, CorralGrammar) for e in entries):
             corral.fill_next_token_bitmask_batch(
                 [e.grammar.matcher for e in entries], vocab_mask, [e.row for e in entries]

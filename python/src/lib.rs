@@ -12,21 +12,23 @@
 //!
 //! Bitmasks are int32 arrays `[batch, ceil(vocab_size / 32)]`: bit `t % 32` of word
 //! `t / 32` set means token `t` is allowed. Masks are computed with the GIL released;
-//! `fill_next_token_bitmask_batch` computes a batch's rows in parallel (rayon).
+//! `fill_next_token_bitmask_batch` computes a batch's rows with the engine's
+//! `compute_masks` (in parallel from `corral_engine::PARALLEL_BATCH` rows).
 
 /// mimalloc: corral allocates many small pieces (regex trees, grammar nodes), which the
 /// system allocator serves about twice as slowly (a schema's compile: 2.5 ms -> 1.1 ms).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use corral_engine::{AdapterError, Constraint, MaskCache, RobustConstrainedAdapter};
+use corral_engine::{
+    AdapterError, Constraint, MaskCache, MaskSlot, RobustConstrainedAdapter, compute_masks,
+};
 use corral_grammar::{CompileOptions, Grammar as CompiledGrammar};
 use corral_schema::{JsonSchemaOptions, PropertyOrder, Whitespace};
 use corral_trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use rayon::prelude::*;
 use std::sync::Arc;
 
 create_exception!(
@@ -255,8 +257,11 @@ struct Matcher {
     error: Option<String>,
 }
 
-impl Matcher {
-    fn compute(&mut self) -> Result<(), String> {
+/// A matcher in a batch of masks ([`corral_engine::compute_masks`]).
+impl MaskSlot for Matcher {
+    type Error = String;
+
+    fn compute_mask(&mut self) -> Result<(), String> {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
@@ -390,7 +395,7 @@ impl Matcher {
     fn new(grammar: &Grammar, tokenizer: &Tokenizer) -> Matcher {
         let c = Constraint::with_cache(grammar.grammar.clone(), &tokenizer.masks);
         let adapter = RobustConstrainedAdapter::new(c);
-        let mask = adapter.new_mask();
+        let mask = adapter.empty_mask();
         Matcher {
             adapter,
             mask,
@@ -410,7 +415,7 @@ impl Matcher {
         let words = words(self.adapter.constraint().space());
         let view = BitmaskView::of(bitmask, words)?;
         view.check_row(index)?;
-        py.detach(|| self.compute())
+        py.detach(|| self.compute_mask())
             .map_err(PyValueError::new_err)?;
         view.write(index, words, &self.mask)
     }
@@ -472,7 +477,7 @@ impl Matcher {
         if self.adapter.is_finished() {
             return true;
         }
-        if !self.adapter.is_accepting() || self.compute().is_err() {
+        if !self.adapter.is_accepting() || self.compute_mask().is_err() {
             return false;
         }
         let eos = self.adapter.constraint().space().eos();
@@ -546,8 +551,7 @@ fn fill_next_token_bitmask_batch(
         )));
     }
     let mut refs: Vec<&mut Matcher> = matchers.iter_mut().map(|m| &mut **m).collect();
-    let results: Vec<Result<(), String>> =
-        py.detach(|| refs.par_iter_mut().map(|m| m.compute()).collect());
+    let results: Vec<Result<(), String>> = py.detach(|| compute_masks(&mut refs));
     for ((m, &i), r) in refs.iter().zip(&indices).zip(results) {
         r.map_err(PyValueError::new_err)?;
         view.write(i, words, &m.mask)?;

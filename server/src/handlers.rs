@@ -1,11 +1,11 @@
 //! The routes: parsing and checking a request, queueing it, and answering in OpenAI's
 //! shapes, in one response or as server-sent events.
 
+use crate::admit;
 use crate::api::{ChatRequest, CompletionRequest};
 use crate::error::ApiError;
 use crate::logprobs::Logprobs;
 use crate::metrics::Metrics;
-use crate::prepare;
 use crate::respond::{Output, Reply, stream, whole};
 use crate::scheduler::{Event, Job};
 use crate::shape::Shaper;
@@ -347,7 +347,7 @@ async fn start(
 ) -> Result<Response, ApiError> {
     authorize(st, headers)?;
     let ready = st.ready()?;
-    // A place is taken before the request is prepared (its prompt tokenized, its
+    // A place is taken before the request is admitted (its prompt tokenized, its
     // constraint compiled), so a full server refuses at once and preparation is bounded
     // like generation; the time limit counts from here.
     let admission = Admission::take(st)?;
@@ -355,16 +355,16 @@ async fn start(
     let text = ready.text.clone();
     let state = st.clone();
     let preparing = tokio::task::spawn_blocking(move || {
-        let prepared = match kind {
+        let admitted = match kind {
             Kind::Chat => parse::<ChatRequest>(body, true)
-                .and_then(|r| prepare::chat(&text, &state.config, &state.metrics, r)),
+                .and_then(|r| admit::chat(&text, &state.config, &state.metrics, r)),
             Kind::Completion => parse::<CompletionRequest>(body, false)
-                .and_then(|r| prepare::completion(&text, &state.config, &state.metrics, r)),
+                .and_then(|r| admit::completion(&text, &state.config, &state.metrics, r)),
         };
         // The place is held until preparation ends, even when the handler gave up.
-        (prepared, admission)
+        (admitted, admission)
     });
-    let (prepared, admission) = match tokio::time::timeout_at(deadline.into(), preparing).await {
+    let (admitted, admission) = match tokio::time::timeout_at(deadline.into(), preparing).await {
         Ok(joined) => {
             joined.map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
         }
@@ -373,17 +373,17 @@ async fn start(
             return Err(ApiError::timeout(st.config.request_timeout.as_secs()));
         }
     };
-    let prepared = prepared?;
-    let reply = Reply::new(&st.config.model_name, kind, &prepared);
+    let admitted = admitted?;
+    let reply = Reply::new(&st.config.model_name, kind, &admitted);
     let shaper = Shaper::new(
-        prepared.format,
-        prepared.harmony,
-        &prepared.prefix,
+        admitted.format,
+        admitted.harmony,
+        &admitted.prefix,
         &reply.id,
     )
     .map_err(ApiError::internal)?
-    .trim_leading_content(prepared.trim_answer);
-    let shaper = match prepared.calls_allowed {
+    .trim_leading_content(admitted.trim_answer);
+    let shaper = match admitted.calls_allowed {
         Some(names) => shaper.allow_calls(names),
         None => shaper,
     };
@@ -391,22 +391,22 @@ async fn start(
     let events = enqueue(
         st,
         ready,
-        (prepared.decoder, prepared.prompt),
+        (admitted.decoder, admitted.prompt),
         (deadline, stopped.clone()),
         admission,
     )?;
     let out = Output {
-        filter: StopFilter::new(prepared.stops),
+        filter: StopFilter::new(admitted.stops),
         shaper,
         tokens: 0,
         stopped,
-        logprobs: prepared
+        logprobs: admitted
             .logprobs
             .map(|_| Logprobs::new(ready.text.space().clone(), matches!(kind, Kind::Chat))),
-        single_call: prepared.single_call,
+        single_call: admitted.single_call,
     };
-    if prepared.stream {
-        Ok(stream(reply, events, out, prepared.include_usage).into_response())
+    if admitted.stream {
+        Ok(stream(reply, events, out, admitted.include_usage).into_response())
     } else {
         whole(reply, events, out).await
     }

@@ -24,10 +24,10 @@
 //! Stop sequences are refused: they would be matched across channels.
 
 use crate::ServeConfig;
+use crate::admit::{Admitted, Endpoint, Input, Spec, admit, message_text};
 use crate::api::ChatRequest;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::prepare::{Endpoint, Input, Prepared, Spec, message_text, prepare};
 use crate::tools::{self, Choice, Tools};
 use corral_engine::{Forced, Scope};
 use corral_models::ModelText;
@@ -44,7 +44,7 @@ pub fn chat(
     config: &ServeConfig,
     metrics: &Metrics,
     req: ChatRequest,
-) -> Result<Prepared, ApiError> {
+) -> Result<Admitted, ApiError> {
     if req.common.stop.is_some() {
         return Err(ApiError::invalid_param(
             "stop",
@@ -101,7 +101,7 @@ pub fn chat(
         tool_call: call,
         scope,
     };
-    let mut p = prepare(
+    let mut p = admit(
         text,
         config,
         metrics,

@@ -14,7 +14,7 @@
 //!
 //! A request's path:
 //! 1. the handler reads the body (at most [`ServeConfig::max_body_bytes`]) and parses it;
-//! 2. on a blocking thread, [`prepare`] applies the chat template, tokenizes, finds or
+//! 2. on a blocking thread, [`admit`] applies the chat template, tokenizes, finds or
 //!    compiles the constraint, and makes the [`corral_engine::Decoder`];
 //! 3. the job enters a bounded queue (full: 429) read by the [`scheduler`] thread, which
 //!    owns the network and runs the decoding steps of up to
@@ -33,11 +33,11 @@
 //! # Ok::<(), corral_server::ServeError>(())
 //! ```
 
+pub mod admit;
 pub mod api;
 pub mod error;
 pub mod logprobs;
 pub mod metrics;
-pub mod prepare;
 pub mod scheduler;
 pub mod shape;
 pub mod stop;

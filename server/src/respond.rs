@@ -1,10 +1,10 @@
 //! A generation's events turned into OpenAI's responses: one whole response, or
 //! server-sent events.
 
+use crate::admit::Admitted;
 use crate::error::ApiError;
 use crate::handlers::Kind;
 use crate::logprobs::Logprobs;
-use crate::prepare::Prepared;
 use crate::scheduler::{Emitted, Event};
 use crate::shape::{Piece, Shaper};
 use crate::stop::StopFilter;
@@ -27,7 +27,7 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    pub(crate) fn new(model: &str, kind: Kind, p: &Prepared) -> Reply {
+    pub(crate) fn new(model: &str, kind: Kind, p: &Admitted) -> Reply {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::prompt_cache::PromptCache;
 use corral_engine::{
     AdapterError, BatchItem, CausalLm, Decoder, Emit, FinishReason, GenerateError, GenerationStats,
-    Logits, Next, Sequence, TokenLogprob,
+    Logits, Next, Sequence, TokenLogprob, compute_masks,
 };
 use corral_trie::TokenId;
 use std::sync::Arc;
@@ -300,13 +300,12 @@ fn pass(
     }
     let n = items.len();
     // The masks depend only on the tokens so far: computed while the pass runs. An error
-    // stays in its decoder (sticky) and is reported by its own step.
+    // stays in its decoder (sticky) and is reported by its own step, so the results are
+    // not read here.
     let logits = std::thread::scope(|s| {
         if !sampling.is_empty() {
             s.spawn(|| {
-                for d in sampling {
-                    let _ = d.prepare();
-                }
+                let _ = compute_masks(&mut sampling);
             });
         }
         lm.forward_batch(&mut items)

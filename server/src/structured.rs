@@ -1,9 +1,9 @@
 //! A request's structured-output field (`response_format`, `grammar`, `regex`, `choice`,
 //! gpt-oss tool calls) and the constraint it names, from the model's cache or compiled.
 
+use crate::admit::Spec;
 use crate::api::{Common, ResponseFormat};
 use crate::error::ApiError;
-use crate::prepare::Spec;
 use corral_engine::{Constraint, ConstraintCache};
 use corral_grammar::CompileOptions;
 use corral_schema::JsonSchemaOptions;

@@ -14,7 +14,7 @@
 //! Key types: the [`Splitter`] trait (`process` a piece, `take_*` what it produced,
 //! `finish`), its [`ToolCallEvent`]s, [`split_all`] for a whole stream, [`postproc`] for
 //! the events a caller shows, and [`toolcall::ToolCallCodec`], which decodes and validates
-//! call payloads. The main loop is `GenericParser::process` (generic.rs): the
+//! call payloads. The main loop is `GenericParser::process` (generic/parser.rs): the
 //! [`MarkerScanner`] finds the next marker, the text before it goes to the current region.
 //!
 //! ```

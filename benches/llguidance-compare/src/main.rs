@@ -71,7 +71,7 @@ fn cases() -> Result<Vec<Case>> {
 
 /// Times one pass of corral over `tokens`: microseconds per mask.
 fn corral_pass(a: &mut RobustConstrainedAdapter, tokens: &[corral_trie::TokenId]) -> Vec<f64> {
-    let mut mask = a.new_mask();
+    let mut mask = a.empty_mask();
     let mut times = Vec::with_capacity(tokens.len());
     for &t in tokens {
         let s = Instant::now();

@@ -176,7 +176,7 @@ pub struct Pass {
 
 fn corral_pass(c: &Arc<Constraint>, tokens: &[TokenId]) -> Pass {
     let mut a = RobustConstrainedAdapter::new(c.clone());
-    let mut mask = a.new_mask();
+    let mut mask = a.empty_mask();
     let mut pass = Pass::default();
     for i in 0..=tokens.len() {
         let t0 = Instant::now();
@@ -423,7 +423,7 @@ pub fn brute_schema(e: &Engines, entry: &Entry, docs: &[Document]) -> BruteCheck
             }
         };
         let mut a = RobustConstrainedAdapter::new(c.clone());
-        let mut mask = a.new_mask();
+        let mut mask = a.empty_mask();
         for i in 0..=tokens.len() {
             let output = String::from_utf8_lossy(a.output()).into_owned();
             let computed = a.compute_mask(&mut mask);

@@ -340,7 +340,7 @@ impl RobustConstrainedAdapter {
 
     /// The allowed tokens as a list (convenience over [`Self::compute_mask`]).
     pub fn allowed_token_ids(&mut self) -> Result<Vec<TokenId>, AdapterError> {
-        let mut mask = self.new_mask();
+        let mut mask = self.empty_mask();
         self.compute_mask(&mut mask)?;
         Ok(mask.ones().map(|i| TokenId(i as u32)).collect())
     }

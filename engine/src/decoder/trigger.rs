@@ -118,7 +118,10 @@ impl Decoder {
     /// the trigger starts the grammar on what it brings after the trigger (whitespace
     /// first is free); a token whose rest the grammar refuses is not taken (its logit
     /// becomes minus infinity in `v`, and the draw is made again).
-    pub(super) fn sample(&mut self, v: &mut [f32]) -> Result<TokenId, GenerateError> {
+    pub(super) fn sample_watching_trigger(
+        &mut self,
+        v: &mut [f32],
+    ) -> Result<TokenId, GenerateError> {
         loop {
             let tok = self.sampler.draw(v).ok_or(GenerateError::NothingToSample)?;
             let watching = matches!(self.phase, Phase::Free) && !self.triggered;

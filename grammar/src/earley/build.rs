@@ -166,7 +166,7 @@ impl Chart {
                 continue;
             }
             match g.next(it.dot) {
-                Next::End => {
+                AfterDot::End => {
                     let lhs = g.lhs(it.dot);
                     let o = it.origin;
                     if it.dot == g.accept_dot && o == 0 {
@@ -180,20 +180,20 @@ impl Chart {
                         work += (b - a) as usize;
                         for q in a..b {
                             let p = self.items[q as usize];
-                            if g.next(p.dot) == Next::Sym(Sym::Rule(lhs)) {
+                            if g.next(p.dot) == AfterDot::Sym(Sym::Rule(lhs)) {
                                 let origin = if p.origin == SELF { o } else { p.origin };
                                 self.add_concrete(DotId(p.dot.0 + 1), origin);
                             }
                         }
                     }
                 }
-                Next::Sym(Sym::Rule(b)) => {
+                AfterDot::Sym(Sym::Rule(b)) => {
                     self.predict(g, b, &mut tokens);
                     if g.nullable[b.0 as usize] {
                         self.add_concrete(DotId(it.dot.0 + 1), it.origin);
                     }
                 }
-                Next::Sym(Sym::Lexeme(l)) => {
+                AfterDot::Sym(Sym::Lexeme(l)) => {
                     let s = &mut self.s;
                     if s.lex_stamp[l.0 as usize] != s.stamp {
                         s.lex_stamp[l.0 as usize] = s.stamp;
@@ -203,7 +203,7 @@ impl Chart {
                         self.add_concrete(DotId(it.dot.0 + 1), it.origin);
                     }
                 }
-                Next::Sym(Sym::Token(_)) => tokens = true,
+                AfterDot::Sym(Sym::Token(_)) => tokens = true,
             }
             work += 1;
             let items = self.items.len() - items_start;
@@ -232,7 +232,7 @@ impl Chart {
             work += (b - a) as usize;
             for k in a..b {
                 let it = self.items[k as usize];
-                if g.next(it.dot) == Next::Sym(Sym::Lexeme(lex)) {
+                if g.next(it.dot) == AfterDot::Sym(Sym::Lexeme(lex)) {
                     let origin = if it.origin == SELF { j } else { it.origin };
                     self.add_concrete(DotId(it.dot.0 + 1), origin);
                 }
@@ -242,7 +242,7 @@ impl Chart {
             let (a, b) = self.sets[u as usize].items;
             for k in a..b {
                 let it = self.items[k as usize];
-                if let Next::Sym(Sym::Token(t)) = g.next(it.dot)
+                if let AfterDot::Sym(Sym::Token(t)) = g.next(it.dot)
                     && matches(t)
                 {
                     let origin = if it.origin == SELF { u } else { it.origin };
@@ -268,7 +268,7 @@ impl Chart {
         // Leo: symbols with exactly one waiting item, which is penultimate.
         let stamp = s.stamp;
         for k in items_start..self.items.len() {
-            if let Next::Sym(Sym::Rule(b)) = g.next(self.items[k].dot) {
+            if let AfterDot::Sym(Sym::Rule(b)) = g.next(self.items[k].dot) {
                 let b = b.0 as usize;
                 if s.count_stamp[b] != stamp {
                     s.count_stamp[b] = stamp;
@@ -281,7 +281,7 @@ impl Chart {
         }
         for k in items_start..self.items.len() {
             let it = self.items[k];
-            if let Next::Sym(Sym::Rule(b)) = g.next(it.dot)
+            if let AfterDot::Sym(Sym::Rule(b)) = g.next(it.dot)
                 && s.count[b.0 as usize] == 1
                 && s.last[b.0 as usize] == k as u32
                 && g.dot_penult[it.dot.0 as usize]

@@ -35,7 +35,7 @@ impl Chart {
         let top = *self.frames.last().expect("at least one frame");
         let n = self.sets.len();
         let current = n - 1;
-        let waiting = |it: &Item| matches!(g.next(it.dot), Next::Sym(_));
+        let waiting = |it: &Item| matches!(g.next(it.dot), AfterDot::Sym(_));
         let mut keep = vec![false; n];
         let mut stack: Vec<u32> = Vec::new();
         let mark = |s: u32, keep: &mut Vec<bool>, stack: &mut Vec<u32>| {

@@ -3,7 +3,7 @@
 //! grammar, is [`crate::complete`].
 
 use super::{Recognizer, Run, SELF};
-use crate::compiled::{DotId, Next, Sym, TokenRefId};
+use crate::compiled::{AfterDot, DotId, Sym, TokenRefId};
 use crate::complete::{self, Completion};
 use rustc_hash::FxHashSet;
 
@@ -164,7 +164,7 @@ impl CompletionSearch<'_> {
             let (a, b) = c.sets[set as usize].items;
             for k in a..b {
                 let it = c.items[k as usize];
-                if g.next(it.dot) != Next::Sym(sym) {
+                if g.next(it.dot) != AfterDot::Sym(sym) {
                     continue;
                 }
                 let after = DotId(it.dot.0 + 1);

@@ -49,7 +49,7 @@
 //! = dotted production + origin set; *run* = a partial lexeme (a lexer run); *frame* = the
 //! state after one push, the unit of rollback. All of corral's terms: docs/glossary.md.
 
-use crate::compiled::{DotId, Grammar, LexemeId, Next, RuleId, Sym, TokenRefId};
+use crate::compiled::{AfterDot, DotId, Grammar, LexemeId, RuleId, Sym, TokenRefId};
 use crate::error::RecognizeError;
 use crate::lexeme::DEAD;
 use rustc_hash::FxHashSet;
@@ -351,7 +351,7 @@ impl Recognizer {
             let info = self.c.sets[set as usize];
             if info.tokens {
                 for it in &self.c.items[info.items.0 as usize..info.items.1 as usize] {
-                    if let Next::Sym(Sym::Token(t)) = self.g.next(it.dot) {
+                    if let AfterDot::Sym(Sym::Token(t)) = self.g.next(it.dot) {
                         out.push(t);
                     }
                 }

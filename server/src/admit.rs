@@ -24,7 +24,7 @@ const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 
 /// A request ready to queue.
-pub struct Prepared {
+pub struct Admitted {
     pub decoder: Decoder,
     pub prompt: Vec<TokenId>,
     /// The output is split into content, reasoning and tool calls in this format (chat
@@ -67,7 +67,7 @@ pub fn chat(
     config: &ServeConfig,
     metrics: &Metrics,
     req: ChatRequest,
-) -> Result<Prepared, ApiError> {
+) -> Result<Admitted, ApiError> {
     check_model(req.model.as_deref(), config)?;
     if req.common.parse_special {
         return Err(ApiError::invalid_param(
@@ -180,7 +180,7 @@ pub fn chat(
         tool_call: call.map(Spec::Schema),
         scope,
     };
-    let mut p = prepare(
+    let mut p = admit(
         text,
         config,
         metrics,
@@ -210,7 +210,7 @@ pub fn completion(
     config: &ServeConfig,
     metrics: &Metrics,
     req: CompletionRequest,
-) -> Result<Prepared, ApiError> {
+) -> Result<Admitted, ApiError> {
     check_model(req.model.as_deref(), config)?;
     // Even an empty list: a field is honoured or refused, and this endpoint has no tools.
     for (field, given) in [
@@ -249,7 +249,7 @@ pub fn completion(
         tool_call: None,
         scope: Scope::Whole,
     };
-    prepare(text, config, metrics, input, req.common, endpoint)
+    admit(text, config, metrics, input, req.common, endpoint)
         .map_err(|e| e.for_param("messages", "prompt"))
 }
 
@@ -288,14 +288,14 @@ pub(crate) struct Endpoint {
     pub scope: Scope,
 }
 
-pub(crate) fn prepare(
+pub(crate) fn admit(
     text: &ModelText,
     config: &ServeConfig,
     metrics: &Metrics,
     input: Input,
     c: Common,
     endpoint: Endpoint,
-) -> Result<Prepared, ApiError> {
+) -> Result<Admitted, ApiError> {
     let Endpoint {
         chat,
         tool_call,
@@ -386,7 +386,7 @@ pub(crate) fn prepare(
     // lexeme whose automaton outgrows its limit once built) is the request's error, a 400
     // naming the field, not a failure of the generation.
     if let Some(param) = constrained_by
-        && let Err(e) = decoder.prepare()
+        && let Err(e) = decoder.prepare_mask()
     {
         return Err(ApiError::invalid_param(param, format!("{param}: {e}")));
     }
@@ -403,7 +403,7 @@ pub(crate) fn prepare(
             "stop sequences do not apply to a constrained output (it ends where its grammar does): drop `stop`, or the constraint",
         ));
     }
-    Ok(Prepared {
+    Ok(Admitted {
         decoder,
         prompt: ids,
         format: None,
