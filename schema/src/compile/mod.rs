@@ -4,7 +4,7 @@
 
 use super::gbnf::{alt, and, digit, eps, from_hir, g, lit, name, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
-use super::pattern::{Encoder, Spelling, any_char, ecma_to_hir, restrict_length};
+use super::pattern::{Encoder, Restricted, Spelling, any_char, ecma_to_hir, restrict_length};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
 use corral_grammar::ast::{Expr, ExprKind, RuleAst};

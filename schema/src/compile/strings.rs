@@ -42,12 +42,14 @@ impl Compiler<'_> {
             [] => parts.push(length()?),
             _ if !bounded => {}
             [one] => match restrict_length(one, min, max) {
-                Ok(Some(h)) => {
+                Restricted::To(h) => {
                     *one = h;
                     format_at = None;
                 }
-                Ok(None) => return Ok(None),
-                Err(()) => counter = max.unwrap_or(min).saturating_add(1) as usize,
+                Restricted::Nothing => return Ok(None),
+                Restricted::NotOneRepetition => {
+                    counter = max.unwrap_or(min).saturating_add(1) as usize
+                }
             },
             _ => counter = max.unwrap_or(min).saturating_add(1) as usize,
         }
@@ -90,7 +92,7 @@ impl Compiler<'_> {
                 .ok_or_else(|| invalid(&child(ptr, "pattern"), "pattern must be a string"))?;
             match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
                 Ok(h) => pattern = Some(h),
-                Err(e) => self.unsupported("pattern", ptr, &e)?,
+                Err(e) => self.unsupported("pattern", ptr, &e.to_string())?,
             }
         }
         let mut format = None;

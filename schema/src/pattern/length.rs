@@ -38,11 +38,21 @@ pub(crate) fn char_len(h: &Hir) -> (u64, Option<u64>) {
     }
 }
 
+/// What [`restrict_length`] made of a pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Restricted {
+    /// The pattern within the length bounds.
+    To(Hir),
+    /// No string of the pattern has a length within the bounds.
+    Nothing,
+    /// The pattern is not of the shape handled: the length needs a counter of its own.
+    NotOneRepetition,
+}
+
 /// Restricts a whole-string regex to `min..=max` characters when that can be done exactly
 /// by adjusting one repetition: the pattern is a sequence of fixed-length pieces and one
-/// repetition of a fixed-length piece (`[a-z][a-z0-9_]+`, `[A-Z]{2,}`). `Ok(None)`: no
-/// string fits. `Err(())`: not of that shape.
-pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Option<Hir>, ()> {
+/// repetition of a fixed-length piece (`[a-z][a-z0-9_]+`, `[A-Z]{2,}`).
+pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Restricted {
     let (lo, hi) = char_len(h);
     let within_max = match (hi, max) {
         (_, None) => true,
@@ -50,10 +60,10 @@ pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Opt
         (None, Some(_)) => false,
     };
     if lo >= min && within_max {
-        return Ok(Some(h.clone()));
+        return Restricted::To(h.clone());
     }
     if max.is_some_and(|m| lo > m || m < min) || hi.is_some_and(|hi| hi < min) {
-        return Ok(None);
+        return Restricted::Nothing;
     }
     let mut items = Vec::new();
     flatten_concat(h, &mut items);
@@ -64,14 +74,14 @@ pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Opt
         })
         .collect();
     let [v] = variable.as_slice() else {
-        return Err(());
+        return Restricted::NotOneRepetition;
     };
     let HirKind::Repetition(r) = items[*v].kind() else {
-        return Err(());
+        return Restricted::NotOneRepetition;
     };
     let (k, kmax) = char_len(&r.sub);
     if kmax != Some(k) || k == 0 {
-        return Err(());
+        return Restricted::NotOneRepetition;
     }
     let fixed: u64 = items
         .iter()
@@ -84,7 +94,7 @@ pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Opt
     let cmax = match (max, r.max) {
         (Some(m), rmax) => {
             let Some(room) = m.checked_sub(fixed) else {
-                return Ok(None);
+                return Restricted::Nothing;
             };
             let c = room / k;
             Some(rmax.map_or(c, |x| c.min(x as u64)))
@@ -92,16 +102,19 @@ pub(crate) fn restrict_length(h: &Hir, min: u64, max: Option<u64>) -> Result<Opt
         (None, rmax) => rmax.map(u64::from),
     };
     if cmax.is_some_and(|c| c < cmin) {
-        return Ok(None);
+        return Restricted::Nothing;
     }
-    let to_u32 = |x: u64| u32::try_from(x).map_err(|_| ());
+    // Counts past u32 (regex-syntax's repetition bounds): left to the length counter.
+    let (Ok(cmin), Ok(cmax)) = (u32::try_from(cmin), cmax.map(u32::try_from).transpose()) else {
+        return Restricted::NotOneRepetition;
+    };
     items[*v] = Hir::repetition(Repetition {
-        min: to_u32(cmin)?,
-        max: cmax.map(to_u32).transpose()?,
+        min: cmin,
+        max: cmax,
         greedy: true,
         sub: r.sub.clone(),
     });
-    Ok(Some(Hir::concat(items)))
+    Restricted::To(Hir::concat(items))
 }
 
 pub(super) fn flatten_concat(h: &Hir, out: &mut Vec<Hir>) {

@@ -42,8 +42,21 @@ fn any_string() -> Hir {
 
 const ECMA_SPACE: &str = r"\x{9}-\x{D}\x{20}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}";
 
+/// Why a `pattern` cannot be used: its message says which part.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PatternError {
+    /// ECMA-262 that a finite automaton cannot match, or that no JSON string matches:
+    /// look-around, backreferences, word boundaries, anchors inside the pattern, a lone
+    /// surrogate.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// Not a valid ECMA-262 pattern.
+    #[error("{0}")]
+    Malformed(String),
+}
+
 /// Translates an ECMA-262 pattern into Rust regex syntax. `Err` names what is not supported.
-pub(crate) fn ecma_to_rust(p: &str) -> Result<String, String> {
+pub(crate) fn ecma_to_rust(p: &str) -> Result<String, PatternError> {
     let cs: Vec<char> = p.chars().collect();
     let mut out = String::with_capacity(p.len() + 8);
     let mut i = 0;
@@ -66,10 +79,14 @@ pub(crate) fn ecma_to_rust(p: &str) -> Result<String, String> {
             '(' => {
                 let rest: String = cs[i..cs.len().min(i + 4)].iter().collect();
                 if rest.starts_with("(?=") || rest.starts_with("(?!") {
-                    return Err("look-ahead (?= (?! is not supported".into());
+                    return Err(PatternError::Unsupported(
+                        "look-ahead (?= (?! is not supported",
+                    ));
                 }
                 if rest.starts_with("(?<=") || rest.starts_with("(?<!") {
-                    return Err("look-behind (?<= (?<! is not supported".into());
+                    return Err(PatternError::Unsupported(
+                        "look-behind (?<= (?<! is not supported",
+                    ));
                 }
                 if rest.starts_with("(?<") {
                     out.push_str("(?P<");
@@ -77,7 +94,9 @@ pub(crate) fn ecma_to_rust(p: &str) -> Result<String, String> {
                     continue;
                 }
                 if rest.starts_with("(?") && !rest.starts_with("(?:") {
-                    return Err("inline flags (?i) are not ECMA-262".into());
+                    return Err(PatternError::Malformed(
+                        "inline flags (?i) are not ECMA-262".into(),
+                    ));
                 }
                 out.push('(');
             }
@@ -131,9 +150,11 @@ fn hex_at(cs: &[char], at: usize, n: usize) -> Option<u32> {
 
 /// An escape at `cs[i] == '\\'`: the Rust syntax for it and the characters used. Inside a
 /// class, class escapes become nested classes and `\b` is backspace.
-fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), String> {
+fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), PatternError> {
     let Some(&e) = cs.get(i + 1) else {
-        return Err("the pattern ends with a lone backslash".into());
+        return Err(PatternError::Malformed(
+            "the pattern ends with a lone backslash".into(),
+        ));
     };
     let one = |c: char| {
         let mut s = String::new();
@@ -148,16 +169,26 @@ fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), Stri
         's' => format!("[{ECMA_SPACE}]"),
         'S' => format!("[^{ECMA_SPACE}]"),
         'b' if in_class => one('\u{8}'),
-        'b' | 'B' => return Err("word boundaries \\b \\B are not supported".into()),
+        'b' | 'B' => {
+            return Err(PatternError::Unsupported(
+                "word boundaries \\b \\B are not supported",
+            ));
+        }
         'n' => one('\n'),
         'r' => one('\r'),
         't' => one('\t'),
         'f' => one('\u{c}'),
         'v' => one('\u{b}'),
         '0' if !cs.get(i + 2).is_some_and(char::is_ascii_digit) => one('\0'),
-        '1'..='9' => return Err("backreferences (\\1) are not supported".into()),
+        '1'..='9' => {
+            return Err(PatternError::Unsupported(
+                "backreferences (\\1) are not supported",
+            ));
+        }
         'k' if cs.get(i + 2) == Some(&'<') => {
-            return Err("named backreferences (\\k<name>) are not supported".into());
+            return Err(PatternError::Unsupported(
+                "named backreferences (\\k<name>) are not supported",
+            ));
         }
         'c' if cs.get(i + 2).is_some_and(char::is_ascii_alphabetic) => {
             let v = (cs[i + 2] as u32) % 32;
@@ -172,9 +203,12 @@ fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), Stri
                 let close = cs[i + 3..]
                     .iter()
                     .position(|&c| c == '}')
-                    .ok_or("unterminated \\u{...}")?;
-                let v = hex_at(cs, i + 3, close).ok_or("bad \\u{...} escape")?;
-                let c = char::from_u32(v).ok_or("\\u{...} is not a code point")?;
+                    .ok_or(PatternError::Malformed("unterminated \\u{...}".into()))?;
+                let v = hex_at(cs, i + 3, close)
+                    .ok_or(PatternError::Malformed("bad \\u{...} escape".into()))?;
+                let c = char::from_u32(v).ok_or(PatternError::Malformed(
+                    "\\u{...} is not a code point".into(),
+                ))?;
                 return Ok((one(c), close + 4));
             }
             let Some(v) = hex_at(cs, i + 2, 4) else {
@@ -191,14 +225,18 @@ fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), Stri
             }
             match char::from_u32(v) {
                 Some(c) => return Ok((one(c), 6)),
-                None => return Err("a lone surrogate \\uD8xx cannot match a JSON string".into()),
+                None => {
+                    return Err(PatternError::Unsupported(
+                        "a lone surrogate \\uD8xx cannot match a JSON string",
+                    ));
+                }
             }
         }
         'p' | 'P' if cs.get(i + 2) == Some(&'{') => {
             let close = cs[i + 3..]
                 .iter()
                 .position(|&c| c == '}')
-                .ok_or("unterminated \\p{...}")?;
+                .ok_or(PatternError::Malformed("unterminated \\p{...}".into()))?;
             let s: String = cs[i..i + close + 4].iter().collect();
             return Ok((s, close + 4));
         }
@@ -208,7 +246,7 @@ fn escape(cs: &[char], i: usize, in_class: bool) -> Result<(String, usize), Stri
 }
 
 /// A class at `cs[i] == '['`, rewritten item by item.
-fn class(cs: &[char], i: usize) -> Result<(String, usize), String> {
+fn class(cs: &[char], i: usize) -> Result<(String, usize), PatternError> {
     let mut j = i + 1;
     let negated = cs.get(j) == Some(&'^');
     if negated {
@@ -219,7 +257,9 @@ fn class(cs: &[char], i: usize) -> Result<(String, usize), String> {
     let mut last_char: Option<char> = None;
     loop {
         let Some(&c) = cs.get(j) else {
-            return Err("unterminated character class".into());
+            return Err(PatternError::Malformed(
+                "unterminated character class".into(),
+            ));
         };
         if c == ']' {
             j += 1;
@@ -232,13 +272,15 @@ fn class(cs: &[char], i: usize) -> Result<(String, usize), String> {
         {
             let (b, used) = class_atom(cs, j + 1)?;
             let Some(b) = b else {
-                return Err("a range ends in a class escape such as \\d".into());
+                return Err(PatternError::Malformed(
+                    "a range ends in a class escape such as \\d".into(),
+                ));
             };
             if b < a {
-                return Err(format!(
+                return Err(PatternError::Malformed(format!(
                     "character range out of order: U+{:04X} > U+{:04X}",
                     a as u32, b as u32
-                ));
+                )));
             }
             items.pop();
             let mut s = String::new();
@@ -279,7 +321,7 @@ fn class(cs: &[char], i: usize) -> Result<(String, usize), String> {
 
 /// One class item at `cs[j]`: `Some(char)` for a single character, `None` for a class
 /// escape (`\d`...), with the characters used.
-fn class_atom(cs: &[char], j: usize) -> Result<(Option<char>, usize), String> {
+fn class_atom(cs: &[char], j: usize) -> Result<(Option<char>, usize), PatternError> {
     let c = cs[j];
     if c != '\\' {
         return Ok((Some(c), 1));
@@ -308,16 +350,18 @@ fn class_atom(cs: &[char], j: usize) -> Result<(Option<char>, usize), String> {
 
 /// Parses an ECMA-262 pattern into a regex over the whole string value (anchored: an
 /// unanchored pattern may be preceded and followed by anything).
-pub(crate) fn ecma_to_hir(p: &str, nest_limit: u32) -> Result<Hir, String> {
+pub(crate) fn ecma_to_hir(p: &str, nest_limit: u32) -> Result<Hir, PatternError> {
     let rust = ecma_to_rust(p)?;
     let hir = regex_syntax::ParserBuilder::new()
         .nest_limit(nest_limit)
         .build()
         .parse(&rust)
-        .map_err(|e| match &e {
-            regex_syntax::Error::Parse(p) => p.kind().to_string(),
-            regex_syntax::Error::Translate(t) => t.kind().to_string(),
-            _ => e.to_string(),
+        .map_err(|e| {
+            PatternError::Malformed(match &e {
+                regex_syntax::Error::Parse(p) => p.kind().to_string(),
+                regex_syntax::Error::Translate(t) => t.kind().to_string(),
+                _ => e.to_string(),
+            })
         })?;
     anchor(hir)
 }
@@ -332,8 +376,9 @@ fn has_look(h: &Hir) -> bool {
 
 /// Makes a search pattern a whole-string pattern: `^`/`$` at the ends of the pattern (or of
 /// each top-level alternative) anchor it, elsewhere it may be surrounded by anything.
-fn anchor(h: Hir) -> Result<Hir, String> {
-    let inner_look = || "anchors (^ $) are supported only at the ends of the pattern".to_string();
+fn anchor(h: Hir) -> Result<Hir, PatternError> {
+    let inner_look =
+        || PatternError::Unsupported("anchors (^ $) are supported only at the ends of the pattern");
     match h.kind() {
         HirKind::Alternation(xs) if has_look(&h) => {
             // The unanchored alternatives share one `.*( | ).*` (a copy of `.*` after each
@@ -428,14 +473,19 @@ mod tests {
     fn lengths() {
         let h = ecma_to_hir(r"^[a-z][a-z0-9_]+$", 200).unwrap();
         assert_eq!(char_len(&h), (2, None));
-        let r = restrict_length(&h, 3, Some(5)).unwrap().unwrap();
+        let Restricted::To(r) = restrict_length(&h, 3, Some(5)) else {
+            panic!("one repetition restricts");
+        };
         let d = dfa(&r);
         assert!(!d.matches(b"ab") && d.matches(b"abc") && d.matches(b"abcde"));
         assert!(!d.matches(b"abcdef"));
         let h = ecma_to_hir(r"^[A-Z]{2}$", 200).unwrap();
-        assert_eq!(restrict_length(&h, 3, None), Ok(None));
+        assert_eq!(restrict_length(&h, 3, None), Restricted::Nothing);
         let h = ecma_to_hir(r"x\d+y\d+", 200).unwrap();
-        assert_eq!(restrict_length(&h, 0, Some(10)), Err(()));
+        assert_eq!(
+            restrict_length(&h, 0, Some(10)),
+            Restricted::NotOneRepetition
+        );
     }
 
     #[test]
