@@ -1,0 +1,154 @@
+use super::*;
+use regex_syntax::ParserBuilder;
+
+fn hir(re: &str) -> Hir {
+    ParserBuilder::new().build().parse(re).unwrap()
+}
+
+/// Every live state that strings over `alphabet` reach from the start.
+fn reachable(d: &LexemeDfa, alphabet: &[u8]) -> Vec<u32> {
+    let mut states = vec![d.start()];
+    let mut k = 0;
+    while k < states.len() {
+        for &b in alphabet {
+            let t = d.next(states[k], b);
+            if t != DEAD && !states.contains(&t) {
+                states.push(t);
+            }
+        }
+        k += 1;
+    }
+    states
+}
+
+#[test]
+fn representatives_behave_alike_within_their_depth() {
+    for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x[a-c]{0,9}y?"] {
+        representatives_alike(re);
+    }
+}
+
+fn representatives_alike(re: &str) {
+    let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
+    let alphabet = b"abcxy";
+    let states = reachable(&d, alphabet);
+    let mut moved = 0;
+    for &s in &states {
+        for depth in 0..=3 {
+            let r = d.representative(s, depth);
+            if r == s {
+                continue;
+            }
+            moved += 1;
+            assert_eq!(d.is_accepting(r), d.is_accepting(s));
+            // Every string of at most `depth` bytes: the same life and acceptance.
+            let mut frontier = vec![(s, r)];
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for (x, y) in frontier {
+                    for &b in alphabet {
+                        let (x, y) = (d.next(x, b), d.next(y, b));
+                        assert_eq!(x == DEAD, y == DEAD, "{re}: {s} as {r} at {depth}");
+                        assert_eq!(d.is_accepting(x), d.is_accepting(y), "{re}");
+                        if x != DEAD {
+                            next.push((x, y));
+                        }
+                    }
+                }
+                frontier = next;
+            }
+        }
+    }
+    assert!(
+        moved > 5,
+        "{re}: counts far from their bounds have representatives"
+    );
+}
+
+#[test]
+fn recounted_targets_are_where_the_bytes_lead() {
+    for re in ["a[a-c]{2,12}x[bc]{0,9}", "[a-c]{3,12}", "x(?:ab|c){0,9}y?"] {
+        let d = compose(&hir(re), 1 << 24, None).unwrap().unwrap();
+        let alphabet = b"abcxy";
+        let mut moved = 0;
+        for s in reachable(&d, alphabet) {
+            let r = d.representative(s, 2);
+            if r == s {
+                continue;
+            }
+            moved += 1;
+            // Every string of up to two bytes leads from `s` where it leads from `r`,
+            // recounted.
+            for &a in alphabet {
+                let (ra, sa) = (d.next(r, a), d.next(s, a));
+                assert_eq!(d.recount(ra, r, s), sa, "{re}: {s} as {r}, {}", a as char);
+                for &b in alphabet {
+                    assert_eq!(d.recount(d.next(ra, b), r, s), d.next(sa, b), "{re}");
+                }
+            }
+        }
+        assert!(moved > 3, "{re}");
+    }
+}
+
+/// Every string over `alphabet` up to `len` bytes: the composed DFA and the one built by
+/// subset construction agree on life, acceptance and the shortest completion's length.
+fn agree(re: &str, alphabet: &[u8], len: usize) {
+    let h = hir(re);
+    let composed = compose(&h, 1 << 24, None)
+        .unwrap_or_else(|| panic!("{re} composes"))
+        .unwrap();
+    let tables = LexemeDfa::build_tables(&h, 1 << 24).unwrap();
+    let mut frontier = vec![(Vec::new(), composed.start(), tables.start())];
+    for _ in 0..=len {
+        let mut next = Vec::new();
+        for (s, a, b) in frontier {
+            assert_eq!(a == DEAD, b == DEAD, "{re} {s:?}: life");
+            if a == DEAD {
+                continue;
+            }
+            assert_eq!(
+                composed.is_accepting(a),
+                tables.is_accepting(b),
+                "{re} {s:?}"
+            );
+            assert_eq!(
+                composed.can_continue(a),
+                tables.can_continue(b),
+                "{re} {s:?}"
+            );
+            assert_eq!(
+                composed.shortest(a).map(|x| x.0),
+                tables.shortest(b).map(|x| x.0),
+                "{re} {s:?}: shortest"
+            );
+            for &c in alphabet {
+                let mut t = s.clone();
+                t.push(c);
+                next.push((t, composed.next(a, c), tables.next(b, c)));
+            }
+        }
+        frontier = next;
+    }
+}
+
+#[test]
+fn composed_dfas_accept_what_subset_construction_accepts() {
+    agree(r#""[ab]{0,3}""#, b"\"abc", 7);
+    agree(r#""(?:a|\\u0061){1,3}""#, b"\"a\\u0061x", 9);
+    agree(r"[ \n]{0,2},[ \n]{0,2}key", b" \n,key", 7);
+    agree(r"x{2}y{1,2}z?", b"xyz", 6);
+    agree(r"(?:ab){2,3}c", b"abc", 8);
+    // A nullable counted segment between two plain ones.
+    agree(r"a[0-9]{0,2}b", b"a01b", 6);
+}
+
+#[test]
+fn ambiguous_junctions_are_not_composed() {
+    // Where `a` may end, `a` also starts the next segment.
+    assert!(compose(&hir("a{0,3}a"), 1 << 20, None).is_none());
+    // A body one of whose matches continues into a longer one.
+    assert!(compose(&hir("(?:a|ab){2,3}"), 1 << 20, None).is_none());
+    // Nothing counted: subset construction.
+    assert!(compose(&hir("ab*c"), 1 << 20, None).is_none());
+}
