@@ -59,6 +59,8 @@ mod build;
 mod collect;
 mod completion;
 mod push;
+#[cfg(test)]
+mod tests;
 
 /// Origin of an item predicted in the set that holds it.
 pub const SELF: u32 = u32::MAX;
