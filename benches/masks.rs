@@ -5,6 +5,8 @@
 //!
 //! Run: `cargo bench --bench masks` (needs scripts/fetch-assets and ../shared/conformance).
 
+#![allow(missing_docs, reason = "criterion_group! makes an undocumented pub fn")]
+
 use corral::engine::{Constraint, RobustConstrainedAdapter};
 use corral::grammar::{CompileOptions, compile_gbnf};
 use corral::trie::{TokenSpace, Vocabulary, continuation_tokenizer};

@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo bench --bench match_json`. Needs ../shared/conformance.
 
+#![allow(missing_docs, reason = "criterion_group! makes an undocumented pub fn")]
+
 #[path = "../tests/support/jsongen.rs"]
 mod jsongen;
 

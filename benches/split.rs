@@ -2,6 +2,8 @@
 //! `<tool_call>` stream, at 4 MB and 8 MB (the time for 2x the text should be ~2x), fed in
 //! chunks of 16 bytes like decoded tokens. `cargo bench --bench split`.
 
+#![allow(missing_docs, reason = "criterion_group! makes an undocumented pub fn")]
+
 #[path = "../tests/support/streams.rs"]
 #[allow(dead_code)]
 mod streams;

@@ -59,14 +59,20 @@ use std::sync::Arc;
 /// Errors of the one-call entry points.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A grammar that does not compile (boxed to keep `Error` small).
     #[error(transparent)]
     Grammar(Box<GrammarError>),
+    /// A JSON Schema that does not compile (boxed, like `Grammar`).
     #[error(transparent)]
     Schema(Box<SchemaError>),
+    /// The model cannot be loaded, or the prompt cannot be rendered or encoded.
     #[error(transparent)]
     Load(#[from] corral_models::LoadError),
+    /// Generation failed: the network, the constraint, the sampling options or the budget.
     #[error(transparent)]
     Generate(#[from] corral_engine::GenerateError),
+    /// Structured output failed: every attempt rejected, the prompt too long, the schema
+    /// unusable for validation, or the value not of the requested type.
     #[error(transparent)]
     Structured(#[from] structured::StructuredError),
 }
@@ -87,8 +93,13 @@ impl From<SchemaError> for Error {
 /// template (`raw`).
 #[derive(Clone, Debug, Default)]
 pub struct Prompt {
+    /// The user's message; with `raw`, the prompt's text.
     pub user: String,
+    /// The system message (a harmony model's developer instructions). Without `raw`, a model
+    /// with neither a chat template nor harmony's format leaves it out.
     pub system: Option<String>,
+    /// Skip the chat template: the prompt is `system` (if any) and `user` joined by a
+    /// newline, trusted (special tokens' names in it are control tokens).
     pub raw: bool,
 }
 
@@ -102,7 +113,7 @@ impl From<&str> for Prompt {
 }
 
 /// Generates text in `grammar`'s language after `prompt` (chat template applied). The
-/// grammar's constraint is kept in the model's [`Model::constraints`], so calling again
+/// grammar's constraint is kept in the model's [`ModelText::constraints`](corral_models::ModelText::constraints), so calling again
 /// with the same `grammar` starts with its mask caches warm.
 pub fn generate_constrained(
     model: &mut Model,

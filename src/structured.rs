@@ -15,6 +15,8 @@ use std::sync::Arc;
 /// How to generate a structured value.
 #[derive(Clone, Debug)]
 pub struct StructuredOptions {
+    /// Each generation's options (`max_tokens` 512 by default); a retry raises the
+    /// temperature to at least `retry_temperature` and moves the seed on.
     pub generate: GenerateOptions,
     /// How the schema becomes a grammar. Structured generation closes objects (no
     /// properties beyond those the schema names) unless the schema itself allows more.
@@ -60,22 +62,34 @@ pub struct Attempt {
     pub text: String,
     /// Why it was not accepted (not JSON, or the validation errors).
     pub errors: Vec<String>,
+    /// Why its generation stopped (a cut-off output ends with [`FinishReason::Length`]).
     pub finish_reason: FinishReason,
 }
 
 /// Why a structured generation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StructuredError {
+    /// Every attempt (`max_attempts`) was rejected; each one's text and errors, in order.
     #[error("every attempt failed validation ({} attempts): {}", .0.len(), summary(.0))]
     Attempts(Vec<Attempt>),
+    /// The valid value does not deserialize into the requested type, or that type's schema
+    /// does not serialize to JSON.
     #[error("the value does not deserialize into the type: {0}")]
     Deserialize(String),
+    /// The schema cannot be made into a validator.
     #[error(transparent)]
     Validator(#[from] corral_schema::validate::ValidatorError),
+    /// The prompt, with room for the answer (`max_tokens`) and a retry's feedback, does not
+    /// fit the model's context: compaction is off, or its rounds did not shrink it enough.
     #[error(
         "the prompt takes {tokens} tokens and the model's context is {max} (set compaction to summarize it)"
     )]
-    PromptTooLong { tokens: usize, max: usize },
+    PromptTooLong {
+        /// The prompt's tokens (after the last round of compaction, if any ran).
+        tokens: usize,
+        /// The model's context, in positions.
+        max: usize,
+    },
 }
 
 fn summary(attempts: &[Attempt]) -> String {
@@ -90,6 +104,7 @@ fn summary(attempts: &[Attempt]) -> String {
 /// A structured value and the attempts that came before it.
 #[derive(Clone, Debug)]
 pub struct StructuredOutput {
+    /// The value, valid under the whole schema.
     pub value: Value,
     /// The failed attempts before the one that succeeded.
     pub failed: Vec<Attempt>,
@@ -255,7 +270,7 @@ fn compact(
 }
 
 /// The constraint for a schema: compiled once, then taken from the model's
-/// [`Model::constraints`] (keyed by the schema and its options) on every later call.
+/// [`ModelText::constraints`](corral_models::ModelText::constraints) (keyed by the schema and its options) on every later call.
 pub fn schema_constraint(
     model: &Model,
     schema: &Value,

@@ -43,7 +43,9 @@ pub struct MaskCacheStats {
     pub entries: usize,
     /// Approximate bytes held.
     pub bytes: usize,
+    /// Lookups answered from the cache, since it was made (not reset by emptying).
     pub hits: u64,
+    /// Lookups that had to walk the DFA against the vocabulary, since it was made.
     pub misses: u64,
     /// Times the cache was emptied for its bound.
     pub resets: u64,
@@ -85,6 +87,8 @@ impl MaskCache {
         MaskCache::with_limits(space, MaskCacheLimits::default())
     }
 
+    /// An empty cache for `space` bounded by `limits`; slices the vocabulary now, as
+    /// [`MaskCache::new`].
     pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
         space.prepare_slices();
         let depth = space.longest_token();
@@ -102,6 +106,7 @@ impl MaskCache {
         })
     }
 
+    /// The token space whose sets this cache holds.
     pub fn space(&self) -> &Arc<TokenSpace> {
         &self.space
     }
@@ -112,6 +117,7 @@ impl MaskCache {
         self.depth
     }
 
+    /// A snapshot of the counters; entries counts generic sets and suffix walks.
     pub fn stats(&self) -> MaskCacheStats {
         let entries = self.generic.read().map_or(0, |m| m.len())
             + self

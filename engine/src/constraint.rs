@@ -118,10 +118,12 @@ impl Constraint {
         })
     }
 
+    /// The compiled grammar.
     pub fn grammar(&self) -> &Arc<Grammar> {
         &self.grammar
     }
 
+    /// The token space the grammar is bound to (the cache's).
     pub fn space(&self) -> &Arc<TokenSpace> {
         self.cache.space()
     }

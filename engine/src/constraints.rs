@@ -54,11 +54,15 @@ impl Default for CacheLimits {
 /// What a [`ConstraintCache`] holds and how it has served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Constraints kept now.
     pub entries: usize,
     /// Heap bytes held now: the kept constraints' DFAs and tables, the DFA cache's, the
     /// token sets.
     pub bytes: usize,
+    /// Lookups that found a kept constraint ([`ConstraintCache::get`],
+    /// [`ConstraintCache::get_or_compile`], [`ConstraintCache::for_grammar`]).
     pub hits: u64,
+    /// Lookups that found none.
     pub misses: u64,
     /// Constraints dropped for the byte bound.
     pub evicted_for_bytes: u64,
@@ -142,6 +146,7 @@ impl ConstraintCache {
         self.limits.constraints
     }
 
+    /// The bounds in force (the constraint count raised to at least one).
     pub fn limits(&self) -> CacheLimits {
         self.limits
     }
@@ -151,6 +156,7 @@ impl ConstraintCache {
         self.lock().len()
     }
 
+    /// Whether no constraint is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

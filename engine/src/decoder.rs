@@ -38,8 +38,11 @@ pub enum Emit<'a> {
     /// grammar names it by reference, so it is part of the grammar's output and its name
     /// is in the text.
     Control {
+        /// The token's id.
         token: TokenId,
+        /// The special token's name in the vocabulary (such as `<|call|>`; empty if none).
         name: &'a str,
+        /// Whether the grammar named it by reference (its name is then in the output text).
         named: bool,
     },
 }
@@ -65,6 +68,7 @@ pub enum Next {
 }
 
 /// One generation's state apart from the model. See the module docs.
+#[derive(Debug)]
 pub struct Decoder {
     space: Arc<TokenSpace>,
     constraint: Option<Arc<Constraint>>,

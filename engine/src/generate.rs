@@ -38,7 +38,10 @@ use std::time::{Duration, Instant};
 /// How to generate.
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
+    /// Most tokens of output. The prompt plus this many must fit in the model's context,
+    /// or generation refuses to start. Default 256.
     pub max_tokens: usize,
+    /// How each token is drawn. Default [`SamplingOptions::default`].
     pub sampling: SamplingOptions,
     /// Append the tokens of forced continuations without sampling them. Default on.
     pub jump_forward: bool,
@@ -91,6 +94,8 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// The reason in snake case, as the CLI reports it: `grammar_complete`, `stop`,
+    /// `length` or `budget_completed`.
     pub fn as_str(&self) -> &'static str {
         match self {
             FinishReason::GrammarComplete => "grammar_complete",
@@ -104,27 +109,39 @@ impl FinishReason {
 /// Counts and timings of one generation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GenerationStats {
+    /// Tokens of the prompt.
     pub prompt_tokens: usize,
+    /// Tokens of the output ([`Generation::tokens`]).
     pub generated_tokens: usize,
     /// Forward passes, the prompt's included.
     pub forward_passes: usize,
     /// Tokens appended by jump-forward (each saved a forward pass).
     pub forced_tokens: usize,
+    /// Prompt tokens per second of the prompt's forward pass (set by [`generate`] only).
     pub prompt_tok_s: f64,
+    /// Output tokens per second after the prompt's forward pass (set by [`generate`] only).
     pub decode_tok_s: f64,
     /// Time in forward passes after the prompt, and in sampling.
     pub decode_forward_ms: f64,
+    /// Mean microseconds to compute one mask (0 without masks).
     pub mask_us_mean: f64,
+    /// 99th percentile of the microseconds to compute one mask.
     pub mask_us_p99: f64,
+    /// Masks computed.
     pub masks: usize,
 }
 
 /// The result of a generation.
 #[derive(Clone, Debug)]
 pub struct Generation {
+    /// The output text: control tokens the grammar names appear as their names; bytes of
+    /// an incomplete character at the end as U+FFFD.
     pub text: String,
+    /// The output's tokens, without the prompt and without an end token that stopped it.
     pub tokens: Vec<TokenId>,
+    /// Why generation stopped.
     pub finish_reason: FinishReason,
+    /// Counts and timings.
     pub stats: GenerationStats,
     /// With [`GenerateOptions::logprobs`]: the tokens' log-probabilities not taken with
     /// [`Decoder::take_logprobs`] (all of them, when none were).
@@ -134,14 +151,19 @@ pub struct Generation {
 /// Why generation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GenerateError {
+    /// The model failed, or the prompt and `max_tokens` do not fit in its context.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The constraint refused a token or failed (a recognizer limit, no token can continue).
     #[error("constraint: {0}")]
     Constraint(#[from] AdapterError),
+    /// The prompt has no tokens.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// A sampling setting is out of its range ([`SamplingOptions::validate`]).
     #[error("sampling: {0}")]
     Sampling(#[from] SamplingError),
+    /// Every logit was minus infinity after masking: the sampler had no token to draw.
     #[error("every token is masked: nothing to sample")]
     NothingToSample,
     /// `needed`: the shortest output's tokens, or with `at_least`, for one far longer than
@@ -151,8 +173,11 @@ pub enum GenerateError {
         if *at_least { "at least " } else { "" }
     )]
     BudgetTooSmall {
+        /// Tokens of the shortest output, or a lower bound on them with `at_least`.
         needed: usize,
+        /// The budget asked for ([`GenerateOptions::max_tokens`]).
         max_tokens: usize,
+        /// Whether `needed` is only a lower bound.
         at_least: bool,
     },
     /// Under a budget, the grammar has no complete output made of this vocabulary's tokens

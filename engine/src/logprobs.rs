@@ -11,7 +11,9 @@ use corral_trie::TokenId;
 /// A token's log-probability, and the most likely tokens' at the same step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
+    /// The token drawn.
     pub token: TokenId,
+    /// Its natural-log probability (minus infinity if it was masked or out of range).
     pub logprob: f32,
     /// The `n` most likely tokens, most likely first (ties: lower ids first).
     pub top: Vec<(TokenId, f32)>,

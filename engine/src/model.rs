@@ -18,8 +18,11 @@ pub enum ModelError {
     /// More positions than the model supports.
     #[error("{what}: {needed} positions needed, the model supports {max}")]
     Context {
+        /// What needs them, in words (such as "the prompt and max_tokens").
         what: &'static str,
+        /// Positions needed.
         needed: usize,
+        /// Positions the model supports ([`CausalLm::max_positions`]).
         max: usize,
     },
     /// A sequence made by another model.
@@ -109,9 +112,11 @@ pub trait CausalLm: Send {
 
 /// One sequence's KV cache, apart from the model's own ([`CausalLm::new_sequence`]); what
 /// it holds is the model's business.
+#[derive(Debug)]
 pub struct Sequence(Box<dyn Any + Send>);
 
 impl Sequence {
+    /// Wraps a model's own per-sequence state (its KV cache).
     pub fn new<T: Any + Send>(state: T) -> Sequence {
         Sequence(Box::new(state))
     }
@@ -133,11 +138,13 @@ impl Sequence {
 }
 
 /// One sequence's part of [`CausalLm::forward_batch`].
+#[derive(Debug)]
 pub struct BatchItem<'a> {
     /// The tokens to run: one for a decoding step, more for a prompt (run in chunks).
     pub tokens: &'a [TokenId],
     /// The position of the first: how many positions the sequence holds.
     pub pos: usize,
+    /// The sequence whose cache the tokens run on and are added to.
     pub sequence: &'a mut Sequence,
 }
 

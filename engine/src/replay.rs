@@ -11,7 +11,10 @@ use std::time::Instant;
 /// Where a run was first refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
+    /// Index of the run in the `runs` replayed.
     pub run: usize,
+    /// Index of the refused token in its run: the mask failed, did not hold it, or the
+    /// adapter refused it.
     pub token_index: usize,
     /// Bytes of output before the refused token.
     pub output_bytes: usize,
@@ -22,7 +25,10 @@ pub struct Rejection {
 pub struct ReplayReport {
     /// Tokens replayed, over all runs.
     pub tokens: usize,
+    /// Runs given, refused ones included.
     pub runs: usize,
+    /// The first refusal over all runs, in run order; `None` when every token of every run
+    /// was allowed.
     pub first_reject: Option<Rejection>,
     /// Some run was not refused, and every such run ended where EOS was allowed.
     pub eos_allowed_at_end: bool,
@@ -40,8 +46,11 @@ impl ReplayReport {
 /// The mean and percentiles of a sample (all 0 for an empty one).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Summary {
+    /// The arithmetic mean.
     pub mean: f64,
+    /// The median (nearest rank).
     pub p50: f64,
+    /// The 99th percentile (nearest rank).
     pub p99: f64,
 }
 
@@ -61,10 +70,13 @@ pub fn stats(xs: &[f64]) -> Summary {
 }
 
 /// One computed mask of a replay, as [`replay_observed`] shows it.
+#[derive(Debug)]
 pub struct ReplayStep<'a> {
+    /// Index of the run in the `runs` replayed.
     pub run: usize,
     /// Tokens of the run consumed before this mask.
     pub step: usize,
+    /// The mask: the tokens the constraint allows at this step.
     pub mask: &'a corral_trie::FixedBitSet,
     /// The run's token taken after this mask; `None` for the mask after the last token
     /// (where EOS is checked).

@@ -32,6 +32,8 @@ pub struct SamplingOptions {
     /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`); a
     /// bias never lets a token the grammar masked through.
     pub logit_bias: Vec<(TokenId, f32)>,
+    /// Seed of the random draw: the same seed, settings and logits draw the same tokens.
+    /// Default 42.
     pub seed: u64,
 }
 
@@ -56,8 +58,11 @@ impl Default for SamplingOptions {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{name} is {value}: {expected}")]
 pub struct SamplingError {
+    /// The setting's field name in [`SamplingOptions`] (such as `top_p`).
     pub name: &'static str,
+    /// The value given, as text.
     pub value: String,
+    /// The range it must be in, in words.
     pub expected: &'static str,
 }
 
@@ -132,6 +137,8 @@ impl SamplingOptions {
 pub struct Rng([u64; 4]);
 
 impl Rng {
+    /// A generator whose state is four SplitMix64 outputs from `seed`; the same seed gives
+    /// the same sequence.
     pub fn new(seed: u64) -> Rng {
         let mut x = seed;
         let mut next = || {
@@ -144,6 +151,7 @@ impl Rng {
         Rng([next(), next(), next(), next()])
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.0;
         let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
@@ -172,6 +180,8 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler seeded from `opts.seed`. Does not validate `opts` (see
+    /// [`SamplingOptions::validate`]).
     pub fn new(opts: SamplingOptions) -> Sampler {
         let rng = Rng::new(opts.seed);
         Sampler {
@@ -181,6 +191,7 @@ impl Sampler {
         }
     }
 
+    /// The settings it samples with.
     pub fn options(&self) -> &SamplingOptions {
         &self.opts
     }

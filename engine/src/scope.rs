@@ -14,16 +14,23 @@
 /// Where the grammar applies. See the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
+    /// The grammar constrains every token.
     #[default]
     Whole,
+    /// Free text until `trigger` appears in the output; the grammar constrains the rest.
     After {
+        /// The marker that ends the free text (the end of reasoning, or harmony's
+        /// final-channel header).
         trigger: String,
         /// Free tokens before the trigger is forced (`None`: no limit).
         budget: Option<usize>,
         /// What a forced trigger appends once there is output (`None`: the trigger).
         forced: Option<Forced>,
     },
+    /// The grammar applies to each span after `open`, until it completes; text between
+    /// spans is free.
     Each {
+        /// The marker that opens a constrained span (`<tool_call>`).
         open: String,
     },
 }
@@ -37,8 +44,12 @@ pub enum Scope {
 /// header, which also abandons one half written).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forced {
+    /// The control token, by name, whose being last means a message body is open
+    /// (harmony's `<|message|>`).
     pub after: String,
+    /// Appended when the output's last control token is `after`.
     pub in_body: String,
+    /// Appended when the output's last control token is another one, or there is none.
     pub otherwise: String,
 }
 

@@ -8,17 +8,17 @@
 //!
 //! - **Sliced** (the body of a string, counted or not): every slice character (see
 //!   [`corral_trie::CharSlice`]: all of Unicode from U+0020 but `"`, `\` and U+007F) leads
-//!   to one same next state ([`Shift::To`]), and so on for `r` characters until one where
-//!   they all die ([`Shift::Kills`]), with no accepting state on the way (or forever: a
+//!   to one same next state (`Shift::To`), and so on for `r` characters until one where
+//!   they all die (`Shift::Kills`), with no accepting state on the way (or forever: a
 //!   loop). Then the slice tokens of at most `r` characters are allowed, precomputed per
 //!   tokenizer; of the other tokens (a prefix of `n` slice characters, then a suffix), those
 //!   with `n <= r` whose suffix the DFA takes from the `n`-th state of that chain: a walk of
-//!   the small trie of suffixes ([`SuffixWalk`]) for short prefixes, a direct run for the
+//!   the small trie of suffixes (`SuffixWalk`) for short prefixes, a direct run for the
 //!   few tokens with long ones. No walk of the vocabulary at all. The same holds for a
 //!   second alphabet, ASCII letters and digits ([`Alphabet::Words`]): the letters and
 //!   digits of an e-mail address, a host name or an identifier, where every letter and
 //!   digit leads one way. Its suffixes include every token that starts with another byte,
-//!   so it is taken only where few such bytes go on ([`MAX_LIVE_SUFFIX_STARTS`]) and
+//!   so it is taken only where few such bytes go on (`MAX_LIVE_SUFFIX_STARTS`) and
 //!   letters and digits do (a state they all end is generic: its walk dies at their first
 //!   byte).
 //! - **Generic** (anything else): one walk of the whole token trie with the DFA alone

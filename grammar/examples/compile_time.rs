@@ -1,3 +1,8 @@
+//! Times GBNF compiles: compiles the grammar file named by the first argument 2000 times,
+//! with default options (no DFA cache shared between compiles), and prints the mean time per
+//! compile to stderr.
+//!
+//! `cargo run --release -p corral-grammar --example compile_time -- grammars/json.gbnf`
 use corral_grammar::*;
 fn main() {
     let text = std::fs::read_to_string(std::env::args().nth(1).unwrap()).unwrap();

@@ -10,8 +10,11 @@ use std::fmt::{self, Write};
 /// One `name ::= body` definition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleAst {
+    /// The rule's name: letters, digits and `-` in GBNF text.
     pub name: String,
+    /// Where the name is in the source (`0..0` for a rule built by a program).
     pub name_span: Span,
+    /// The right-hand side.
     pub body: Expr,
 }
 
@@ -19,11 +22,15 @@ pub struct RuleAst {
 /// recursive walks over the AST cannot overflow the stack).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Expr {
+    /// What the expression is, with its children.
     pub kind: ExprKind,
+    /// Where it is in the grammar source; `0..0` for an expression built by a program.
     pub span: Span,
+    /// 1 for a leaf, else one more than the deepest child's depth.
     pub depth: u32,
 }
 
+/// What an expression is: a GBNF construct, or corral's `&` or `~`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExprKind {
     /// A sequence of items; empty for an empty alternative.
@@ -42,8 +49,11 @@ pub enum ExprKind {
     Token(TokenAst),
     /// `x*`, `x+`, `x?`, `x{m}`, `x{m,}`, `x{m,n}`; `max == None` is unbounded.
     Repeat {
+        /// The repeated expression.
         inner: Box<Expr>,
+        /// Fewest repetitions.
         min: u32,
+        /// Most repetitions; `None` for no bound.
         max: Option<u32>,
     },
     /// `( ... )`.
@@ -58,7 +68,9 @@ pub enum ExprKind {
 /// A character class: inclusive code-point ranges, possibly negated.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClassAst {
+    /// `[^...]`: matches the code points in none of the ranges.
     pub negated: bool,
+    /// Inclusive `(low, high)` ranges, in source order (not merged).
     pub ranges: Vec<(char, char)>,
 }
 
@@ -67,6 +79,7 @@ pub struct ClassAst {
 pub struct TokenAst {
     /// `!<...>`: any token except this one.
     pub negated: bool,
+    /// The token it names.
     pub target: TokenTarget,
 }
 
@@ -80,6 +93,7 @@ pub enum TokenTarget {
 }
 
 impl Expr {
+    /// An expression at `span`, with its depth computed from its children's.
     pub fn new(kind: ExprKind, span: Span) -> Expr {
         let depth = match &kind {
             ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {

@@ -31,6 +31,7 @@ pub enum Piece {
 /// A shortest completion: text and token references, in order. Adjacent text is one piece.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Completion {
+    /// The pieces in order, never two `Bytes` in a row; empty when nothing is left to add.
     pub pieces: Vec<Piece>,
 }
 

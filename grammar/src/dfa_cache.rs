@@ -67,10 +67,15 @@ impl Inner {
 /// What a [`DfaCache`] holds and how it has served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DfaCacheStats {
+    /// DFAs held.
     pub entries: usize,
     /// Heap bytes of the DFAs held, now.
     pub bytes: usize,
+    /// Lookups answered from the cache, since it was made ([`DfaCache::clear`] keeps the
+    /// counts).
     pub hits: u64,
+    /// Lookups that built a DFA (none cached, or the cached one was over the compile's
+    /// `max_lexeme_bytes`), since the cache was made.
     pub misses: u64,
 }
 
@@ -129,6 +134,7 @@ impl DfaCache {
         c.order.clear();
     }
 
+    /// The entries, bytes and counts now (the bytes are summed over every entry).
     pub fn stats(&self) -> DfaCacheStats {
         let c = self.lock();
         DfaCacheStats {

@@ -9,11 +9,14 @@ use std::fmt;
 /// A half-open byte range `start..end` in a source text.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Span {
+    /// Byte offset of the first byte.
     pub start: usize,
+    /// Byte offset just past the last byte.
     pub end: usize,
 }
 
 impl Span {
+    /// The span `start..end` (not checked: `start` should not exceed `end`).
     pub fn new(start: usize, end: usize) -> Span {
         Span { start, end }
     }
@@ -27,51 +30,106 @@ impl Span {
 /// What went wrong, without the position.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ErrorKind {
+    /// The grammar's bytes are not UTF-8; the span is the first invalid byte.
     #[error("grammar is not valid UTF-8")]
     InvalidUtf8,
+    /// A character that starts no GBNF token; holds it.
     #[error("unexpected character {0:?}")]
     UnexpectedChar(char),
+    /// A `"..."` literal that reaches the end of the input.
     #[error("unterminated literal: missing closing '\"'")]
     UnterminatedLiteral,
+    /// A `[...]` class that reaches the end of the input.
     #[error("unterminated character class: missing closing ']'")]
     UnterminatedClass,
+    /// A `<...>` token reference that reaches the end of its line or of the input.
     #[error("unterminated token reference: missing closing '>'")]
     UnterminatedToken,
+    /// A `!` that is not followed by `<`.
     #[error("'!' must be followed by a token reference such as <[42]> or <|end|>")]
     BangWithoutToken,
+    /// `<[...]>` that is not a decimal `u32` closed by `]>`; holds the text after `<[`.
     #[error("invalid token id in <[...]>: {0}")]
     BadTokenId(String),
+    /// A backslash escape that GBNF does not define; holds the character after the backslash
+    /// (a space when the backslash ends the input).
     #[error(
         "unknown escape '\\{0}' (known: \\n \\r \\t \\\\ \\\" \\[ \\] \\xHH \\uHHHH \\UHHHHHHHH)"
     )]
     UnknownEscape(char),
+    /// `\x`, `\u` or `\U` without as many hex digits as it needs.
     #[error("escape '\\{escape}' needs exactly {digits} hex digits")]
-    BadHexEscape { escape: char, digits: usize },
+    BadHexEscape {
+        /// The escape letter: `x`, `u` or `U`.
+        escape: char,
+        /// The hex digits it needs: 2, 4 or 8.
+        digits: usize,
+    },
+    /// A hex escape whose value is a surrogate or above U+10FFFF; holds the value.
     #[error("U+{0:X} is not a Unicode scalar value (surrogate or above U+10FFFF)")]
     InvalidCodePoint(u32),
+    /// A class range `a-b` whose end comes before its start (also checked in built rules).
     #[error("character range is reversed: U+{start:04X} > U+{end:04X}")]
-    ReversedRange { start: u32, end: u32 },
+    ReversedRange {
+        /// The code point before the `-`.
+        start: u32,
+        /// The code point after the `-`, below `start`.
+        end: u32,
+    },
+    /// A malformed `{m,n}`: a count that does not fit in a `u32`, a missing number or brace,
+    /// `{,}`, or a minimum above the maximum; holds the detail.
     #[error("bad repetition: {0}")]
     BadRepetition(String),
+    /// Something the GBNF parser does not take at this point. Also a rule built by a program
+    /// that GBNF text could not express (a bad rule name or token reference).
     #[error("{found}, expected {expected}")]
-    Unexpected { found: String, expected: String },
+    Unexpected {
+        /// What was found, as a phrase (`unexpected '|'`, `unexpected end of input`).
+        found: String,
+        /// What could come there instead, with a hint where one helps.
+        expected: String,
+    },
+    /// A reference to a rule that is not defined; holds its name.
     #[error("undefined rule '{0}'")]
     UndefinedRule(String),
+    /// A rule name defined twice; the span is the second definition's name.
     #[error("rule '{name}' is defined twice (first definition at line {first_line})")]
-    DuplicateRule { name: String, first_line: usize },
+    DuplicateRule {
+        /// The rule's name.
+        name: String,
+        /// 1-based line of the first definition; 0 when the rules have no source text.
+        first_line: usize,
+    },
+    /// The start rule is not defined (also the error for a grammar with no rules).
     #[error("grammar has no start rule '{name}' (defined rules: {defined})")]
-    MissingStartRule { name: String, defined: String },
+    MissingStartRule {
+        /// The start rule's name.
+        name: String,
+        /// Up to eight defined rule names joined by `, `, or `none` when there are no rules.
+        defined: String,
+    },
+    /// The start rule derives no string at all; holds its name.
     #[error("the grammar's language is empty: rule '{0}' derives no string")]
     EmptyLanguage(String),
+    /// A compile limit of [`Limits`](crate::Limits) was exceeded.
     #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
     Limit {
+        /// What was measured, as a phrase for the message.
         what: String,
+        /// Its size (for a lexeme's automaton, sometimes just the limit plus one).
         value: usize,
+        /// The [`Limits`](crate::Limits) field that bounds it.
         limit_name: &'static str,
+        /// That field's value.
         limit: usize,
     },
+    /// An operand of `&` or `~` that is not regular: it names a rule that is not regular,
+    /// holds a token reference, or nests `&`/`~` inside a sequence, alternative or
+    /// repetition; holds the reason.
     #[error("operands of '&' and '~' must be regular expressions: {0}")]
     NotRegularOperand(String),
+    /// A regular expression that cannot become a lexeme DFA: a regex syntax error, an anchor
+    /// or word boundary, or another failure to build the automaton; holds the message.
     #[error("cannot compile lexeme: {0}")]
     Lexeme(String),
 }
@@ -79,7 +137,9 @@ pub enum ErrorKind {
 /// A grammar error with its position in the source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrammarError {
+    /// What went wrong.
     pub kind: ErrorKind,
+    /// The bytes of the source it concerns; `0..0` for an error with no place.
     pub span: Span,
     /// Where the source came from (a file name, `<string>`, ...).
     pub origin: String,
@@ -94,8 +154,11 @@ pub const CARET_WINDOW: usize = 80;
 /// Line and column of a byte offset, with the line's text (for the caret display).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Location {
+    /// 1-based line number.
     pub line: usize,
+    /// 1-based column, counted in characters (a tab counts as one).
     pub col: usize,
+    /// The text of that line, without its line ending.
     pub line_text: String,
 }
 
@@ -202,6 +265,7 @@ impl std::error::Error for GrammarError {}
 /// so `Result<bool, RecognizeError>` stays small on the per-byte path.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RecognizeError {
+    /// A configured recognizer limit was hit; the box says which and by how much.
     #[error("limit exceeded while parsing: {} reached {}, more than {} = {}", .0.what, .0.value, .0.limit_name, .0.limit)]
     Limit(Box<LimitHit>),
 }
@@ -209,13 +273,18 @@ pub enum RecognizeError {
 /// Which limit was hit, and by how much.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitHit {
+    /// What was counted, as a phrase for the message ("Earley items in one set").
     pub what: &'static str,
+    /// How much it reached (for some limits just the limit plus one).
     pub value: usize,
+    /// The [`Limits`](crate::Limits) field that bounds it, such as `max_items_per_set`.
     pub limit_name: &'static str,
+    /// That limit's configured value.
     pub limit: usize,
 }
 
 impl RecognizeError {
+    /// A [`RecognizeError::Limit`]: `what` reached `value`, more than `limit_name` = `limit`.
     pub fn limit(
         what: &'static str,
         value: usize,

@@ -77,6 +77,7 @@ pub struct CompileOptions {
     pub start: String,
     /// Names the source in error messages (a file name). Default `<grammar>`.
     pub origin: String,
+    /// Bounds on the compile and on the recognizer's work. Default `Limits::default()`.
     pub limits: Limits,
     /// Inline only regular rules of at most this many units into their callers' lexemes
     /// (`None`, the default: inline every regular rule). See [`lower::lower`].
@@ -99,21 +100,25 @@ impl Default for CompileOptions {
 }
 
 impl CompileOptions {
+    /// Sets the start rule.
     pub fn start(mut self, start: impl Into<String>) -> Self {
         self.start = start.into();
         self
     }
 
+    /// Sets the name of the source in error messages.
     pub fn origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = origin.into();
         self
     }
 
+    /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
 
+    /// Sets the DFA cache (`None`: the compile builds every DFA it needs).
     pub fn dfa_cache(mut self, cache: Option<DfaCache>) -> Self {
         self.dfa_cache = cache;
         self

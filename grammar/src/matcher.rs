@@ -13,9 +13,17 @@ pub enum MatchOutcome {
     /// The whole input is in the language.
     Accepted,
     /// The byte at `offset` cannot be consumed; `expected` is what could have come there.
-    Rejected { offset: u64, expected: Vec<String> },
+    Rejected {
+        /// Offset of the rejected byte from the start of the input.
+        offset: u64,
+        /// What could have come there, from [`describe_expected`] (sorted, no duplicates).
+        expected: Vec<String>,
+    },
     /// All input was consumed, but the grammar needs more.
-    Incomplete { expected: Vec<String> },
+    Incomplete {
+        /// What could come next, from [`describe_expected`] (sorted, no duplicates).
+        expected: Vec<String>,
+    },
 }
 
 /// Matches `input` against `g` in one pass, in memory proportional to the Earley sets still
@@ -37,6 +45,7 @@ pub struct StreamMatcher {
 }
 
 impl StreamMatcher {
+    /// A matcher for `g` at the start of its input, keeping no rollback history.
     pub fn new(g: Arc<Grammar>) -> StreamMatcher {
         let mut r = Recognizer::new(g);
         r.set_keep_history(false);

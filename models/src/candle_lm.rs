@@ -71,6 +71,19 @@ pub struct CandleLm<N: CandleNet> {
     shape: Runner,
 }
 
+impl<N: CandleNet> std::fmt::Debug for CandleLm<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandleLm")
+            .field("net", &std::any::type_name::<N>())
+            .field("device", &self.shape.device)
+            .field("width", &self.shape.width)
+            .field("max_positions", &self.shape.max_positions)
+            .field("prefill_chunk", &self.shape.prefill_chunk)
+            .field("kv_cache_bytes", &self.net.kv_cache_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
 /// How a [`CandleLm`] runs its inputs.
 struct Runner {
     device: Device,
@@ -81,6 +94,9 @@ struct Runner {
 }
 
 impl<N: CandleNet> CandleLm<N> {
+    /// Wraps `net` on `device`: `width` logits a position (the model's vocabulary, padded),
+    /// at most `max_positions` positions a sequence (prompt and output together), and
+    /// prompts run in chunks of [`DEFAULT_PREFILL_CHUNK`] positions.
     pub fn new(net: N, device: Device, width: usize, max_positions: usize) -> CandleLm<N> {
         CandleLm {
             net,

@@ -7,7 +7,9 @@ use minijinja::{Environment, context};
 /// A chat message, with the optional fields chat templates read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Message {
+    /// Who speaks: usually `system`, `user`, `assistant` or `tool`; the template decides.
     pub role: String,
+    /// The message's text.
     pub content: String,
     /// The participant's name.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -21,6 +23,7 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message with only a role and content.
     pub fn new(role: &str, content: &str) -> Message {
         Message {
             role: role.into(),
@@ -40,6 +43,9 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
+    /// Compiles `source`, with `raise_exception` and Python's string methods available;
+    /// `bos_token` and `eos_token` are the values of the template's variables of those names.
+    /// Fails with [`LoadError::Template`] where the source does not parse.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, LoadError> {
         let mut env = Environment::new();
         minijinja_contrib::add_to_environment(&mut env);

@@ -6,7 +6,9 @@ use candle_core::Device;
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceSpec {
+    /// The CPU (`cpu`).
     Cpu,
+    /// The CUDA GPU of this ordinal (`cuda:N`; `cuda` and `gpu` mean 0).
     Cuda(usize),
 }
 

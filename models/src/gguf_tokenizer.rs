@@ -26,10 +26,17 @@ const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}
 /// What the GGUF says about its tokenizer, besides the tokenizer itself.
 #[derive(Clone, Debug)]
 pub struct GgufTokenizerInfo {
+    /// The beginning-of-sequence token id (`tokenizer.ggml.bos_token_id`), if the file gives
+    /// one.
     pub bos: Option<u32>,
+    /// The end-of-sequence token id (`tokenizer.ggml.eos_token_id`), if the file gives one.
     pub eos: Option<u32>,
+    /// Whether a prompt starts with the BOS token (`tokenizer.ggml.add_bos_token`; false
+    /// where absent).
     pub add_bos: bool,
+    /// The Jinja chat template (`tokenizer.chat_template`), if the file has one.
     pub chat_template: Option<String>,
+    /// `tokenizer.ggml.pre`, which chose the pre-tokenizer (`gpt2` where the file has none).
     pub pre: String,
 }
 

@@ -9,10 +9,17 @@ use std::path::{Path, PathBuf};
 /// The files of a model, resolved to local paths.
 #[derive(Debug)]
 pub struct HfFolder {
+    /// The source as given: a folder path or a Hub repository id (named in error messages).
     pub name: String,
+    /// `config.json`, as parsed.
     pub config: serde_json::Value,
+    /// The tokenizer, from `tokenizer.json`.
     pub tokenizer: tokenizers::Tokenizer,
+    /// `tokenizer_config.json` (chat template, BOS and EOS tokens, `add_bos_token`), where
+    /// the folder has one.
     pub tokenizer_config: Option<serde_json::Value>,
+    /// The safetensors files: those `model.safetensors.index.json` names (sorted, each
+    /// once), or `model.safetensors` where there is no index.
     pub weights: Vec<PathBuf>,
 }
 

@@ -107,6 +107,21 @@ pub struct ModelText {
     harmony: bool,
 }
 
+impl std::fmt::Debug for ModelText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelText")
+            .field("name", &self.name)
+            .field("vocab", &self.space.vocab().len())
+            .field("eos", &self.space.eos())
+            .field("bos", &self.bos)
+            .field("add_bos", &self.add_bos)
+            .field("max_positions", &self.max_positions)
+            .field("chat_template", &self.chat.is_some())
+            .field("harmony", &self.harmony)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
@@ -324,14 +339,17 @@ impl ModelText {
             .is_ok()
     }
 
+    /// The tokenizer (for a GGUF file, the one rebuilt from its metadata).
     pub fn tokenizer(&self) -> &tokenizers::Tokenizer {
         &self.tokenizer
     }
 
+    /// The source the model was loaded from, as given to [`Model::load`].
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Whether the model came with a chat template ([`ModelText::chat_template`]).
     pub fn has_chat_template(&self) -> bool {
         self.chat.is_some()
     }

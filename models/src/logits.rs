@@ -14,6 +14,7 @@ pub(crate) fn backend(e: candle_core::Error) -> ModelError {
 }
 
 /// Logits of the last position, shape `(vocab,)` or `(1, vocab)`, any device.
+#[derive(Debug)]
 pub struct CandleLogits(pub Tensor);
 
 impl Logits for CandleLogits {

@@ -52,7 +52,7 @@ impl Prompt {
     }
 
     /// `text` escaped by `specials`, its markers numbered in this prompt (for user text a
-    /// template renders: see [`Prompt::rendered`]).
+    /// template renders: see `Prompt::rendered`).
     pub fn escape_user(&mut self, specials: &SpecialTokens, text: &str) -> String {
         specials.escape(text, &mut self.escaped)
     }
@@ -88,6 +88,7 @@ impl Prompt {
         self.len
     }
 
+    /// Whether [`Prompt::text`] is empty (breaks add no text).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -13,22 +13,35 @@ pub enum SchemaErrorKind {
     /// The schema breaks JSON Schema's rules (a keyword of the wrong type, a dangling
     /// `$ref`, nothing satisfiable).
     #[error("invalid schema at #{pointer}: {message}")]
-    Invalid { pointer: String, message: String },
+    Invalid {
+        /// JSON pointer of the subschema, without the `#` (empty for the root).
+        pointer: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A keyword the grammar cannot express; lenient mode defers it to validation.
     #[error(
         "'{keyword}' at #{pointer} cannot be expressed as a grammar: {reason} (lenient mode leaves it to validation after generation)"
     )]
     Unsupported {
+        /// The keyword as the schema spells it.
         keyword: String,
+        /// JSON pointer of the keyword, or of its subschema where the schema does not hold
+        /// the keyword itself (a merge); without the `#`.
         pointer: String,
+        /// Why the grammar cannot express it.
         reason: String,
     },
     /// A configured limit of [`crate::JsonSchemaOptions`].
     #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
     Limit {
+        /// What was measured, as a phrase for the message.
         what: String,
+        /// Its size (for `max_schema_depth`, just the limit plus one).
         value: usize,
+        /// The [`JsonSchemaOptions`](crate::JsonSchemaOptions) field that bounds it.
         limit_name: &'static str,
+        /// That field's value.
         limit: usize,
     },
     /// The grammar the schema became could not be compiled (a grammar limit, such as
@@ -40,6 +53,7 @@ pub enum SchemaErrorKind {
 /// A schema error with its place. See the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaError {
+    /// What went wrong.
     pub kind: SchemaErrorKind,
     /// JSON pointer of the subschema at fault (empty: the root or unknown).
     pub pointer: String,

@@ -79,10 +79,16 @@ pub enum Whitespace {
     /// Between two tokens: nothing, one space, or one line break followed by up to
     /// `max_indent` spaces or tabs: what one-line (`{"a": 1}`) and indented JSON both need,
     /// and no more (no run of line breaks, no padding beyond one indentation).
-    Lines { max_indent: u32 },
+    Lines {
+        /// Most spaces or tabs after the line break.
+        max_indent: u32,
+    },
     /// Up to `max` spaces, tabs and line breaks between tokens, in any mix. Bounded, so a
     /// model cannot loop on it.
-    Flexible { max: u32 },
+    Flexible {
+        /// Most whitespace characters between two tokens.
+        max: u32,
+    },
 }
 
 /// Where object properties may appear.
@@ -111,6 +117,8 @@ pub struct JsonSchemaOptions {
     pub lenient: bool,
     /// Names the schema in error messages. Default `<schema>`.
     pub origin: String,
+    /// Limits of the grammar compile and of the recognizer's work. Default
+    /// `Limits::default()`.
     pub limits: Limits,
     /// `multipleOf` with `minimum`/`maximum` lists the multiples when there are at most
     /// this many. Default 1,000.
@@ -181,31 +189,37 @@ impl JsonSchemaOptions {
         JsonSchemaOptions::default().with_whitespace(GENERATION_WHITESPACE)
     }
 
+    /// Sets [`JsonSchemaOptions::origin`].
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = origin.into();
         self
     }
 
+    /// Sets [`JsonSchemaOptions::lenient`].
     pub fn with_lenient(mut self, lenient: bool) -> Self {
         self.lenient = lenient;
         self
     }
 
+    /// Sets [`JsonSchemaOptions::whitespace`].
     pub fn with_whitespace(mut self, whitespace: Whitespace) -> Self {
         self.whitespace = whitespace;
         self
     }
 
+    /// Sets [`JsonSchemaOptions::property_order`].
     pub fn with_property_order(mut self, order: PropertyOrder) -> Self {
         self.property_order = order;
         self
     }
 
+    /// Sets [`JsonSchemaOptions::outer_whitespace`].
     pub fn with_outer_whitespace(mut self, outer: bool) -> Self {
         self.outer_whitespace = outer;
         self
     }
 
+    /// Sets [`JsonSchemaOptions::dfa_cache`].
     pub fn with_dfa_cache(mut self, cache: Option<DfaCache>) -> Self {
         self.dfa_cache = cache;
         self
@@ -215,6 +229,7 @@ impl JsonSchemaOptions {
 /// A keyword left to validation after generation (lenient mode).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deferred {
+    /// The keyword as the schema spells it (`multipleOf`, `oneOf`, ...).
     pub keyword: String,
     /// JSON pointer of the schema that holds it.
     pub pointer: String,
@@ -225,8 +240,13 @@ pub struct Deferred {
 /// A compiled schema: the grammar, its GBNF rules, and what was left to validation.
 #[derive(Clone, Debug)]
 pub struct CompiledSchema {
+    /// The compiled grammar, ready to constrain or match JSON text.
     pub grammar: Arc<Grammar>,
+    /// The GBNF rules the grammar was compiled from, start rule `root` first (the text is
+    /// [`CompiledSchema::gbnf`]).
     pub rules: Arc<[RuleAst]>,
+    /// Keywords left to validation after generation, each once, in the order met (empty
+    /// unless `lenient`).
     pub deferred: Vec<Deferred>,
 }
 

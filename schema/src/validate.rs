@@ -50,6 +50,7 @@ impl Validator {
             .collect()
     }
 
+    /// Whether `value` satisfies the schema (formats asserted), without collecting errors.
     pub fn is_valid(&self, value: &Value) -> bool {
         self.inner.is_valid(value)
     }

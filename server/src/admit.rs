@@ -25,16 +25,22 @@ const THINK_CLOSE: &str = "</think>";
 
 /// A request ready to queue.
 pub struct Admitted {
+    /// The generation's state: sampling, constraint, budget.
     pub decoder: Decoder,
+    /// The prompt's tokens, all of which the model runs before the first output token.
     pub prompt: Vec<TokenId>,
     /// The output is split into content, reasoning and tool calls in this format (chat
     /// requests with tools); `prefix` is what the prompt already opened (a call's marker).
     pub format: Option<Format>,
+    /// Output the prompt already wrote: a tool call's opening marker when `tool_choice`
+    /// forces a call; empty otherwise.
     pub prefix: String,
     /// Stop sequences: only for unconstrained output (a constrained one ends where its
     /// grammar does, never cut short by a stop sequence).
     pub stops: Vec<String>,
+    /// The answer streams as server-sent events (`stream: true`).
     pub stream: bool,
+    /// A stream ends with a chunk carrying the token counts (`stream_options.include_usage`).
     pub include_usage: bool,
     /// Whitespace before the answer's first character is not content (a constrained answer
     /// after reasoning).
@@ -51,6 +57,24 @@ pub struct Admitted {
     pub calls_allowed: Option<Vec<String>>,
 }
 
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("prompt_tokens", &self.prompt.len())
+            .field("format", &self.format)
+            .field("prefix", &self.prefix)
+            .field("stops", &self.stops)
+            .field("stream", &self.stream)
+            .field("include_usage", &self.include_usage)
+            .field("trim_answer", &self.trim_answer)
+            .field("logprobs", &self.logprobs)
+            .field("single_call", &self.single_call)
+            .field("harmony", &self.harmony)
+            .field("calls_allowed", &self.calls_allowed)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What the output must match.
 #[derive(Debug)]
 pub(crate) enum Spec {
@@ -62,6 +86,10 @@ pub(crate) enum Spec {
     Choice(Vec<String>),
 }
 
+/// Admits a `/v1/chat/completions` request: checks its fields, applies the chat template
+/// (tool instructions and the reasoning block included), and makes the decoder; a harmony
+/// model's request goes to its own path. An error is the request's (mostly a 400 naming the
+/// field at fault).
 pub fn chat(
     text: &ModelText,
     config: &ServeConfig,
@@ -205,6 +233,8 @@ pub(crate) fn message_text(i: usize, m: &crate::api::ChatMessage) -> Result<Stri
     }
 }
 
+/// Admits a `/v1/completions` request: one prompt, as text or token ids, without tools.
+/// An error is the request's (mostly a 400 naming the field at fault).
 pub fn completion(
     text: &ModelText,
     config: &ServeConfig,

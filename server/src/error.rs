@@ -7,11 +7,16 @@ use axum::response::{IntoResponse, Response};
 /// An error answered to a client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
+    /// The response's HTTP status.
     pub status: StatusCode,
+    /// What went wrong, for a person to read.
     pub message: String,
     /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, ...
     pub kind: &'static str,
+    /// The request field at fault, when one is (`null` in the body otherwise).
     pub param: Option<std::borrow::Cow<'static, str>>,
+    /// OpenAI's machine-readable `code` (`context_length_exceeded`, `server_busy`, ...), or
+    /// `null`.
     pub code: Option<&'static str>,
 }
 
@@ -58,6 +63,7 @@ impl ApiError {
         }
     }
 
+    /// 401 `invalid_api_key`: the bearer key is missing or wrong.
     pub fn unauthorized() -> ApiError {
         ApiError {
             code: Some("invalid_api_key"),
@@ -69,6 +75,7 @@ impl ApiError {
         }
     }
 
+    /// 404: no such route, or a model this server does not serve.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }
@@ -104,6 +111,7 @@ impl ApiError {
         }
     }
 
+    /// 500: the server or the model failed, not the request.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

@@ -62,6 +62,7 @@ use std::time::Duration;
 /// How the server runs. Every limit here is configuration with a documented default.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
+    /// Address or host name to listen on. Default `127.0.0.1`.
     pub host: String,
     /// 0 picks a free port ([`ServerHandle::addr`] says which).
     pub port: u16,
@@ -141,7 +142,9 @@ pub enum Reasoning {
     /// When the chat template writes `</think>`.
     #[default]
     Auto,
+    /// Always: the prompt opens `<think>` if the template did not.
     Think,
+    /// Never: the output is all answer.
     Off,
 }
 
@@ -155,16 +158,22 @@ pub const DEFAULT_PROMPT_CACHE_BYTES: usize = 64 << 20;
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// Binding the listener, or reading back its local address, failed.
     #[error("cannot listen on {addr}")]
     Bind {
+        /// The address tried, `host:port` as configured.
         addr: String,
+        /// What the operating system said.
         #[source]
         source: std::io::Error,
     },
+    /// The tokio runtime or the server's thread could not be created.
     #[error("cannot start the server's runtime")]
     Runtime(#[source] std::io::Error),
+    /// The loader failed; the server stops after this.
     #[error("cannot load the model")]
     Load(#[source] LoadError),
+    /// The server's thread panicked instead of returning (seen by [`ServerHandle::wait`]).
     #[error("the server thread panicked")]
     Panicked,
 }
@@ -195,6 +204,7 @@ impl AppState {
 }
 
 /// A running server.
+#[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// Renders a response's log-probabilities, piece by piece as they stream.
+#[derive(Debug)]
 pub struct Logprobs {
     vocab: Arc<corral_trie::TokenSpace>,
     chat: bool,
@@ -21,6 +22,8 @@ pub struct Logprobs {
 }
 
 impl Logprobs {
+    /// An empty renderer over the model's tokens, in the chat endpoint's shape when `chat`,
+    /// the completions endpoint's otherwise.
     pub fn new(space: Arc<corral_trie::TokenSpace>, chat: bool) -> Logprobs {
         Logprobs {
             vocab: space,

@@ -6,34 +6,52 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// What the server counts. Times are summed in microseconds.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Generation requests received (`POST`s, refused ones included).
     pub requests: AtomicU64,
+    /// Requests answered with an error, before or after generation began.
     pub request_errors: AtomicU64,
+    /// Generations that ran to their end (or to a stop sequence).
     pub completed: AtomicU64,
+    /// Generations stopped because the client went away.
     pub cancelled: AtomicU64,
+    /// Requests stopped at the request time limit, in preparation or generation.
     pub timed_out: AtomicU64,
+    /// Generations ended by an error of the model or the decoder.
     pub failed: AtomicU64,
+    /// Prompt tokens of requests that reached the scheduler.
     pub prompt_tokens: AtomicU64,
     /// Prompt tokens whose positions were copied from the prompt cache, not run.
     pub prompt_cached_tokens: AtomicU64,
+    /// Gauge: bytes the prompt cache holds, as of the last request to leave.
     pub prompt_cache_bytes: AtomicU64,
+    /// Tokens generated.
     pub generated_tokens: AtomicU64,
+    /// Gauge: requests being prepared or waiting for a generation slot.
     pub queued: AtomicU64,
     /// Requests queued or generating: what admission counts against
     /// `max_concurrent + queue`.
     pub in_system: AtomicU64,
+    /// Gauge: requests generating now.
     pub active: AtomicU64,
+    /// Token masks computed.
     pub masks: AtomicU64,
+    /// Time computing token masks, in microseconds.
     pub mask_us: AtomicU64,
+    /// Constraints looked up or compiled (cache hits included).
     pub compiles: AtomicU64,
+    /// Time looking up or compiling constraints, in microseconds.
     pub compile_us: AtomicU64,
+    /// Forward passes of the model (one a scheduler step, over all running requests).
     pub forward_passes: AtomicU64,
 }
 
 impl Metrics {
+    /// Adds `n` to `counter`.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }
 
+    /// Takes `n` from `counter` (a gauge going down).
     pub fn sub(counter: &AtomicU64, n: u64) {
         counter.fetch_sub(n, Relaxed);
     }

@@ -14,7 +14,7 @@
 //! A long prompt runs [`PREFILL_STEP`] positions per pass, so that the requests beside it
 //! keep decoding between its pieces, and its time limit and its client's departure are
 //! checked between them. A prompt that starts with tokens an earlier prompt ran copies
-//! their positions from the [`PromptCache`] and runs only the rest.
+//! their positions from the `PromptCache` and runs only the rest.
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -48,24 +48,46 @@ pub struct PassBudget {
 
 /// A request admitted to the queue.
 pub struct Job {
+    /// The generation's state, made by [`crate::admit`].
     pub decoder: Decoder,
+    /// The prompt's tokens, run before the first sample.
     pub prompt: Vec<TokenId>,
+    /// Where the request's events go; the handler drops the receiver when the client goes
+    /// away, which stops the generation.
     pub events: UnboundedSender<Event>,
+    /// When the request's time is up (counted from when it took its place, preparation
+    /// included).
     pub deadline: Instant,
+    /// The request time limit, named in the error sent at `deadline`.
     pub timeout: Duration,
     /// Set by the handler when a stop sequence ended the output: a closed channel then
     /// means done, not cancelled.
     pub stopped: Arc<AtomicBool>,
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("prompt_tokens", &self.prompt.len())
+            .field("deadline", &self.deadline)
+            .field("timeout", &self.timeout)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A piece of the output ([`corral_engine::Emit`], owned).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Emitted {
+    /// Decoded text (whole UTF-8 characters).
     Text(String),
     /// A control token; `named`: the grammar named it, so its name is part of the text.
     Control {
+        /// The token's id.
         token: u32,
+        /// The token's name in the vocabulary (`<|im_end|>`, ...).
         name: String,
+        /// Whether the grammar named the token.
         named: bool,
     },
 }
@@ -91,14 +113,22 @@ pub enum Event {
     /// Output decoded; `tokens` generated so far; the log-probabilities of the tokens
     /// since the last event, if the request asked for them.
     Delta {
+        /// The pieces decoded since the last event, text joined.
         out: Vec<Emitted>,
+        /// Tokens generated so far, this step's included.
         tokens: usize,
+        /// Empty unless the request asked for log-probabilities.
         logprobs: Vec<TokenLogprob>,
     },
+    /// The generation ended; nothing follows.
     Done {
+        /// Why it ended (`stop`, `length`, ...).
         finish: FinishReason,
+        /// Its counts and timings (tokens generated, masks computed).
         stats: GenerationStats,
     },
+    /// The generation stopped on an error (the model's, the decoder's, the time limit);
+    /// nothing follows.
     Failed(ApiError),
 }
 

@@ -10,15 +10,24 @@ use serde_json::{Value, json};
 /// A piece of the response, in stream order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Piece {
+    /// Answer text.
     Content(String),
+    /// Reasoning text (before the answer; a harmony stream's analysis channel).
     Reasoning(String),
+    /// A tool call opens.
     CallBegin {
+        /// The call's place among the response's calls, from 0.
         index: usize,
+        /// The call's id (see [`Call::id`]).
         id: String,
+        /// The function called.
         name: String,
     },
+    /// More of a call's arguments (JSON text).
     CallArguments {
+        /// The call's place among the response's calls, from 0.
         index: usize,
+        /// The text that follows what came before.
         delta: String,
     },
 }
@@ -44,8 +53,11 @@ impl Piece {
 /// A finished call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Call {
+    /// `call_<response id>_<index>`.
     pub id: String,
+    /// The function called.
     pub name: String,
+    /// The arguments as the model wrote them (JSON text).
     pub arguments: String,
     /// Whether its arguments were streamed as deltas already.
     streamed: bool,
@@ -72,6 +84,18 @@ pub struct Shaper {
     /// came yet): a constrained answer after reasoning is exactly what the grammar matched,
     /// without the line breaks the model writes after `</think>`.
     trim_content: bool,
+}
+
+impl std::fmt::Debug for Shaper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shaper")
+            .field("splits", &self.splitter.is_some())
+            .field("id", &self.id)
+            .field("calls", &self.calls)
+            .field("allowed", &self.allowed)
+            .field("trim_content", &self.trim_content)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shaper {
@@ -131,10 +155,13 @@ impl Shaper {
         self
     }
 
+    /// The tool calls so far, in order (a call's arguments are whole once it ended).
     pub fn calls(&self) -> &[Call] {
         &self.calls
     }
 
+    /// Feeds a text delta; the pieces it completes (text the splitter holds back while it
+    /// may begin a marker comes out later).
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         match self.splitter.as_mut() {
             None if text.is_empty() => Vec::new(),

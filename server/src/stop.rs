@@ -11,6 +11,7 @@ pub struct StopFilter {
 }
 
 impl StopFilter {
+    /// A filter for these stop sequences (empty ones are dropped; none passes all text).
     pub fn new(stops: Vec<String>) -> StopFilter {
         StopFilter {
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),

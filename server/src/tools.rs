@@ -21,14 +21,20 @@ use serde_json::{Value, json};
 /// One function the model may call.
 #[derive(Clone, Debug)]
 pub struct Tool {
+    /// The function's name (not empty).
     pub name: String,
+    /// The JSON Schema of its arguments; `{"type": "object"}` when the request gives none.
     pub parameters: Value,
 }
 
+/// A request's `tool_choice`, apart from `none`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Choice {
+    /// The model may call a tool or answer in text (the default).
     Auto,
+    /// The output is one call, to any of the tools.
     Required,
+    /// The output is one call, to this function.
     Named(String),
 }
 
@@ -37,8 +43,12 @@ pub enum Choice {
 pub struct Tools {
     /// The tools as the request gave them (for templates that describe tools).
     pub list: Value,
+    /// The tools parsed, in the request's order; names are unique.
     pub tools: Vec<Tool>,
+    /// What `tool_choice` asked for (`none` leaves no [`Tools`] at all).
     pub choice: Choice,
+    /// The model's tool-call format, found from its chat template's markers (hermes when
+    /// none is found).
     pub format: Format,
 }
 

@@ -71,12 +71,19 @@ pub enum HarmonyMode {
 /// Token ids of the harmony markers, for the token-id path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HarmonyMarkers {
+    /// `<|start|>`: opens a message's header.
     pub start: u32,
+    /// `<|channel|>`: precedes the channel name in a header.
     pub channel: u32,
+    /// `<|message|>`: ends the header and opens the body.
     pub message: u32,
+    /// `<|end|>`: ends a message; more may follow.
     pub end: u32,
+    /// `<|return|>`: ends the final answer and the stream.
     pub return_: u32,
+    /// `<|call|>`: ends a tool call and the stream.
     pub call: u32,
+    /// `<|constrain|>`: precedes the body's content type in a header (`json`).
     pub constrain: u32,
 }
 
@@ -190,6 +197,8 @@ impl Default for HarmonyParser {
 }
 
 impl HarmonyParser {
+    /// A parser that reads malformed streams as `mode` says and starts in a header's role
+    /// (a leading `<|start|>` is also taken), with no marker ids.
     pub fn new(mode: HarmonyMode) -> HarmonyParser {
         HarmonyParser {
             scanner: MarkerScanner::new(&MARKERS).expect("harmony's markers are a valid set"),

@@ -54,6 +54,7 @@ pub enum Stop {
 }
 
 impl Stop {
+    /// The stop's name: `return` or `call`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Stop::Return => "return",
@@ -66,17 +67,27 @@ impl Stop {
 /// the whole raw arguments text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolCallEvent {
+    /// A call opens; its function name is known.
     Begin {
+        /// The call's number in the stream, from 0.
         index: usize,
+        /// The function's name.
         name: String,
     },
+    /// More of a call's arguments text.
     Arguments {
+        /// The call's number in the stream, from 0.
         index: usize,
+        /// The arguments text since the last delta of this call.
         delta: String,
     },
+    /// A call closes.
     End {
+        /// The call's number in the stream, from 0.
         index: usize,
+        /// The function's name.
         name: String,
+        /// The whole raw arguments text.
         arguments: String,
     },
 }
@@ -257,15 +268,20 @@ impl Outputs {
 /// An event of [`split_all`], in stream order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SplitEvent {
+    /// A run of answer text.
     Content(String),
+    /// A run of reasoning text.
     Reasoning(String),
+    /// A tool-call event.
     Tool(ToolCallEvent),
 }
 
 /// The whole result of a stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// All the answer text.
     pub content: String,
+    /// All the reasoning text.
     pub reasoning: String,
     /// `(name, raw arguments)` of each completed call.
     pub tool_calls: Vec<(String, String)>,

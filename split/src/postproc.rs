@@ -66,22 +66,33 @@ impl PostprocOptions {
 /// The statistics of the final event.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FinalStats {
+    /// Reasoning words, or with [`PostProcessor::push_tokens`] the model tokens that added
+    /// reasoning text.
     pub reasoning_tokens: usize,
+    /// Answer words, or with [`PostProcessor::push_tokens`] the model tokens that added
+    /// answer text.
     pub final_tokens: usize,
     /// reasoning / (reasoning + final); 0 when both are 0.
     pub reasoning_ratio: f64,
+    /// The reasoning's first [`PostprocOptions::leak_prefix`] characters (trimmed; at least
+    /// 12 of them, or all if `leak_prefix` is smaller) appear in the answer.
     pub leak_detected: bool,
     /// `None` when `drop_from_history` is on.
     pub reasoning_text: Option<String>,
+    /// Why the stream asked to stop; `None` when it just ended.
     pub stop: Option<Stop>,
 }
 
 /// A post-processed event.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PostEvent {
+    /// Answer text, after the stages (reasoning past the budget included).
     Delta(String),
+    /// Reasoning text, after the stages.
     Reasoning(String),
+    /// A tool-call event from the splitter, unchanged.
     ToolCall(ToolCallEvent),
+    /// The last event, from [`PostProcessor::finish`].
     Final(FinalStats),
 }
 
@@ -305,6 +316,7 @@ fn words(s: &str) -> usize {
 }
 
 /// A splitter with post-processing. See the module docs.
+#[derive(Debug)]
 pub struct PostProcessor<S: Splitter> {
     splitter: S,
     opts: PostprocOptions,
@@ -323,6 +335,7 @@ pub struct PostProcessor<S: Splitter> {
 }
 
 impl<S: Splitter> PostProcessor<S> {
+    /// Post-processes what `splitter` produces with the stages `opts` turns on.
     pub fn new(splitter: S, opts: PostprocOptions) -> PostProcessor<S> {
         PostProcessor {
             splitter,
@@ -340,6 +353,7 @@ impl<S: Splitter> PostProcessor<S> {
         }
     }
 
+    /// The splitter it reads from.
     pub fn splitter(&self) -> &S {
         &self.splitter
     }

@@ -38,14 +38,25 @@ pub struct MarkerScanner {
 /// Why a set of markers cannot be scanned for.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MarkerError {
+    /// More than 64 markers (the count given).
     #[error("at most 64 markers can be scanned for at once, not {0}")]
     TooMany(usize),
+    /// A marker is the empty string.
     #[error("marker {index} is empty")]
-    Empty { index: usize },
+    Empty {
+        /// Its position in the list given.
+        index: usize,
+    },
+    /// One marker occurs inside another other than as its prefix.
     #[error(
         "marker {inner:?} occurs inside marker {outer:?}: markers may contain one another only as a prefix"
     )]
-    Contains { outer: String, inner: String },
+    Contains {
+        /// The longer marker.
+        outer: String,
+        /// The marker found inside it.
+        inner: String,
+    },
 }
 
 impl Default for MarkerScanner {
@@ -99,6 +110,8 @@ impl MarkerScanner {
         Ok(s)
     }
 
+    /// Makes active exactly the markers whose bits are set in `mask` (bit `i`: marker `i`);
+    /// text held back stays held.
     pub fn set_active(&mut self, mask: u64) {
         self.active = mask;
         self.starts = [false; 256];
@@ -109,6 +122,7 @@ impl MarkerScanner {
         }
     }
 
+    /// The active markers: bit `i` set for marker `i`.
     pub fn active(&self) -> u64 {
         self.active
     }
@@ -118,10 +132,12 @@ impl MarkerScanner {
         self.pending.chars().count()
     }
 
+    /// The longest marker's length in characters.
     pub fn longest_marker(&self) -> usize {
         self.longest
     }
 
+    /// Drops the held-back text, for a new stream (the active markers stay).
     pub fn reset(&mut self) {
         self.pending.clear();
     }

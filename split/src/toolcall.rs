@@ -26,26 +26,33 @@ pub enum ToolCallError {
     /// A tool's parameter schema does not compile.
     #[error("tool {tool}: bad schema: {source}")]
     BadSchema {
+        /// The tool's name.
         tool: String,
+        /// The schema compiler's error.
         #[source]
         source: Box<jsonschema::ValidationError<'static>>,
     },
     /// The payload is not JSON, and the repair step could not make it JSON either.
     #[error("not JSON ({strict}), and repair failed: {repair}")]
     NotJson {
+        /// Why the strict parse failed.
         #[source]
         strict: serde_json::Error,
+        /// Why the repaired text did not parse either.
         repair: RepairError,
     },
     /// A payload without a known name is not an object with `name` and `arguments`.
     #[error("no \"name\" and \"arguments\" in the payload")]
     NoCallParts,
+    /// The payload names a tool the codec was not given.
     #[error("unknown tool {0:?}")]
     UnknownTool(String),
     /// The arguments break the tool's schema: one message per violation, with its path.
     #[error("arguments of {tool} do not match its schema: {}", violations.join("; "))]
     InvalidArguments {
+        /// The tool's name.
         tool: String,
+        /// One message per violation, led by the offending value's path in the arguments.
         violations: Vec<String>,
     },
     /// The codec's time budget ran out before every payload was decoded.
@@ -57,6 +64,7 @@ pub enum ToolCallError {
 #[derive(Debug, thiserror::Error)]
 #[error("{source} (after repair: {repaired})")]
 pub struct RepairError {
+    /// The parse error of the repaired text.
     #[source]
     pub source: serde_json::Error,
     /// What the repair made of the input.
@@ -66,6 +74,7 @@ pub struct RepairError {
 /// A tool the model may call.
 #[derive(Clone, Debug)]
 pub struct ToolSpec {
+    /// The name a call gives.
     pub name: String,
     /// JSON Schema of the arguments.
     pub parameters: serde_json::Value,
@@ -74,19 +83,25 @@ pub struct ToolSpec {
 /// A call the runtime already produced in structured form.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NativeCall {
+    /// The tool's name.
     pub name: String,
+    /// The arguments as JSON text (repaired if it does not parse).
     pub arguments: String,
 }
 
 /// Which decoding path produced the calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallPath {
+    /// Calls the runtime gave in structured form ([`NativeCall`]).
     Native,
+    /// `<tool_call>...</tool_call>` envelopes in the text.
     Envelope,
+    /// The whole text as one JSON call object, parsed strictly (no repair) and validated.
     BareJson,
 }
 
 impl CallPath {
+    /// The path's name: `native`, `envelope` or `bare_json`.
     pub fn as_str(&self) -> &'static str {
         match self {
             CallPath::Native => "native",
@@ -99,7 +114,9 @@ impl CallPath {
 /// A decoded call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodedCall {
+    /// The tool's name.
     pub name: String,
+    /// The arguments, parsed (and validated when the codec knows tools).
     pub arguments: serde_json::Value,
     /// The payload needed the repair step.
     pub repaired: bool,
@@ -112,12 +129,20 @@ pub struct DecodedCall {
 pub enum CodecOutcome {
     /// No tool call in the response.
     None,
+    /// Every call decoded, by one path.
     Calls {
+        /// The path that won the gate.
         path: CallPath,
+        /// The calls, in the order they came.
         calls: Vec<DecodedCall>,
     },
     /// A tool call that could not be decoded: its raw text and why.
-    Raw { text: String, reason: String },
+    Raw {
+        /// The payload that failed (the whole response when the time budget ran out).
+        text: String,
+        /// The error, as text.
+        reason: String,
+    },
 }
 
 /// The codec. See the module docs.
@@ -203,6 +228,7 @@ impl ToolCallCodec {
         ToolCallCodec::new(specs, budget)
     }
 
+    /// The tools it knows, in the order given.
     pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.iter().map(|t| &t.0)
     }

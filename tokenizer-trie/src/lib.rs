@@ -55,6 +55,13 @@ pub fn new_mask(width: usize) -> FixedBitSet {
 /// Errors loading a vocabulary.
 #[derive(Debug, thiserror::Error)]
 pub enum TrieError {
+    /// A `tokenizer.json` that the `tokenizers` crate cannot load (missing, unreadable or
+    /// malformed).
     #[error("cannot load tokenizer {path}: {message}")]
-    Tokenizer { path: String, message: String },
+    Tokenizer {
+        /// The file's path, as given.
+        path: String,
+        /// The `tokenizers` crate's error message.
+        message: String,
+    },
 }

@@ -50,6 +50,7 @@ pub enum Alphabet {
 }
 
 impl Alphabet {
+    /// Every alphabet, in [`Alphabet::index`] order.
     pub const ALL: [Alphabet; 2] = [Alphabet::Strings, Alphabet::Words];
 
     /// Whether `c` is one of the alphabet's characters.
@@ -73,6 +74,7 @@ impl Alphabet {
 pub struct SuffixId(pub u32);
 
 impl SuffixId {
+    /// The id as an index into per-suffix tables.
     #[inline]
     pub fn index(self) -> usize {
         self.0 as usize
@@ -126,6 +128,7 @@ pub struct CharSlice {
 /// A token of the main trie with its tail (see [`CharSlice::subtree_tails`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tail {
+    /// The token.
     pub token: TokenId,
     /// The byte offset after which every byte is part of a slice character.
     pub tail: u16,

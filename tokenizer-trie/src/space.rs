@@ -57,10 +57,12 @@ impl TokenSpace {
         Ok(TokenSpace::new(vocab, None, eos))
     }
 
+    /// The vocabulary, with the EOS and stop tokens marked special.
     pub fn vocab(&self) -> &Vocabulary {
         &self.vocab
     }
 
+    /// The trie of the text tokens (special tokens, EOS included, are not in it).
     pub fn trie(&self) -> &TokenTrie {
         &self.trie
     }
@@ -180,10 +182,12 @@ pub struct SortedTokens {
 }
 
 impl SortedTokens {
+    /// The number of text tokens.
     pub fn len(&self) -> usize {
         self.ids.len()
     }
 
+    /// Whether there are no text tokens.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }

@@ -17,8 +17,10 @@ const NO_TOKEN: u32 = u32::MAX;
 pub struct NodeId(pub u32);
 
 impl NodeId {
+    /// The root: the empty prefix.
     pub const ROOT: NodeId = NodeId(0);
 
+    /// The id as an index into the trie's node array.
     #[inline]
     pub fn index(self) -> usize {
         self.0 as usize
@@ -34,6 +36,7 @@ pub struct Node {
     token: u32,
     /// Length of the prefix this node stands for (the root is 0).
     pub depth: u16,
+    /// The last byte of the prefix this node stands for (0 at the root).
     pub byte: u8,
     /// Whether other tokens have this node's bytes (in the trie's duplicates); it fills
     /// the node's padding, and spares the walk a search of the duplicates per token.

@@ -179,6 +179,7 @@ impl Vocabulary {
         self.bytes.len()
     }
 
+    /// Whether it has no token ids at all.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }

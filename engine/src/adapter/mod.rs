@@ -35,16 +35,37 @@ use std::sync::Arc;
 /// Why the adapter refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
+    /// The grammar cannot take the token here (or it is an end token and the grammar does
+    /// not accept yet); nothing changes and the adapter stays usable.
     #[error("token {token} is not allowed at byte {position}")]
-    TokenNotAllowed { token: TokenId, position: u64 },
+    TokenNotAllowed {
+        /// The token refused.
+        token: TokenId,
+        /// Bytes of output before the token.
+        position: u64,
+    },
+    /// The token's id is not below the mask width; nothing changes.
     #[error("token {token} is outside the vocabulary (mask width {width})")]
-    UnknownToken { token: TokenId, width: usize },
+    UnknownToken {
+        /// The token fed.
+        token: TokenId,
+        /// The mask width: the number of token ids the model's logits cover.
+        width: usize,
+    },
+    /// The mask came out empty: no token continues the output and the grammar does not
+    /// accept. Sticky.
     #[error(
         "the grammar cannot continue and does not accept at byte {position} (no token can produce what it needs)"
     )]
-    NoContinuation { position: u64 },
+    NoContinuation {
+        /// Bytes of output so far, where the dead end is.
+        position: u64,
+    },
+    /// An EOS or stop token already ended the output; roll back to continue.
     #[error("generation already ended with an end-of-sequence token")]
     Finished,
+    /// A recognizer limit was hit, or a lexeme DFA outgrew its size limit so matching is no
+    /// longer exact. Sticky.
     #[error(transparent)]
     Limit(#[from] RecognizeError),
 }
@@ -56,7 +77,10 @@ pub enum Completion {
     /// Its tokens (empty: complete already).
     Tokens(Vec<TokenId>),
     /// Longer than the budget: at least this many tokens (not written out).
-    TooLong { at_least: usize },
+    TooLong {
+        /// A lower bound on the completion's length in tokens.
+        at_least: usize,
+    },
     /// Nothing completes it in this vocabulary's tokens.
     Impossible,
 }
@@ -79,6 +103,7 @@ pub struct StateInfo {
     pub position: u64,
     /// Tokens consumed so far.
     pub tokens: usize,
+    /// Whether the output so far is complete, as [`RobustConstrainedAdapter::is_accepting`].
     pub accepting: bool,
     /// Lexemes under way (already matched at least one byte).
     pub partial_lexemes: Vec<PartialLexeme>,
@@ -136,6 +161,8 @@ impl RobustConstrainedAdapter {
         RobustConstrainedAdapter::new(Constraint::new(grammar, space))
     }
 
+    /// The grammar bound to the tokenizer that this adapter decodes against (shared with its
+    /// forks and with any adapter built from the same [`Constraint`]).
     pub fn constraint(&self) -> &Arc<Constraint> {
         &self.c
     }

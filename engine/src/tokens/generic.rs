@@ -9,6 +9,8 @@ use corral_trie::{Alphabet, FixedBitSet, NodeId, Tail, TokenId, TokenSpace, Toke
 /// generic way; see the module docs).
 #[derive(Debug)]
 pub struct LexTokens {
+    /// Tokens whose every byte the DFA takes from this state without dying: the lexeme
+    /// is still under way after them (and may end there).
     pub inside: Inside,
     /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
     pub suffixes: Vec<(u32, TokenTrie)>,
@@ -21,7 +23,9 @@ pub struct LexTokens {
 /// set touches a bit per token of the vocabulary.
 #[derive(Debug)]
 pub enum Inside {
+    /// The tokens, by id, in increasing order.
     Few(Box<[TokenId]>),
+    /// The tokens as a set as wide as the token space.
     Many(FixedBitSet),
 }
 

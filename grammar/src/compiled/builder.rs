@@ -5,6 +5,7 @@ use super::*;
 
 /// Builds a [`Grammar`] from rules, productions and lexemes. Front ends (GBNF, JSON Schema,
 /// regex) all go through it.
+#[derive(Debug)]
 pub struct GrammarBuilder {
     limits: Limits,
     cache: Option<DfaCache>,
@@ -18,6 +19,8 @@ pub struct GrammarBuilder {
 }
 
 impl GrammarBuilder {
+    /// An empty builder under `limits`, with an unbounded DFA cache of its own (see
+    /// [`with_cache`](Self::with_cache)).
     pub fn new(limits: Limits) -> GrammarBuilder {
         GrammarBuilder {
             limits,
@@ -53,6 +56,7 @@ impl GrammarBuilder {
         )
     }
 
+    /// The limits this builder compiles under.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -63,6 +67,7 @@ impl GrammarBuilder {
         RuleId(self.rule_names.len() as u32 - 1)
     }
 
+    /// The name rule `id` was added with; panics for an id this builder did not make.
     pub fn rule_name(&self, id: RuleId) -> &str {
         &self.rule_names[id.0 as usize]
     }

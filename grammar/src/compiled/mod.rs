@@ -43,15 +43,20 @@ pub struct DotId(pub u32);
 /// A grammar symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Sym {
+    /// A rule (nonterminal).
     Rule(RuleId),
+    /// A lexeme: a regular terminal matched byte by byte by its DFA.
     Lexeme(LexemeId),
+    /// A token reference, matched against a whole token by id.
     Token(TokenRefId),
 }
 
 /// The symbol after a dot, or the end of the production.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AfterDot {
+    /// The dot stands before this symbol.
     Sym(Sym),
+    /// The dot is at the end: the production is complete.
     End,
 }
 

@@ -11,7 +11,7 @@ impl Recognizer {
     /// The shortest completion of a sentence from here: text, and token references where
     /// the grammar names tokens. Empty if the input is complete already; `None` if nothing
     /// completes it (or the chart is nested deeper than this search follows). See
-    /// [`crate::complete`].
+    /// `crate::complete`.
     pub fn shortest_completion(&self) -> Option<Completion> {
         self.shortest_completion_within(u64::MAX).ok()
     }

@@ -72,19 +72,25 @@ const PENDING: LexemeId = LexemeId(u32::MAX);
 /// holding it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Item {
+    /// The dotted production.
     pub dot: DotId,
+    /// Index of the Earley set where the item started, or [`SELF`].
     pub origin: u32,
 }
 
 /// A lexeme being matched: started at Earley set `set`, DFA now in `state` (never `DEAD`).
 ///
-/// Internally a run whose lexeme is [`PENDING`] stands for all the lexemes its set expects,
+/// Internally a run whose lexeme is `PENDING` stands for all the lexemes its set expects,
 /// at their start states: most of them die at the first byte, so they are expanded only
 /// for bytes that can start one of them. [`Recognizer::runs`] shows them expanded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
+    /// Index of the Earley set where the lexeme started (indices are reused after a pop).
     pub set: u32,
+    /// The lexeme being matched.
     pub lexeme: LexemeId,
+    /// Its DFA state, with the accepting and can-continue flag bits (strip them with
+    /// [`LexemeDfa::index`](crate::LexemeDfa::index)).
     pub state: u32,
 }
 

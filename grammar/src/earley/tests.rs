@@ -82,8 +82,15 @@ fn repeated_completions_share_the_first_sets_items() {
     push_all(&mut r, b"     ");
     let built = &r.c.sets[before..];
     assert_eq!(built.len(), 5, "sets for five spaces");
-    assert!(built.iter().all(|s| !s.owns), "a set after a space built its own items");
-    assert!(built.iter().all(|s| s.items == last.items && s.source == last.source));
+    assert!(
+        built.iter().all(|s| !s.owns),
+        "a set after a space built its own items"
+    );
+    assert!(
+        built
+            .iter()
+            .all(|s| s.items == last.items && s.source == last.source)
+    );
     push_all(&mut r, b"[x]}");
     assert!(r.is_accepting());
 }
@@ -98,7 +105,10 @@ fn a_share_slot_is_not_used_after_its_set_is_popped() {
     assert_eq!(r.position(), 0);
     push_all(&mut r, b"{");
     let rebuilt = *r.c.sets.last().unwrap();
-    assert!(rebuilt.owns, "the set after the pop took the popped set's items");
+    assert!(
+        rebuilt.owns,
+        "the set after the pop took the popped set's items"
+    );
     push_all(&mut r, b" ");
     let shared = *r.c.sets.last().unwrap();
     assert!(!shared.owns && shared.items == rebuilt.items);

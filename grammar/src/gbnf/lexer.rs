@@ -9,22 +9,37 @@
 use crate::ast::{ClassAst, TokenAst, TokenTarget};
 use crate::error::{ErrorKind, Span};
 
+/// A GBNF token, as the parser sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tok<'a> {
+    /// A rule name: ASCII letters, digits and `-`.
     Name(&'a str),
+    /// `::=`.
     Define,
+    /// `|`.
     Pipe,
+    /// `(`.
     LParen,
+    /// `)`.
     RParen,
+    /// A `"..."` literal, escapes resolved.
     Literal(Vec<char>),
+    /// A `[...]` or `[^...]` class, escapes resolved.
     Class(ClassAst),
+    /// `.`.
     Dot,
+    /// `*`.
     Star,
+    /// `+`.
     Plus,
+    /// `?`.
     Question,
     /// `{m}`, `{m,}`, `{m,n}` (and `{,n}`, read as `{0,n}`).
     Repeat(u32, Option<u32>),
+    /// A token reference: `<[42]>`, `<|end|>`, either with `!` before it.
     Token(TokenAst),
+    /// A line break (with any blank or comment lines after it) where a rule may end: outside
+    /// parentheses, after a token other than `|`, `::=`, `&` or `~`. It covers no bytes.
     Newline,
     /// `&`: intersection (a corral extension).
     Amp,
@@ -35,7 +50,9 @@ pub enum Tok<'a> {
 /// A lexing error (also the parser's user error type).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LexError {
+    /// What went wrong.
     pub kind: ErrorKind,
+    /// The bytes of the source it covers.
     pub span: Span,
 }
 
@@ -48,8 +65,11 @@ impl LexError {
     }
 }
 
+/// One item from the lexer: a token with its start and end byte offsets, or an error.
 pub type Spanned<'a> = Result<(usize, Tok<'a>, usize), LexError>;
 
+/// The GBNF lexer: an iterator of [`Spanned`] tokens over a grammar's text, for the parser.
+#[derive(Debug)]
 pub struct Lexer<'a> {
     text: &'a str,
     pos: usize,
@@ -60,6 +80,7 @@ pub struct Lexer<'a> {
 }
 
 impl<'a> Lexer<'a> {
+    /// A lexer at the start of `text`.
     pub fn new(text: &'a str) -> Lexer<'a> {
         Lexer {
             text,

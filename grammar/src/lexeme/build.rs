@@ -7,7 +7,7 @@ impl LexemeDfa {
     /// Compiles `hir`; `size_limit` bounds the bytes of the NFA and of the DFA table.
     ///
     /// A sequence with counted repetitions is composed from its pieces, its table filled on
-    /// first use ([`compose`]). Anything else: regex-automata compiles the Thompson NFA
+    /// first use (`compose`). Anything else: regex-automata compiles the Thompson NFA
     /// (UTF-8 automata for Unicode classes); the subset construction is ours: for the small
     /// anchored automata of lexemes it costs a few microseconds, where a general dense-DFA
     /// build (all start states, match delay, quit bytes) costs about a hundred.

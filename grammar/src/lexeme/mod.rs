@@ -95,7 +95,7 @@ impl LexemeDfa {
 
     /// The DFA of `a` combined with `b` (GBNF's `a & b` and `a & ~b`, corral's extension):
     /// the product construction over pairs of states, byte classes refined to pairs of
-    /// classes, each state built the first time a transition reaches it ([`product`]).
+    /// classes, each state built the first time a transition reaches it (`product`).
     /// `size_limit` bounds the bytes of the table and of what the construction remembers;
     /// a state needed past it reads as dead and [`LexemeDfa::overflowed`] says so.
     pub fn product(

@@ -59,7 +59,7 @@ const CHUNK_COMPOSED_UNITS: usize = 1 << 16;
 ///
 /// `inline_units`: `None` inlines every regular rule into the lexemes of its callers (GBNF's
 /// default: the fewest, largest lexemes). `Some(n)` inlines only regular rules whose
-/// size as written ([`shape_units`]) is at most `n`; larger rules stay rules of the Earley grammar, so their
+/// size as written (`shape_units`) is at most `n`; larger rules stay rules of the Earley grammar, so their
 /// bodies become lexemes of their own, shared (with their mask caches) by every caller.
 /// Machine-written grammars (JSON Schema) use it: their rules form DAGs that inlining would
 /// copy once per path, and their values are best cached once per shape.

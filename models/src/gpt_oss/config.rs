@@ -10,41 +10,65 @@ pub const MAX_LAYERS: usize = 1024;
 /// What the network needs to know about its shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// Tokens in the vocabulary: rows of the embedding and of the output head.
     pub vocab: usize,
+    /// The residual stream's width (a multiple of 32, for MXFP4 blocks).
     pub hidden: usize,
     /// Each expert's inner width.
     pub intermediate: usize,
+    /// Query heads per layer.
     pub heads: usize,
+    /// Key-value heads per layer; `heads` is a multiple of it (grouped-query attention).
     pub kv_heads: usize,
+    /// One head's width, even (`hidden / heads` where the config does not say).
     pub head_dim: usize,
+    /// Experts per layer.
     pub experts: usize,
     /// Experts each position runs.
     pub top_k: usize,
     /// Per layer: `Some(window)` for sliding-window attention, `None` for full.
     pub windows: Vec<Option<usize>>,
+    /// Most positions a sequence may hold (`max_position_embeddings`, GGUF
+    /// `context_length`).
     pub max_positions: usize,
+    /// The RMS norms' epsilon.
     pub eps: f32,
+    /// RoPE's base and YaRN scaling.
     pub rope: RopeConfig,
     /// The clamped SwiGLU's `alpha` and `limit`.
     pub swiglu_alpha: f32,
+    /// The SwiGLU clamp: the gate is capped at `limit`, the linear half kept within
+    /// `-limit..=limit` (7.0 where the config does not say).
     pub swiglu_limit: f32,
 }
 
 /// RoPE's base and, for YaRN, its scaling.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct RopeConfig {
+    /// RoPE's base (150,000 where absent).
     #[serde(default = "default_theta")]
     pub rope_theta: f64,
+    /// `yarn` for YaRN scaling; `None` or `default` for plain RoPE. Others are refused by
+    /// [`Config::check`].
     #[serde(default)]
     pub rope_type: Option<String>,
+    /// YaRN's context scaling factor (1 where absent).
     #[serde(default)]
     pub factor: Option<f64>,
+    /// YaRN's `beta_fast`, in rotations: dimensions turning more times than this over the
+    /// original context keep their frequency (32 where absent).
     #[serde(default)]
     pub beta_fast: Option<f64>,
+    /// YaRN's `beta_slow`, in rotations: dimensions turning fewer times than this over the
+    /// original context are fully interpolated (1 where absent).
     #[serde(default)]
     pub beta_slow: Option<f64>,
+    /// Whether YaRN's correction range is rounded out to whole dimensions (true where
+    /// absent, as in transformers; the GGUF loader sets false).
     #[serde(default)]
     pub truncate: Option<bool>,
+    /// The context the model was trained at, before YaRN stretched it (`max_positions`
+    /// where absent).
     #[serde(default)]
     pub original_max_position_embeddings: Option<usize>,
 }

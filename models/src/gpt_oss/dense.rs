@@ -1,6 +1,6 @@
 //! gpt-oss's dense weights (attention, router, embeddings, output) and their
 //! multiplication on the CPU, and the split of any multiplication's output features among
-//! threads ([`by_features`], which [`super::mxfp4`] uses too).
+//! threads (`by_features`, which [`super::mxfp4`] uses too).
 //!
 //! The published checkpoints store these weights in bf16; they stay bf16 here (half the
 //! memory of f32, and half the bytes a decoding step reads, which is what bounds it),

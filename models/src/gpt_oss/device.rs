@@ -74,6 +74,20 @@ pub struct DeviceGptOss {
     caches: Vec<Option<(Tensor, Tensor)>>,
 }
 
+impl std::fmt::Debug for DeviceGptOss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached_positions = match self.caches.first() {
+            Some(Some((k, _))) => k.dim(1).unwrap_or(0),
+            _ => 0,
+        };
+        f.debug_struct("DeviceGptOss")
+            .field("device", &self.weights.device)
+            .field("layers", &self.weights.layers.len())
+            .field("cached_positions", &cached_positions)
+            .finish_non_exhaustive()
+    }
+}
+
 impl GptOss {
     /// The same network on `device`, its weights unpacked to f32 there (see
     /// [`crate::gpt_oss::device`]).

@@ -35,6 +35,18 @@ pub struct GgufFile {
     pub mxfp4: HashMap<String, (Vec<usize>, u64)>,
 }
 
+/// Counts rather than contents: the metadata holds the whole vocabulary and merge list.
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("magic", &self.content.magic)
+            .field("metadata_keys", &self.content.metadata.len())
+            .field("tensors", &self.content.tensor_infos.len())
+            .field("mxfp4_tensors", &self.mxfp4.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Reads a stream with the bytes left bounded, so that a corrupt length is an error and
 /// not an allocation of that size.
 struct Header<'a, R> {

@@ -14,7 +14,7 @@
 //!
 //! Every pass runs row by row: a prompt's positions, a decoding step, or the steps of
 //! several sequences together ([`GptOss::forward_batch`]); each row attends to its own
-//! sequence's KV cache up to its own position ([`crate::attention`]), so a position's
+//! sequence's KV cache up to its own position (`crate::attention`), so a position's
 //! result is the same however it is batched. Dense weights (attention, router, embeddings,
 //! output) are f32 and multiply through candle.
 //!
@@ -78,6 +78,16 @@ struct Weights {
 pub struct GptOss {
     weights: Arc<Weights>,
     caches: Vec<KvCache>,
+}
+
+impl std::fmt::Debug for GptOss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kv_cache_bytes: usize = self.caches.iter().map(KvCache::bytes).sum();
+        f.debug_struct("GptOss")
+            .field("config", &self.weights.config)
+            .field("kv_cache_bytes", &kv_cache_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GptOss {

@@ -9,7 +9,7 @@
 //!
 //! A multiplication unpacks each block once (a 256-entry table turns a byte into its two
 //! values) and multiplies it with the same 32 inputs of every row, in f32. Output rows are
-//! split in chunks among candle's pool of threads ([`super::dense::by_features`]).
+//! split in chunks among candle's pool of threads (`super::dense::by_features`).
 
 /// Values per block.
 pub const BLOCK: usize = 32;

@@ -11,7 +11,7 @@
 //! the date, the reasoning effort, and the channels it must use. The developer message
 //! ([`DeveloperContent`]) holds the instructions and the function tools, each tool's JSON
 //! Schema written as a TypeScript-like type in a `namespace functions` block
-//! ([`typescript`]).
+//! (`typescript`).
 //!
 //! When asked to drop analysis and the conversation's last assistant message is a final
 //! answer, the analysis messages before the first final message are left out: an earlier
@@ -35,14 +35,21 @@ use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The person the model talks with.
     User,
+    /// The model.
     Assistant,
+    /// The system message: identity, dates, reasoning effort, channels ([`SystemContent`]).
     System,
+    /// The developer message: instructions and function tools ([`DeveloperContent`]).
     Developer,
+    /// A tool's answer to a call; its header is the tool's name, not `tool`.
     Tool,
 }
 
 impl Role {
+    /// The role as a header writes it (`user`, `assistant`, ...); a tool message's header
+    /// is its name instead.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::User => "user",
@@ -57,6 +64,7 @@ impl Role {
 /// One message of a harmony conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who wrote it; a tool's answer is [`Role::Tool`], headed by its `name`.
     pub role: Role,
     /// The author's name; a tool message's header is this name (`functions.get_weather`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,21 +96,25 @@ impl Message {
         }
     }
 
+    /// Sets the channel (`analysis`, `commentary` or `final`).
     pub fn with_channel(mut self, channel: impl Into<String>) -> Message {
         self.channel = Some(channel.into());
         self
     }
 
+    /// Sets the recipient: `functions.NAME` makes an assistant's message a tool call.
     pub fn with_recipient(mut self, recipient: impl Into<String>) -> Message {
         self.recipient = Some(recipient.into());
         self
     }
 
+    /// Sets the author's name (a tool message's is the tool's: `functions.get_weather`).
     pub fn with_name(mut self, name: impl Into<String>) -> Message {
         self.name = Some(name.into());
         self
     }
 
+    /// Sets the content type (`<|constrain|>json` for JSON arguments).
     pub fn with_content_type(mut self, content_type: impl Into<String>) -> Message {
         self.content_type = Some(content_type.into());
         self
@@ -113,8 +125,15 @@ impl Message {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
 pub enum Content {
-    Text { text: String },
+    /// Text, written as it is (as user text: special tokens' names in it stay characters).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The system message's settings, rendered to text; only in a [`Role::System`] message.
     SystemContent(SystemContent),
+    /// The developer message's instructions and tools, rendered to text; only in a
+    /// [`Role::Developer`] message.
     DeveloperContent(DeveloperContent),
 }
 
@@ -134,15 +153,19 @@ fn text_or_contents<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Content>, D::
 /// How hard the model reasons before answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReasoningEffort {
+    /// `low`: the least reasoning.
     #[serde(alias = "low")]
     Low,
+    /// `medium`: what [`SystemContent::default`] asks for.
     #[serde(alias = "medium")]
     Medium,
+    /// `high`: the most reasoning.
     #[serde(alias = "high")]
     High,
 }
 
 impl ReasoningEffort {
+    /// The name the system message writes (`low`, `medium`, `high`).
     pub fn as_str(self) -> &'static str {
         match self {
             ReasoningEffort::Low => "low",
@@ -155,7 +178,9 @@ impl ReasoningEffort {
 /// The channels the model may write to, and whether every message must name one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelConfig {
+    /// The channel names, listed in the system message in this order.
     pub valid_channels: Vec<String>,
+    /// Whether the system message says that every message must name a channel.
     pub channel_required: bool,
 }
 
@@ -163,12 +188,19 @@ pub struct ChannelConfig {
 /// given: its identity, knowledge cutoff 2024-06, medium effort, and the three channels.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SystemContent {
+    /// Who the model is: the message's first line; `None` leaves it out.
     pub model_identity: Option<String>,
+    /// Written as `Reasoning: EFFORT`; `None` leaves the line out.
     pub reasoning_effort: Option<ReasoningEffort>,
     /// Built-in tool namespaces (rendered like the developer's function tools).
     pub tools: Option<BTreeMap<String, ToolNamespace>>,
+    /// The value of the `Current date:` line, as free text (such as `2025-06-28`); `None`
+    /// leaves the line out.
     pub conversation_start_date: Option<String>,
+    /// The value of the `Knowledge cutoff:` line (`2024-06` by default); `None` leaves the
+    /// line out.
     pub knowledge_cutoff: Option<String>,
+    /// The `# Valid channels` section; `None`, or no channels, leaves it out.
     pub channel_config: Option<ChannelConfig>,
 }
 
@@ -195,7 +227,10 @@ impl Default for SystemContent {
 /// The developer message's content: instructions and function tools.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeveloperContent {
+    /// The developer's instructions, under `# Instructions`; `None` leaves the section out.
     pub instructions: Option<String>,
+    /// Tool namespaces by name, rendered under `# Tools` (`functions` for the caller's
+    /// function tools: [`DeveloperContent::with_function_tools`]).
     pub tools: Option<BTreeMap<String, ToolNamespace>>,
 }
 
@@ -217,26 +252,39 @@ impl DeveloperContent {
 /// A namespace of tools (`functions` for the caller's function tools).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolNamespace {
+    /// The namespace's name: its `## NAME` heading, its `namespace NAME` block, and the
+    /// prefix of its tools' calls.
     pub name: String,
+    /// Lines written under the namespace's heading (as `//` comments where it has tools).
     pub description: Option<String>,
+    /// Its tools, in order; a namespace without tools renders only its heading and
+    /// description.
     pub tools: Vec<ToolDescription>,
 }
 
 /// One tool: its name, what it does, and its parameters' JSON Schema.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolDescription {
+    /// The tool's name in its namespace: a call to it goes to `NAMESPACE.NAME`.
     pub name: String,
+    /// What the tool does, written as `//` comment lines above its type.
     pub description: String,
+    /// Its parameters' JSON Schema, written as a TypeScript-like type; `None` for a tool
+    /// that takes no arguments (`() => any`).
     pub parameters: Option<Value>,
 }
 
 /// Why a conversation cannot be rendered.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HarmonyError {
+    /// A tool message without a `name`, which its header is made of.
     #[error("a tool message needs the tool's name (`name`)")]
     ToolWithoutName,
+    /// System or developer content (the first name) in a message of another role (the
+    /// second).
     #[error("{0} content may only appear in a {0} message, found in a {1} message")]
     MisplacedContent(&'static str, &'static str),
+    /// The tokenizer has no control token of this name.
     #[error("the tokenizer has no control token {0}: not a harmony tokenizer")]
     NotHarmony(&'static str),
 }
@@ -254,7 +302,18 @@ pub struct Renderer<'a> {
     specials: &'a SpecialTokens,
 }
 
+impl std::fmt::Debug for Renderer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("special_tokens", &self.specials.names().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> Renderer<'a> {
+    /// A renderer for the tokenizer whose special tokens are `specials`. Fails with
+    /// [`HarmonyError::NotHarmony`] where one of harmony's control tokens (`<|start|>`,
+    /// `<|channel|>`, `<|constrain|>`, `<|message|>`, `<|end|>`, `<|call|>`) is not among them.
     pub fn new(specials: &'a SpecialTokens) -> Result<Renderer<'a>, HarmonyError> {
         for name in [START, CHANNEL, CONSTRAIN, MESSAGE, END, CALL] {
             if !specials.names().iter().any(|(n, _)| n == name) {

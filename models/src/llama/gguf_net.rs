@@ -8,7 +8,7 @@ use candle_core::{Device, Result, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 
 /// A GGUF network.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum GgufNet {
     /// Dense llama-family models (Llama, SmolLM2, Mistral, ...): [`Llama`].
     Dense(Llama),

@@ -6,7 +6,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{D, Device, Module, Result, Tensor};
 use std::sync::Arc;
 
-/// Which kernels multiply a [`Llama`]'s quantized weights.
+/// Which kernels multiply a [`super::Llama`]'s quantized weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
     /// corral's own ([`crate::quant`]) on the CPU: the tiled kernel for every layout it

@@ -10,8 +10,8 @@
 //! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K where the CPU has AVX-512 VNNI (prompt chunks
 //! too: it reads each weight once for 8 rows, and its form is slow to dequantize), else an
 //! AVX2 one for Q4_1 and Q8_0; and attention by hand over KV caches appended in place
-//! ([`crate::attention`]; a prompt chunk's rows in blocks that share each key,
-//! [`crate::chunk_attention`]). The steps of several sequences run as one pass
+//! (`crate::attention`; a prompt chunk's rows in blocks that share each key,
+//! `crate::chunk_attention`). The steps of several sequences run as one pass
 //! ([`Llama::forward_batch`]): their rows go through each weight matrix together, each
 //! attends to its own cache. The weight matrices and their kernels are in `linear.rs`.
 //!
@@ -53,7 +53,7 @@ pub const KERNEL_GEMM_MIN_ROWS: usize = 128;
 /// How a [`Llama`] computes a decoding step's attention on the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attention {
-    /// By hand over the KV cache ([`crate::attention`]); the default.
+    /// By hand over the KV cache (`crate::attention`); the default.
     ByHand,
     /// Through candle's tensor operations, as candle-transformers' `quantized_llama` does
     /// (prompt chunks too).
@@ -95,6 +95,20 @@ struct Weights {
 pub struct Llama {
     weights: Arc<Weights>,
     caches: Vec<KvCache>,
+}
+
+impl std::fmt::Debug for Llama {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.weights;
+        f.debug_struct("Llama")
+            .field("layers", &w.layers.len())
+            .field("heads", &w.heads)
+            .field("max_positions", &self.max_positions())
+            .field("attention", &w.attention)
+            .field("kv", &w.kv)
+            .field("kv_cache_bytes", &self.kv_cache_bytes())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Layer {

@@ -22,12 +22,17 @@ pub enum BodyKind {
     /// One JSON object: the function name under `name_key`, the arguments under the first
     /// of `args_keys` present.
     JsonObject {
+        /// The key of the function name (a JSON string).
         name_key: String,
+        /// The keys that may hold the arguments, in order of preference; with none of them
+        /// present the arguments are `{}`, and a JSON string there is taken as their text.
         args_keys: Vec<String>,
     },
     /// A JSON array of such objects (several calls).
     JsonArray {
+        /// The key of each call's function name (a JSON string).
         name_key: String,
+        /// The keys that may hold each call's arguments, in order of preference.
         args_keys: Vec<String>,
     },
     /// `<function=NAME><parameter=KEY>VALUE</parameter>...</function>`, any number.
@@ -43,23 +48,29 @@ impl BodyKind {
 /// What a region holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegionKind {
+    /// Reasoning text, reported apart from the answer.
     Reasoning,
+    /// Tool calls, written as the body kind says.
     ToolCall(BodyKind),
 }
 
 /// A marked region of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Region {
+    /// The marker that opens the region.
     pub open: String,
     /// `None`: a JSON body ends when its value is complete; any other ends with the stream.
     pub close: Option<String>,
+    /// What the region holds.
     pub kind: RegionKind,
 }
 
 /// A format: its regions, and whether a bare JSON tool call may open the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Format {
+    /// The format's name (`hermes`, `llama3`, ...: what [`Format::by_name`] takes).
     pub name: String,
+    /// The regions whose opening markers are watched in answer text.
     pub regions: Vec<Region>,
     /// A JSON object at the start of the answer (after whitespace) is a tool call of this
     /// shape if it decodes as one, content otherwise (llama3's bare JSON calls).
@@ -196,6 +207,7 @@ impl Format {
         self
     }
 
+    /// Sets [`Format::think_prefilled`]: whether the stream starts inside reasoning.
     pub fn prefilled(mut self, yes: bool) -> Format {
         self.think_prefilled = yes;
         self

@@ -144,6 +144,7 @@ impl GenericParser {
         }
     }
 
+    /// The format it splits by.
     pub fn format(&self) -> &Format {
         &self.format
     }

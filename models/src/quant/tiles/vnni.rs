@@ -39,7 +39,8 @@ unsafe fn codes(p: *const u8, signed: bool) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn scales<const MODE: u8>(tile: &Tile<'_>, p: usize, h: usize) -> (__m512, __m512) {
-    // SAFETY (all reads): the tile holds piece p's codes and its super-block's scales.
+    // SAFETY: every read below is within the tile, which holds piece p's codes and its
+    // super-block's scales.
     unsafe {
         let c = tile.codes.as_ptr().add(p * if MODE == 1 { 64 } else { 32 });
         match MODE {
