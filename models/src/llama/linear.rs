@@ -195,7 +195,22 @@ pub(super) enum Embeddings {
 impl Embeddings {
     /// The table `token_embd.weight`, when the file has an output matrix of its own.
     pub(super) fn new(table: QTensor, kernels: Kernels) -> Result<Embeddings> {
-        if kernels == Kernels::Own && table.device().is_cpu() {
+        let device = table.device();
+        Embeddings::of_table(&table, kernels, &device)
+    }
+
+    /// The table tied to the output matrix `output` (built from the same tensor).
+    pub(super) fn tied(output: &Linear, kernels: Kernels, device: &Device) -> Result<Embeddings> {
+        match &output.weight {
+            Weight::Tiled(p) => Ok(Embeddings::Packed(p.clone())),
+            Weight::Candle { weight, .. } => Embeddings::of_table(weight, kernels, device),
+        }
+    }
+
+    /// `table` packed for corral's kernels (read a row at a time) where they apply and
+    /// support its type, else dequantized on `device`.
+    fn of_table(table: &QTensor, kernels: Kernels, device: &Device) -> Result<Embeddings> {
+        if kernels == Kernels::Own && device.is_cpu() {
             let (vocab, width) = table.shape().dims2()?;
             if let Some(p) = Packed::new(table.dtype(), &table.data()?, vocab, width)
                 .map_err(candle_core::Error::wrap)?
@@ -203,24 +218,7 @@ impl Embeddings {
                 return Ok(Embeddings::Packed(Arc::new(p)));
             }
         }
-        Ok(Embeddings::Dense(table.dequantize(&table.device())?))
-    }
-
-    /// The table tied to the output matrix `output` (built from the same tensor).
-    pub(super) fn tied(output: &Linear, kernels: Kernels, device: &Device) -> Result<Embeddings> {
-        match &output.weight {
-            Weight::Tiled(p) => Ok(Embeddings::Packed(p.clone())),
-            Weight::Candle { weight, .. } if kernels == Kernels::Own && device.is_cpu() => {
-                let (vocab, width) = weight.shape().dims2()?;
-                match Packed::new(weight.dtype(), &weight.data()?, vocab, width)
-                    .map_err(candle_core::Error::wrap)?
-                {
-                    Some(p) => Ok(Embeddings::Packed(Arc::new(p))),
-                    None => Ok(Embeddings::Dense(weight.dequantize(device)?)),
-                }
-            }
-            Weight::Candle { weight, .. } => Ok(Embeddings::Dense(weight.dequantize(device)?)),
-        }
+        Ok(Embeddings::Dense(table.dequantize(device)?))
     }
 
     /// Values per token.
