@@ -51,13 +51,34 @@ pub struct MaskCacheStats {
     pub resets: u64,
 }
 
-/// A lexeme DFA state: the DFA's key (its regex), its numbering (see
-/// `LexemeDfa::numbering`) and the state index, or [`CLASS`] with the state's class
-/// ([`crate::classes`]).
-type Key = (Arc<str>, u64, u32);
+/// A lexeme DFA state, as the cache keys it: the DFA's key (its regex) and numbering (see
+/// `LexemeDfa::numbering`), and the state or its class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    regex: Arc<str>,
+    numbering: u64,
+    at: StateOrClass,
+}
 
-/// Marks a key's last part as a class of states, not a state index.
-const CLASS: u32 = 1 << 31;
+/// Where in a DFA a cache entry belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum StateOrClass {
+    /// One state, by index.
+    State(u32),
+    /// Every state of a class ([`crate::classes`]): states no token tells apart share the
+    /// sets of the first one walked.
+    Class(u32),
+}
+
+impl Key {
+    fn state(regex: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Key {
+        Key {
+            regex: regex.clone(),
+            numbering: dfa.numbering(),
+            at: StateOrClass::State(LexemeDfa::index(state) as u32),
+        }
+    }
+}
 
 /// DFAs whose state classes are kept at once (then they start over).
 const CLASS_TABLES: usize = 256;
@@ -153,12 +174,11 @@ impl MaskCache {
 
     /// The generic token sets of `state` of the DFA named `key`.
     pub(crate) fn generic(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<LexTokens> {
-        let mut k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
+        let mut k = Key::state(key, dfa, state);
         if !self.holds(&self.generic, &k)
             && let Some(class) = self.class(key, dfa, state)
         {
-            // States no token tells apart share the sets of the first one walked.
-            k.2 = CLASS | class;
+            k.at = StateOrClass::Class(class);
         }
         self.get_or(&self.generic, k, || {
             let t = walk_generic(dfa, state, &self.space, self.depth);
@@ -177,7 +197,7 @@ impl MaskCache {
         state: u32,
         alphabet: Alphabet,
     ) -> Arc<SuffixWalk> {
-        let k = (key.clone(), dfa.numbering(), LexemeDfa::index(state) as u32);
+        let k = Key::state(key, dfa, state);
         self.get_or(&self.walks[alphabet.index()], k, || {
             let w = walk_suffixes(dfa, state, self.space.slice_of(alphabet), self.depth);
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;

@@ -2,7 +2,7 @@
 //! token sets of its state, and walks of the token trie with the recognizer where the
 //! lexeme ends inside a token.
 
-use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter};
+use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter, WalkKey};
 use crate::constraint::{Constraint, StateTokens};
 use crate::tokens::{Chain, LexTokens, Outcome, SuffixWalk, run_suffix, suffix_node};
 use corral_grammar::{RecognizeError, Recognizer, Run};
@@ -47,8 +47,8 @@ fn push_end(walker: &mut Walker<'_>, run: Run, end_state: u32) -> bool {
 
 /// The adapter's memos of walks after a lexeme's end, borrowed for one mask.
 struct Memos<'a> {
-    walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
-    suffix_walks: &'a mut rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
+    walks: &'a mut rustc_hash::FxHashMap<WalkKey, Vec<TokenId>>,
+    suffix_walks: &'a mut rustc_hash::FxHashMap<WalkKey, FixedBitSet>,
 }
 
 /// The tokens of a run in a generic state: its inside set, the suffix tries where its
@@ -85,7 +85,13 @@ fn generic_run(
         let from = walker.rec.set_uid(run.set);
         let mut pushed = None;
         for &(_, node) in &sets.subtrees[k..group_end] {
-            let key = (from, run.lexeme.0, end_state, node.0);
+            let key = WalkKey {
+                from_set: from,
+                lexeme: run.lexeme,
+                end_state,
+                node,
+                suffixes_of: None,
+            };
             if let Some(tokens) = memo.walks.get(&key) {
                 tokens.iter().for_each(|&t| mask.insert(t.index()));
                 continue;
@@ -124,9 +130,13 @@ fn parser_suffixes<'m>(
     end_state: u32,
     node: NodeId,
 ) -> Option<&'m FixedBitSet> {
-    // Suffix tries have fewer than 2^31 nodes: the top bit names the alphabet.
-    let at = node.0 | (alphabet.index() as u32) << 31;
-    let key = (walker.rec.set_uid(run.set), run.lexeme.0, end_state, at);
+    let key = WalkKey {
+        from_set: walker.rec.set_uid(run.set),
+        lexeme: run.lexeme,
+        end_state,
+        node,
+        suffixes_of: Some(alphabet),
+    };
     if !memo.suffix_walks.contains_key(&key) {
         let slice = c.space().slice_of(alphabet);
         let trie = slice.suffixes();

@@ -28,8 +28,8 @@ mod mask;
 
 use crate::constraint::Constraint;
 use corral_grammar::ast::TokenTarget;
-use corral_grammar::{Grammar, RecognizeError, Recognizer, Run};
-use corral_trie::{FixedBitSet, TokenId, TokenSpace};
+use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run};
+use corral_trie::{Alphabet, FixedBitSet, NodeId, TokenId, TokenSpace};
 use std::sync::Arc;
 
 /// Why the adapter refused.
@@ -129,11 +129,24 @@ pub struct RobustConstrainedAdapter {
     /// The last mask computed, with the recognizer's state key at that time.
     last_mask: Option<(Vec<u64>, FixedBitSet)>,
     key: Vec<u64>,
-    /// Tokens found by walks after a lexeme's end: `(uid of the set the lexeme started
-    /// in, lexeme, end state, trie node)` -> tokens (at most [`MAX_REMEMBERED_WALKS`]).
-    walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), Vec<TokenId>>,
-    /// The same for walks of the slice's suffix trie: the suffixes the parser takes.
-    suffix_walks: rustc_hash::FxHashMap<(u64, u32, u32, u32), FixedBitSet>,
+    /// Tokens found by walks of the token trie after a lexeme's end (at most
+    /// [`MAX_REMEMBERED_WALKS`]).
+    walks: rustc_hash::FxHashMap<WalkKey, Vec<TokenId>>,
+    /// The same for walks of a slice's suffix trie: the suffixes the parser takes.
+    suffix_walks: rustc_hash::FxHashMap<WalkKey, FixedBitSet>,
+}
+
+/// A walk below a trie node after a lexeme's end. What it finds depends only on these: the
+/// set the lexeme started in (by uid, which outlives pops), the lexeme, its end state, and
+/// the node (of the token trie, or of an alphabet's suffix trie).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct WalkKey {
+    from_set: u64,
+    lexeme: LexemeId,
+    end_state: u32,
+    node: NodeId,
+    /// The suffix trie walked; `None`: the token trie.
+    suffixes_of: Option<Alphabet>,
 }
 
 impl RobustConstrainedAdapter {
