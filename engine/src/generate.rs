@@ -55,10 +55,10 @@ pub struct GenerateOptions {
     /// module docs). Default on.
     pub complete_within_budget: bool,
     /// Where the grammar applies: the whole output (default), the answer after reasoning,
-    /// or each tool call (see [`crate::scope`]).
+    /// or each tool call (see [`Scope`]).
     pub scope: Scope,
     /// Record each token's log-probability, with this many of the most likely tokens'
-    /// ([`crate::logprobs`]); `None` (the default) records nothing. Every token then comes
+    /// ([`crate::TokenLogprob`]); `None` (the default) records nothing. Every token then comes
     /// from a distribution: jump-forward is off, and a completion at the end of the budget
     /// is appended one token per step, each read off that step's masked distribution.
     pub logprobs: Option<usize>,

@@ -3,12 +3,17 @@
 //! Joins a compiled grammar (corral-grammar) with a model's tokens (corral-trie).
 //!
 //! - [`Constraint`]: a grammar bound to a [`corral_trie::TokenSpace`], with the token sets of
-//!   its lexeme states ([`tokens`]) from a [`MaskCache`] that every constraint on the same
+//!   its lexeme states (`tokens.rs`) from a [`MaskCache`] that every constraint on the same
 //!   tokenizer can share.
 //! - [`RobustConstrainedAdapter`]: per decoding step, `compute_mask` then `step_with_token`;
 //!   also `rollback`, `fork`, `forced_bytes` for jump-forward, and `state_info`.
-//! - [`generate`](mod@generate): the generation loop over any [`CausalLm`] (implemented in corral-models),
-//!   with [`Sampler`] and streaming text deltas.
+//! - [`generate()`]: the generation loop over any [`CausalLm`] (implemented in
+//!   corral-models), with [`Sampler`] and streaming text deltas; [`Decoder`] is the same
+//!   loop, stepped by a caller that runs the model (the server's scheduler).
+//!
+//! The modules are private: everything public is re-exported here, except [`replay`]
+//! (replaying a document's tokens and checking masks against brute force, for the CLI's
+//! `replay` command, the tests and the benches).
 //!
 //! ```
 //! use corral_engine::{Constraint, RobustConstrainedAdapter};
@@ -34,20 +39,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod adapter;
+mod adapter;
 mod batch;
-pub mod cache;
+mod cache;
 mod classes;
-pub mod constraint;
-pub mod constraints;
+mod constraint;
+mod constraints;
 mod decoder;
-pub mod generate;
-pub mod logprobs;
-pub mod model;
+mod generate;
+mod logprobs;
+mod model;
 pub mod replay;
-pub mod sampling;
-pub mod scope;
-pub mod tokens;
+mod sampling;
+mod scope;
+mod tokens;
 mod utf8;
 
 pub use adapter::{AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo};
@@ -65,7 +70,7 @@ pub use logprobs::TokenLogprob;
 pub use model::{
     BackendError, BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place,
 };
-pub use sampling::{Sampler, SamplingError, SamplingOptions};
+pub use sampling::{Sampler, SamplingError, SamplingOptions, argmax};
 pub use scope::{Forced, Scope};
 
 /// Helpers of the unit tests.

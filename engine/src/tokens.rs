@@ -50,8 +50,8 @@
 
 mod generic;
 
+pub use generic::LexTokens;
 pub(crate) use generic::walk_generic;
-pub use generic::{Inside, LexTokens};
 
 use corral_grammar::{DEAD, LexemeDfa};
 use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, SuffixId};

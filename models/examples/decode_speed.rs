@@ -18,7 +18,7 @@ fn main() {
     let t = Instant::now();
     for pos in ids.len()..ids.len() + n {
         let v = logits.to_masked_vec(None).unwrap();
-        let next = corral_engine::sampling::argmax(&v).unwrap();
+        let next = corral_engine::argmax(&v).unwrap();
         logits = lm.forward(&[next], pos).unwrap();
     }
     let dt = t.elapsed();

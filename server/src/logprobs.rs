@@ -2,7 +2,7 @@
 //! token, with its text, bytes and the likeliest tokens), a completion's `logprobs`
 //! (parallel lists of tokens, their log-probabilities, the likeliest tokens and their
 //! offsets in the text). Under a constraint they are those of the masked distribution
-//! (see `corral_engine::logprobs`).
+//! (see `corral_engine::TokenLogprob`).
 
 use corral_engine::TokenLogprob;
 use corral_trie::{TokenId, Vocabulary};
