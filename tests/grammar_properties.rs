@@ -13,7 +13,9 @@
 mod common;
 
 use corral::grammar::ast::{ClassAst, Expr, ExprKind, RuleAst};
-use corral::grammar::{CompileOptions, Grammar, MatchOutcome, compile_gbnf, gbnf, match_bytes};
+use corral::grammar::{
+    CompileOptions, Grammar, MatchOutcome, compile_gbnf, match_bytes, parse_gbnf,
+};
 use proptest::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -348,7 +350,7 @@ proptest! {
         byte_ix in 0..MUTATION_BYTES.len(),
     ) {
         for subj in subjects().iter() {
-            let rules_ast = gbnf::parse(&subj.text, subj.name, 200).unwrap();
+            let rules_ast = parse_gbnf(&subj.text, subj.name, 200).unwrap();
             let rules = Rules::new(&rules_ast);
             let root = rules.by_name["root"];
             let mut rng = Rng(seed | 1);
@@ -388,7 +390,7 @@ proptest! {
     ) {
         for text in COMBINED {
             let g = compile_gbnf(text, &CompileOptions::default()).unwrap();
-            let rules_ast = gbnf::parse(text, "combined", 200).unwrap();
+            let rules_ast = parse_gbnf(text, "combined", 200).unwrap();
             let rules = Rules::new(&rules_ast);
             let expected = reference_accepts(&rules, rules.by_name["root"], &s);
             prop_assert_eq!(

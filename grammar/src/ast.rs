@@ -1,7 +1,7 @@
 //! The grammar as written: rules and expressions with their source spans.
 //!
 //! This is what the GBNF parser produces and what error messages point into. It is lowered
-//! into the dense, index-based [`crate::Grammar`] by [`crate::lower`]; nothing at decode time
+//! into the dense, index-based [`crate::Grammar`] by lowering (`lower`); nothing at decode time
 //! looks at the AST.
 
 use crate::error::{ErrorKind, Span};

@@ -183,7 +183,7 @@ impl Location {
     }
 
     /// The source line and a caret line under column `col`. A long line is cut to
-    /// [`CARET_WINDOW`] characters on each side of the caret (`...` marks a cut); control
+    /// `CARET_WINDOW` (80) characters on each side of the caret (`...` marks a cut); control
     /// characters other than tabs show as `?`, so an error never echoes raw control bytes.
     /// Tabs before the column are kept so the caret lines up in a terminal.
     pub fn caret_lines(&self) -> String {

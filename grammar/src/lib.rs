@@ -11,7 +11,7 @@
 //! - [`Grammar`]: dense, index-based, immutable. Regular pieces are [`Lexeme`]s with DFAs
 //!   ([`LexemeDfa`]); the rest is a context-free grammar over lexemes and token references.
 //! - [`Recognizer`]: Earley over lexemes, with push / pop / accepting, Leo items and
-//!   memoized closures. See [`earley`] for how a push works.
+//!   memoized closures. See [`Recognizer`] (`earley/`) for how a push works.
 //! - [`Limits`]: every resource bound, with documented defaults.
 //!
 //! The main loop of a user, in steps:
@@ -45,17 +45,17 @@
 #![allow(clippy::result_large_err)]
 
 pub mod ast;
-pub mod compiled;
+mod compiled;
 mod complete;
-pub mod dfa_cache;
-pub mod earley;
-pub mod error;
-pub mod gbnf;
-pub mod lexeme;
-pub mod limits;
-pub mod lower;
-pub mod matcher;
-pub mod regex;
+mod dfa_cache;
+mod earley;
+mod error;
+mod gbnf;
+mod lexeme;
+mod limits;
+mod lower;
+mod matcher;
+mod regex;
 
 use std::sync::Arc;
 
@@ -65,9 +65,10 @@ pub use complete::{Completion, Piece};
 pub use dfa_cache::{DEFAULT_DFA_CACHE_BYTES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span, write_positioned};
+pub use gbnf::parse as parse_gbnf;
 pub use lexeme::{Combine, DEAD, LexemeDfa};
 pub use limits::Limits;
-pub use matcher::{MatchOutcome, StreamMatcher, match_bytes};
+pub use matcher::{MatchOutcome, StreamMatcher, describe_expected, match_bytes};
 pub use regex::compile_regex;
 
 /// Options for compiling a grammar.
@@ -80,7 +81,7 @@ pub struct CompileOptions {
     /// Bounds on the compile and on the recognizer's work. Default `Limits::default()`.
     pub limits: Limits,
     /// Inline only regular rules of at most this many units into their callers' lexemes
-    /// (`None`, the default: inline every regular rule). See [`lower::lower`].
+    /// (`None`, the default: inline every regular rule). See `lower` (`lower/mod.rs`).
     pub inline_units: Option<usize>,
     /// Lexeme DFAs come from, and go to, this cache (`None`, the default: every DFA the
     /// grammar needs is built). See [`DfaCache`].

@@ -2,7 +2,7 @@
 //! (`compile_rules`) give the grammar their text gives.
 
 use corral_grammar::ast::{Expr, RuleAst, print_rules};
-use corral_grammar::gbnf::parse;
+use corral_grammar::parse_gbnf as parse;
 use corral_grammar::{
     CompileOptions, ErrorKind, Limits, MatchOutcome, compile_gbnf, compile_rules, match_bytes,
 };

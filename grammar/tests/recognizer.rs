@@ -236,7 +236,7 @@ fn with_history(g: &std::sync::Arc<corral_grammar::Grammar>, input: &[u8]) -> Ma
         if !r.push_byte(b).unwrap() {
             return MatchOutcome::Rejected {
                 offset: i as u64,
-                expected: corral_grammar::matcher::describe_expected(&r),
+                expected: corral_grammar::describe_expected(&r),
             };
         }
     }
@@ -244,7 +244,7 @@ fn with_history(g: &std::sync::Arc<corral_grammar::Grammar>, input: &[u8]) -> Ma
         MatchOutcome::Accepted
     } else {
         MatchOutcome::Incomplete {
-            expected: corral_grammar::matcher::describe_expected(&r),
+            expected: corral_grammar::describe_expected(&r),
         }
     }
 }

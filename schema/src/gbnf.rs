@@ -25,7 +25,7 @@ pub(crate) fn g(text: &'static str) -> Expr {
     pieces
         .entry(text)
         .or_insert_with(|| {
-            let rules = corral_grammar::gbnf::parse(&format!("x ::= {text}"), "<constant>", 64)
+            let rules = corral_grammar::parse_gbnf(&format!("x ::= {text}"), "<constant>", 64)
                 .unwrap_or_else(|e| panic!("a constant piece of GBNF parses: {e}"));
             rules[0].body.normalized()
         })

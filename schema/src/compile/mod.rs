@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 /// Regular rules up to this size (counting a repetition's body once) are inlined into
 /// their callers' lexemes; larger ones (strings, numbers, objects) stay rules with lexemes of
-/// their own, shared by every use. See [`corral_grammar::lower::lower`].
+/// their own, shared by every use. See corral-grammar's `lower`.
 pub(crate) const INLINE_UNITS: usize = 16;
 
 /// Keywords that constrain instances (everything else is an annotation or unknown).
