@@ -274,13 +274,22 @@ pub enum ResponseFormat {
 /// `response_format.json_schema`.
 #[derive(Debug, Deserialize)]
 pub struct JsonSchemaFormat {
-    /// The schema's name; read and not used.
+    /// The schema's name: a label, type-checked and not otherwise used.
     #[serde(default)]
+    #[expect(
+        dead_code,
+        reason = "a label: deserialized so that a mistyped one is refused"
+    )]
     pub name: Option<String>,
     /// The JSON Schema the output follows; a request without it is refused.
     pub schema: Option<Value>,
-    /// Read and not used: the schema is enforced either way.
+    /// Type-checked and not otherwise used: the schema is enforced either way (`false`
+    /// asks for less than the server gives).
     #[serde(default)]
+    #[expect(
+        dead_code,
+        reason = "the schema is always enforced, which strict: false allows"
+    )]
     pub strict: Option<bool>,
 }
 

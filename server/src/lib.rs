@@ -9,17 +9,17 @@
 //!   (GBNF), `regex`, vLLM's `structured_outputs` (`json`, `regex`, `grammar`, `choice`).
 //!   Constraints live in the model's [`corral_engine::ConstraintCache`]: a schema seen
 //!   again starts warm.
-//! - Errors are OpenAI error objects ([`error::ApiError`]); an invalid schema or grammar is
+//! - Errors are OpenAI error objects (`error::ApiError`); an invalid schema or grammar is
 //!   a 400 carrying corral's positioned message.
 //!
 //! A request's path:
 //! 1. the handler reads the body (at most [`ServeConfig::max_body_bytes`]) and parses it;
-//! 2. on a blocking thread, [`admit`] applies the chat template, tokenizes, finds or
+//! 2. on a blocking thread, `admit` applies the chat template, tokenizes, finds or
 //!    compiles the constraint, and makes the [`corral_engine::Decoder`];
-//! 3. the job enters a bounded queue (full: 429) read by the [`scheduler`] thread, which
+//! 3. the job enters a bounded queue (full: 429) read by the `scheduler` thread, which
 //!    owns the network and runs the decoding steps of up to
 //!    [`ServeConfig::max_concurrent`] requests as one batched forward pass;
-//! 4. text deltas come back on a channel; the handler applies stop sequences ([`stop`])
+//! 4. text deltas come back on a channel; the handler applies stop sequences (`stop`)
 //!    and answers in one response or as server-sent events. A client that goes away drops
 //!    the channel, and the scheduler stops its generation at its next step.
 //!
@@ -33,22 +33,23 @@
 //! # Ok::<(), corral_server::ServeError>(())
 //! ```
 
-pub mod admit;
-pub mod api;
-pub mod error;
-pub mod logprobs;
-pub mod metrics;
-pub mod scheduler;
-pub mod shape;
-pub mod stop;
-pub mod tools;
-
+mod admit;
+mod api;
+mod error;
 mod fields;
 mod handlers;
 mod harmony;
+mod logprobs;
+mod metrics;
 mod prompt_cache;
 mod respond;
+mod scheduler;
+mod shape;
+mod stop;
 mod structured;
+mod tools;
+
+pub use scheduler::PREFILL_STEP;
 
 use corral_models::{LoadError, Model, ModelText};
 use error::ApiError;
@@ -91,7 +92,7 @@ pub struct ServeConfig {
     /// While some request decodes, the prompt positions one forward pass runs (over all
     /// prompts still running), or one per decoding request if there are more: what bounds
     /// the delay a long prompt adds to the streams beside it (see
-    /// [`scheduler::PassBudget`]). Default [`DEFAULT_PREFILL_PER_PASS`].
+    /// `scheduler::PassBudget`). Default [`DEFAULT_PREFILL_PER_PASS`].
     pub prefill_per_pass: usize,
     /// Most heap bytes the constraint cache holds (lexeme DFAs and token sets; see
     /// [`corral_engine::CacheLimits`]). Default [`corral_engine::DEFAULT_CACHE_BYTES`]
@@ -99,7 +100,7 @@ pub struct ServeConfig {
     pub cache_bytes: usize,
     /// Most bytes the prompt cache holds: the KV caches of earlier prompts, which a prompt
     /// starting with the same tokens copies instead of running them (see
-    /// [`scheduler`]). 0 turns it off. Default [`DEFAULT_PROMPT_CACHE_BYTES`].
+    /// `scheduler`). 0 turns it off. Default [`DEFAULT_PROMPT_CACHE_BYTES`].
     pub prompt_cache_bytes: usize,
     /// The model's id in responses and `/v1/models`.
     pub model_name: String,

@@ -542,7 +542,7 @@ fn a_prompt_sharing_an_earlier_start_runs_only_the_rest() {
 #[ignore = "needs scripts/fetch-assets"]
 fn concurrent_decoding_steps_run_in_shared_passes() {
     let s = Server::start(ServeConfig {
-        prefill_per_pass: corral_server::scheduler::PREFILL_STEP,
+        prefill_per_pass: corral_server::PREFILL_STEP,
         ..ServeConfig::default()
     });
     let body = chat(
@@ -637,7 +637,7 @@ fn a_long_prompt_takes_one_pass_per_step() {
     assert!(prompt > 600, "{prompt} prompt tokens");
     // One pass per PREFILL_STEP positions of the prompt, then the answer's token was
     // sampled from the last one's logits.
-    let steps = prompt.div_ceil(corral_server::scheduler::PREFILL_STEP as u64);
+    let steps = prompt.div_ceil(corral_server::PREFILL_STEP as u64);
     assert_eq!(s.metric("corral_forward_passes_total"), steps as f64);
 }
 
