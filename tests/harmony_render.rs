@@ -9,8 +9,8 @@
 
 mod common;
 
+use corral::models::SpecialTokens;
 use corral::models::harmony::{Message, Renderer, Role};
-use corral::models::prompt::SpecialTokens;
 
 /// The gpt-oss tokenizer and its special tokens.
 fn gptoss() -> (tokenizers::Tokenizer, SpecialTokens) {

@@ -36,8 +36,6 @@ pub struct GgufTokenizerInfo {
     pub add_bos: bool,
     /// The Jinja chat template (`tokenizer.chat_template`), if the file has one.
     pub chat_template: Option<String>,
-    /// `tokenizer.ggml.pre`, which chose the pre-tokenizer (`gpt2` where the file has none).
-    pub pre: String,
 }
 
 fn meta<'a>(c: &'a Content, key: &str) -> Option<&'a Value> {
@@ -168,7 +166,6 @@ pub fn tokenizer_from_gguf(c: &Content) -> Result<(Tokenizer, GgufTokenizerInfo)
         chat_template: meta(c, "tokenizer.chat_template")
             .and_then(|v| v.to_string().ok())
             .cloned(),
-        pre,
     };
     Ok((tok, info))
 }

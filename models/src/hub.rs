@@ -40,8 +40,3 @@ pub fn fetch(repo_id: &str, file: &str) -> Result<PathBuf, LoadError> {
         source: Box::new(e),
     })
 }
-
-/// Like [`fetch`], but a missing file is `None` (for optional files).
-pub fn fetch_optional(repo_id: &str, file: &str) -> Option<PathBuf> {
-    fetch(repo_id, file).ok()
-}

@@ -10,17 +10,17 @@
 //! | `safetensors.rs` | Llama, Mistral, Qwen2 / Qwen2.5, Qwen3 | safetensors folder or Hub repo |
 //! | `gpt_oss/` | gpt-oss (mixture of experts in MXFP4, CPU) | safetensors folder, Hub repo or GGUF file |
 //!
-//! Each is a [`candle_lm::CandleNet`] (how to run the network and clear its cache); the
-//! one generic [`candle_lm::CandleLm`] makes it a `CausalLm`.
+//! Each is a [`CandleNet`] (how to run the network and clear its cache); the
+//! one generic [`CandleLm`] makes it a `CausalLm`.
 //!
 //! A [`Model`] bundles the network with its tokenizer (from `tokenizer.json`, or rebuilt
-//! from GGUF metadata: [`gguf_tokenizer`]), its chat template ([`chat`], minijinja), its
+//! from GGUF metadata: `gguf_tokenizer.rs`), its chat template (`chat.rs`, minijinja), its
 //! end-of-generation tokens and the [`TokenSpace`] masks are computed over. Logits stay on
-//! the device until the mask is applied there ([`logits`]). CPU by default; CUDA with the
+//! the device until the mask is applied there (`logits.rs`). CPU by default; CUDA with the
 //! `cuda` feature and `--device cuda[:N]`.
 //!
 //! The main loop lives in corral-engine (`generate`); this crate's per-step work is
-//! [`candle_lm::CandleLm`]'s `forward` (one position, or a prompt chunk) and its
+//! [`CandleLm`]'s `forward` (one position, or a prompt chunk) and its
 //! `forward_batch` (the decoding steps of several sequences, each with a KV cache of its
 //! own, as one pass: what a server runs). Loading a model and generating JSON under a
 //! grammar (not run as a test: it needs the model, which `scripts/fetch-assets` fetches):
@@ -43,36 +43,40 @@
 //! ```
 
 mod attention;
-pub mod candle_lm;
+mod candle_lm;
 mod capped;
-pub mod chat;
+mod chat;
 mod chunk_attention;
-pub mod device;
+mod device;
 mod error;
-pub mod gguf_llama;
-pub mod gguf_tokenizer;
+mod gguf_llama;
+mod gguf_tokenizer;
 pub mod gpt_oss;
 pub mod harmony;
-pub mod hf_folder;
-pub mod hub;
+mod hf_folder;
+mod hub;
 mod kv_store;
 pub mod llama;
-pub mod logits;
-pub mod prompt;
+mod logits;
+mod prompt;
 pub mod quant;
 mod rope;
-pub mod safetensors;
+mod safetensors;
 #[cfg(test)]
 mod test_rng;
 
 use candle_core::DType;
-use chat::{ChatTemplate, Message};
+pub use candle_lm::{CandleLm, CandleNet, DEFAULT_PREFILL_CHUNK};
+use chat::ChatTemplate;
+pub use chat::Message;
 use corral_engine::{CacheLimits, CausalLm, ConstraintCache};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
 pub use device::DeviceSpec;
 pub use error::LoadError;
 pub(crate) use error::without_backtrace;
-use prompt::{Prompt, SpecialTokens};
+pub use gguf_llama::load as load_gguf_llama;
+pub use prompt::{Prompt, SpecialTokens};
+
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -367,7 +371,7 @@ impl ModelText {
     /// A conversation through the chat template, ending with the assistant's turn opened
     /// (without a template: the messages' contents, one per line). `tools` (OpenAI's list)
     /// is passed to templates that describe tools themselves. The messages' contents and
-    /// the tools are user text: a special token's name in them stays text ([`prompt`]).
+    /// the tools are user text: a special token's name in them stays text ([`Prompt`]).
     pub fn chat_prompt(
         &self,
         messages: &[Message],

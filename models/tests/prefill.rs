@@ -4,7 +4,7 @@
 
 use candle_core::Device;
 use corral_engine::CausalLm;
-use corral_models::gguf_llama;
+use corral_models::load_gguf_llama;
 use corral_trie::TokenId;
 use std::path::Path;
 
@@ -17,9 +17,9 @@ fn a_prompt_in_chunks_gives_the_logits_of_one_pass() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let path = require::require_input(path, "run scripts/fetch-assets model");
-    let (whole, tokenizer, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let (whole, tokenizer, _) = load_gguf_llama(&path, &Device::Cpu).unwrap();
     let mut whole = whole.with_prefill_chunk(usize::MAX);
-    let (chunked, _, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let (chunked, _, _) = load_gguf_llama(&path, &Device::Cpu).unwrap();
     let mut chunked = chunked.with_prefill_chunk(37);
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(12);
     let ids = TokenId::all(tokenizer.encode(text, false).unwrap().get_ids());
@@ -93,7 +93,7 @@ fn the_dense_llama_pass_matches_candle_transformers() {
     let mut exact = load(Kernels::Dequantized);
     let mut exact_on_candle = exact.clone().with_attention(Attention::Candle);
     let mut theirs = ModelWeights::from_gguf(content, &mut file, &dev).unwrap();
-    let (_, tokenizer, _) = gguf_llama::load(&path, &dev).unwrap();
+    let (_, tokenizer, _) = load_gguf_llama(&path, &dev).unwrap();
     let text = "Structured output: {\"name\": \"Ada\", \"born\": 1815} and more text after it. ";
     let ids = tokenizer
         .encode(text.repeat(3), false)
@@ -168,7 +168,7 @@ fn batched_decoding_steps_give_each_sequence_its_own_logits() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let path = require::require_input(path, "run scripts/fetch-assets model");
-    let (mut lm, tokenizer, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let (mut lm, tokenizer, _) = load_gguf_llama(&path, &Device::Cpu).unwrap();
     let encode = |t: &str| TokenId::all(tokenizer.encode(t, false).unwrap().get_ids());
     let prompts = [
         encode("The capital of France is"),
@@ -247,7 +247,7 @@ fn a_copied_prefix_continues_as_the_whole_prompt() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let path = require::require_input(path, "run scripts/fetch-assets model");
-    let (mut lm, tokenizer, _) = gguf_llama::load(&path, &Device::Cpu).unwrap();
+    let (mut lm, tokenizer, _) = load_gguf_llama(&path, &Device::Cpu).unwrap();
     let encode = |t: &str| TokenId::all(tokenizer.encode(t, false).unwrap().get_ids());
     let first = encode(
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName a colour.",
