@@ -45,7 +45,7 @@ impl Chart {
                 s.dot_stamp[d.0 as usize] = s.stamp;
                 self.items.push(Item {
                     dot: d,
-                    origin: SELF,
+                    origin: Origin::SELF,
                 });
             }
         }
@@ -74,7 +74,10 @@ impl Chart {
         } else if !s.concrete.insert(key) {
             return;
         }
-        self.items.push(Item { dot, origin });
+        self.items.push(Item {
+            dot,
+            origin: Origin::at(origin),
+        });
     }
 
     pub(super) fn leo_lookup(&self, set: u32, sym: RuleId) -> Option<Leo> {
@@ -162,18 +165,19 @@ impl Chart {
         while k < self.items.len() {
             let it = self.items[k];
             k += 1;
-            if it.origin == SELF {
+            // Items predicted here complete nothing yet and are already closed.
+            let Some(origin) = it.origin.set() else {
                 continue;
-            }
+            };
             match g.next(it.dot) {
                 AfterDot::End => {
                     let lhs = g.lhs(it.dot);
-                    let o = it.origin;
+                    let o = origin;
                     if it.dot == g.accept_dot && o == 0 {
                         accepting = true;
                     }
                     if let Some(l) = self.leo_lookup(o, lhs) {
-                        let origin = if l.origin == SELF { o } else { l.origin };
+                        let origin = l.origin.in_set(o);
                         self.add_concrete(l.dot, origin);
                     } else {
                         let (a, b) = self.sets[o as usize].items;
@@ -181,7 +185,7 @@ impl Chart {
                         for q in a..b {
                             let p = self.items[q as usize];
                             if g.next(p.dot) == AfterDot::Sym(Sym::Rule(lhs)) {
-                                let origin = if p.origin == SELF { o } else { p.origin };
+                                let origin = p.origin.in_set(o);
                                 self.add_concrete(DotId(p.dot.0 + 1), origin);
                             }
                         }
@@ -190,7 +194,7 @@ impl Chart {
                 AfterDot::Sym(Sym::Rule(b)) => {
                     self.predict(g, b, &mut tokens);
                     if g.nullable[b.0 as usize] {
-                        self.add_concrete(DotId(it.dot.0 + 1), it.origin);
+                        self.add_concrete(DotId(it.dot.0 + 1), origin);
                     }
                 }
                 AfterDot::Sym(Sym::Lexeme(l)) => {
@@ -200,7 +204,7 @@ impl Chart {
                         s.lexemes.push(l);
                     }
                     if g.lexemes[l.0 as usize].nullable {
-                        self.add_concrete(DotId(it.dot.0 + 1), it.origin);
+                        self.add_concrete(DotId(it.dot.0 + 1), origin);
                     }
                 }
                 AfterDot::Sym(Sym::Token(_)) => tokens = true,
@@ -233,7 +237,7 @@ impl Chart {
             for k in a..b {
                 let it = self.items[k as usize];
                 if g.next(it.dot) == AfterDot::Sym(Sym::Lexeme(lex)) {
-                    let origin = if it.origin == SELF { j } else { it.origin };
+                    let origin = it.origin.in_set(j);
                     self.add_concrete(DotId(it.dot.0 + 1), origin);
                 }
             }
@@ -245,7 +249,7 @@ impl Chart {
                 if let AfterDot::Sym(Sym::Token(t)) = g.next(it.dot)
                     && matches(t)
                 {
-                    let origin = if it.origin == SELF { u } else { it.origin };
+                    let origin = it.origin.in_set(u);
                     self.add_concrete(DotId(it.dot.0 + 1), origin);
                 }
             }
@@ -287,25 +291,16 @@ impl Chart {
                 && g.dot_penult[it.dot.0 as usize]
             {
                 let after = DotId(it.dot.0 + 1);
-                let (dot, origin) = if it.origin == SELF {
-                    (after, SELF)
-                } else {
-                    let lhs = g.lhs(it.dot);
-                    let (a, bnd) = self.sets[it.origin as usize].leo;
-                    let slice = &self.leo[a as usize..bnd as usize];
-                    match slice.binary_search_by_key(&lhs, |l| l.sym) {
-                        Ok(i) => {
-                            let l = slice[i];
-                            (
-                                l.dot,
-                                if l.origin == SELF {
-                                    it.origin
-                                } else {
-                                    l.origin
-                                },
-                            )
+                let (dot, origin) = match it.origin.set() {
+                    None => (after, Origin::SELF),
+                    Some(o) => {
+                        let lhs = g.lhs(it.dot);
+                        let (a, bnd) = self.sets[o as usize].leo;
+                        let slice = &self.leo[a as usize..bnd as usize];
+                        match slice.binary_search_by_key(&lhs, |l| l.sym) {
+                            Ok(i) => (slice[i].dot, Origin::at(slice[i].origin.in_set(o))),
+                            Err(_) => (after, it.origin),
                         }
-                        Err(_) => (after, it.origin),
                     }
                 };
                 self.leo.push(Leo {

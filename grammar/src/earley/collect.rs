@@ -52,13 +52,14 @@ impl Chart {
         while let Some(s) = stack.pop() {
             let info = self.sets[s as usize];
             for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
-                if it.origin != SELF && (s as usize == current || waiting(it)) {
-                    mark(it.origin, &mut keep, &mut stack);
+                if let Some(o) = it.origin.set()
+                    && (s as usize == current || waiting(it))
+                {
+                    mark(o, &mut keep, &mut stack);
                 }
             }
             for k in info.leo.0..info.leo.1 {
-                let o = self.leo[k as usize].origin;
-                if o != SELF {
+                if let Some(o) = self.leo[k as usize].origin.set() {
                     mark(o, &mut keep, &mut stack);
                 }
             }
@@ -71,12 +72,9 @@ impl Chart {
                 kept += 1;
             }
         }
-        let at = |o: u32| {
-            if o == SELF {
-                SELF
-            } else {
-                renumber[o as usize]
-            }
+        let at = |o: Origin| {
+            o.set()
+                .map_or(Origin::SELF, |s| Origin::at(renumber[s as usize]))
         };
         let (mut sets, mut items, mut leo, mut set_lex) = std::mem::take(&mut self.s.spare);
         sets.clear();

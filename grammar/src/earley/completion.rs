@@ -2,7 +2,7 @@
 //! the search up the Earley chart, memoized per (set, symbol). The static half, per
 //! grammar, is [`crate::complete`].
 
-use super::{Recognizer, Run, SELF};
+use super::{Recognizer, Run};
 use crate::compiled::{AfterDot, DotId, Sym, TokenRefId};
 use crate::complete::{self, Completion};
 use rustc_hash::FxHashSet;
@@ -146,7 +146,7 @@ impl CompletionSearch<'_> {
             _ => None,
         };
         if let Some(l) = leo {
-            let origin = if l.origin == SELF { set } else { l.origin };
+            let origin = l.origin.in_set(set);
             if l.dot == g.accept_dot && origin == 0 {
                 best = (0, Some(Step::Accept));
             } else {
@@ -168,7 +168,7 @@ impl CompletionSearch<'_> {
                     continue;
                 }
                 let after = DotId(it.dot.0 + 1);
-                let origin = if it.origin == SELF { set } else { it.origin };
+                let origin = it.origin.in_set(set);
                 let suffix = self.sh.suffix_len(g, after);
                 if suffix >= best.0 {
                     continue;

@@ -31,7 +31,7 @@
 //!
 //! # Earley details
 //! - Items are `(dot, origin)`. Items predicted in a set have the set itself as origin and
-//!   store it as [`SELF`]; they come from per-rule prediction closures computed at compile
+//!   store it as [`Origin::SELF`]; they come from per-rule prediction closures computed at compile
 //!   time, so prediction is a copy, with no worklist. A set's contents therefore do not
 //!   depend on its own index: when "lexeme L completed from set j" happens again (the same
 //!   run accepting at the next byte, `{` then `{ ` then `{  `; or the trie walk meeting the
@@ -62,20 +62,46 @@ mod push;
 #[cfg(test)]
 mod tests;
 
-/// Origin of an item predicted in the set that holds it.
-pub const SELF: u32 = u32::MAX;
+/// Where an item (or a Leo item) started: an Earley set's index, or [`Origin::SELF`] for
+/// the set that holds it (see the module docs: a set's contents then do not depend on its
+/// own index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin(u32);
+
+impl Origin {
+    /// The set that holds the item: items predicted there.
+    pub const SELF: Origin = Origin(u32::MAX);
+
+    /// The set at index `set`.
+    #[inline]
+    pub fn at(set: u32) -> Origin {
+        debug_assert_ne!(set, u32::MAX, "a set index");
+        Origin(set)
+    }
+
+    /// The set's index, or `None` for [`Origin::SELF`].
+    #[inline]
+    pub fn set(self) -> Option<u32> {
+        (self != Origin::SELF).then_some(self.0)
+    }
+
+    /// The set's index, for an item held by the set at index `holder`.
+    #[inline]
+    pub fn in_set(self, holder: u32) -> u32 {
+        self.set().unwrap_or(holder)
+    }
+}
 
 /// The lexeme of a run that stands for all lexemes its set expects (see [`Run`]).
 const PENDING: LexemeId = LexemeId(u32::MAX);
 
-/// An Earley item: a dotted production and the set where it started ([`SELF`] for the set
-/// holding it).
+/// An Earley item: a dotted production and the set where it started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Item {
     /// The dotted production.
     pub dot: DotId,
-    /// Index of the Earley set where the item started, or [`SELF`].
-    pub origin: u32,
+    /// The Earley set where the item started.
+    pub origin: Origin,
 }
 
 /// A lexeme being matched: started at Earley set `set`, DFA now in `state` (never `DEAD`).
@@ -100,7 +126,7 @@ pub struct Run {
 struct Leo {
     sym: RuleId,
     dot: DotId,
-    origin: u32,
+    origin: Origin,
 }
 
 #[derive(Clone, Copy, Debug)]
