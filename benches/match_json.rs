@@ -2,7 +2,7 @@
 //! json.gbnf, one pass, no rollback history (what the CLI does). Linear time means the
 //! 8 MB run takes about 8x the 1 MB run. Also the compile time of json.gbnf.
 //!
-//! Run: `cargo bench --bench match_json`. Needs ../shared/conformance.
+//! Run: `cargo bench --bench match_json`.
 
 #![allow(missing_docs, reason = "criterion_group! makes an undocumented pub fn")]
 
@@ -18,7 +18,7 @@ fn json_gbnf() -> String {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/llama_cpp/grammars/json.gbnf"
     );
-    std::fs::read_to_string(path).expect("json.gbnf from ../shared/conformance")
+    std::fs::read_to_string(path).expect("json.gbnf from tests/data/llama_cpp")
 }
 
 fn bench(c: &mut Criterion) {
