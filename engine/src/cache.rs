@@ -13,7 +13,7 @@
 
 use crate::classes::StateClasses;
 use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
-use corral_grammar::LexemeDfa;
+use corral_grammar::{LexemeDfa, StateId};
 use corral_trie::{Alphabet, TokenSpace};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -71,11 +71,11 @@ enum StateOrClass {
 }
 
 impl Key {
-    fn state(regex: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Key {
+    fn state(regex: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Key {
         Key {
             regex: regex.clone(),
             numbering: dfa.numbering(),
-            at: StateOrClass::State(LexemeDfa::index(state) as u32),
+            at: StateOrClass::State(state.index() as u32),
         }
     }
 }
@@ -173,7 +173,12 @@ impl MaskCache {
     }
 
     /// The generic token sets of `state` of the DFA named `key`.
-    pub(crate) fn generic(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Arc<LexTokens> {
+    pub(crate) fn generic(
+        &self,
+        key: &Arc<str>,
+        dfa: &LexemeDfa,
+        state: StateId,
+    ) -> Arc<LexTokens> {
         let mut k = Key::state(key, dfa, state);
         if !self.holds(&self.generic, &k)
             && let Some(class) = self.class(key, dfa, state)
@@ -194,7 +199,7 @@ impl MaskCache {
         &self,
         key: &Arc<str>,
         dfa: &LexemeDfa,
-        state: u32,
+        state: StateId,
         alphabet: Alphabet,
     ) -> Arc<SuffixWalk> {
         let k = Key::state(key, dfa, state);
@@ -212,7 +217,7 @@ impl MaskCache {
     }
 
     /// The class of a state the cache does not hold (see [`crate::classes`]).
-    fn class(&self, key: &Arc<str>, dfa: &LexemeDfa, state: u32) -> Option<u32> {
+    fn class(&self, key: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Option<u32> {
         let mut tables = self.classes.lock().unwrap_or_else(|e| e.into_inner());
         if tables.len() >= CLASS_TABLES && !tables.contains_key(&(key.clone(), dfa.numbering())) {
             tables.clear();

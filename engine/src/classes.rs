@@ -23,7 +23,7 @@
 //! little. (Measured: without that bound the order schema's cold masks were 1.3-1.8x
 //! slower.)
 
-use corral_grammar::{DEAD, LexemeDfa};
+use corral_grammar::{DEAD, LexemeDfa, StateId};
 use rustc_hash::FxHashMap;
 
 /// Distinct states of one DFA walked by state before its classes are computed.
@@ -62,7 +62,7 @@ impl StateClasses {
     /// keeps per-state entries (not enough states walked yet, or it gave up). Called on
     /// each state the cache does not hold yet: until [`CLASSES_AFTER`] of them, it only
     /// counts.
-    pub(crate) fn class(&mut self, dfa: &LexemeDfa, state: u32, depth: usize) -> Option<u32> {
+    pub(crate) fn class(&mut self, dfa: &LexemeDfa, state: StateId, depth: usize) -> Option<u32> {
         if self.gave_up || depth > u16::MAX as usize {
             return None;
         }
@@ -89,14 +89,14 @@ impl StateClasses {
         &mut self,
         dfa: &LexemeDfa,
         bytes: &[u8],
-        state: u32,
+        state: StateId,
         depth: u16,
         steps: &mut usize,
     ) -> Option<u32> {
         if state == DEAD {
             return Some(DEAD_SIG);
         }
-        let key = (LexemeDfa::index(state) as u32, depth);
+        let key = (state.index() as u32, depth);
         if let Some(&s) = self.memo.get(&key) {
             return Some(s);
         }
@@ -104,7 +104,7 @@ impl StateClasses {
         if *steps > SIGNATURE_BUDGET {
             return None;
         }
-        let flags = u8::from(dfa.is_accepting(state)) | u8::from(dfa.can_continue(state)) << 1;
+        let flags = u8::from(state.is_accepting()) | u8::from(state.can_continue()) << 1;
         let children: Box<[u32]> = match depth {
             0 => Box::new([]),
             d => {
@@ -165,16 +165,12 @@ mod tests {
                 .collect();
             words.extend(longer);
         }
-        let behavior = |s: u32| -> Vec<(bool, bool, bool)> {
+        let behavior = |s: StateId| -> Vec<(bool, bool, bool)> {
             words
                 .iter()
                 .map(|w| {
                     let t = d.run(s, w);
-                    (
-                        t == DEAD,
-                        t != DEAD && d.is_accepting(t),
-                        t != DEAD && d.can_continue(t),
-                    )
+                    (t == DEAD, t.is_accepting(), t.can_continue())
                 })
                 .collect()
         };

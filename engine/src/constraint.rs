@@ -8,7 +8,7 @@ use crate::tokens::{
     Chain, LexTokens, Shift, SuffixWalk, WALKED_PREFIXES, chain, few_suffix_starts, shift,
 };
 use corral_grammar::ast::{TokenAst, TokenTarget};
-use corral_grammar::{Grammar, LexemeId, TokenRefId};
+use corral_grammar::{Grammar, LexemeId, StateId, TokenRefId};
 use corral_trie::{Alphabet, TokenId, TokenSpace};
 use std::sync::{Arc, OnceLock};
 
@@ -197,10 +197,10 @@ impl Constraint {
     /// that reaches neither bound within one character (four bytes) shifts as its
     /// representative at that depth does, recounted: a chain through a counted string's
     /// body computes the transitions of a few counts, not of every one.
-    fn slice_shift(&self, l: LexemeId, state: u32, alphabet: Alphabet) -> Shift {
+    fn slice_shift(&self, l: LexemeId, state: StateId, alphabet: Alphabet) -> Shift {
         let dfa = &self.grammar.lexeme(l).dfa();
         *self.tables[l.0 as usize].shifts[alphabet.index()]
-            .get(corral_grammar::LexemeDfa::index(state))
+            .get(state.index())
             .get_or_init(|| {
                 let r = dfa.representative(state, 4);
                 if r == state {
@@ -217,7 +217,7 @@ impl Constraint {
     /// slice is taken only where letters and digits go on (a state they all end is walked
     /// whole, which dies at their first byte) and few other bytes do, there and at the
     /// chain's states its suffix walks start from.
-    fn sliced(&self, l: LexemeId, state: u32) -> Option<(Alphabet, Chain)> {
+    fn sliced(&self, l: LexemeId, state: StateId) -> Option<(Alphabet, Chain)> {
         let dfa = self.grammar.lexeme(l).dfa();
         Alphabet::ALL.into_iter().find_map(|a| {
             let words = a == Alphabet::Words;
@@ -230,7 +230,7 @@ impl Constraint {
                 Shift::To(t) => Shift::To(dfa.representative(t, self.cache.depth())),
                 other => other,
             };
-            chain(dfa, state, self.horizon[a.index()], &mut shift_of)
+            chain(state, self.horizon[a.index()], &mut shift_of)
                 .filter(|ch| {
                     // Every state the suffix walks start from keeps them small.
                     !words
@@ -246,12 +246,10 @@ impl Constraint {
 
     /// The token sets of `state` of lexeme `l` (remembered), which are those of its
     /// representative (see [`corral_grammar::LexemeDfa::representative`]).
-    pub(crate) fn state_tokens(&self, l: LexemeId, state: u32) -> &Arc<StateTokens> {
+    pub(crate) fn state_tokens(&self, l: LexemeId, state: StateId) -> &Arc<StateTokens> {
         let lex = self.grammar.lexeme(l);
         let state = lex.dfa().representative(state, self.cache.depth());
-        let slot = self.tables[l.0 as usize]
-            .tokens
-            .get(corral_grammar::LexemeDfa::index(state));
+        let slot = self.tables[l.0 as usize].tokens.get(state.index());
         slot.get_or_init(|| match self.sliced(l, state) {
             Some((alphabet, ch)) => {
                 let slice = self.space().slice_of(alphabet);
@@ -302,7 +300,7 @@ mod tests {
     }
 
     /// How the (one) lexeme's `state` gets its tokens: the slice of an alphabet, or a walk.
-    fn kind(c: &Constraint, state: u32) -> Option<Alphabet> {
+    fn kind(c: &Constraint, state: StateId) -> Option<Alphabet> {
         match &**c.state_tokens(LexemeId(0), state) {
             StateTokens::Sliced { alphabet, .. } => Some(*alphabet),
             StateTokens::Generic(_) => None,

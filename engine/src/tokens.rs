@@ -53,7 +53,7 @@ mod generic;
 pub use generic::LexTokens;
 pub(crate) use generic::walk_generic;
 
-use corral_grammar::{DEAD, LexemeDfa};
+use corral_grammar::{DEAD, LexemeDfa, StateId};
 use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, SuffixId};
 
 /// Suffix walks are kept for tokens with a prefix shorter than this; the few with longer
@@ -68,7 +68,7 @@ pub(crate) enum Shift {
     /// Every slice character dies.
     Kills,
     /// Every slice character leads to this (live) state.
-    To(u32),
+    To(StateId),
 }
 
 /// UTF-8 sequences of two to four bytes, as byte ranges per position.
@@ -84,9 +84,9 @@ const MULTIBYTE: &[&[(u8, u8)]] = &[
 ];
 
 /// Where every character of `alphabet` leads from `s`.
-pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
-    let mut target: Option<u32> = None;
-    let mut agree = |t: u32| match target {
+pub(crate) fn shift(dfa: &LexemeDfa, s: StateId, alphabet: Alphabet) -> Shift {
+    let mut target: Option<StateId> = None;
+    let mut agree = |t: StateId| match target {
         None => {
             target = Some(t);
             true
@@ -109,9 +109,9 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
     // each position.
     fn paths(
         dfa: &LexemeDfa,
-        state: u32,
+        state: StateId,
         seq: &[(u8, u8)],
-        agree: &mut dyn FnMut(u32) -> bool,
+        agree: &mut dyn FnMut(StateId) -> bool,
     ) -> bool {
         let Some((&(lo, hi), rest)) = seq.split_first() else {
             return agree(state);
@@ -120,7 +120,7 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: u32, alphabet: Alphabet) -> Shift {
             return agree(DEAD);
         }
         let mut asked = [false; 256];
-        let mut seen: Vec<u32> = Vec::new();
+        let mut seen: Vec<StateId> = Vec::new();
         for b in lo..=hi {
             if std::mem::replace(&mut asked[dfa.class_of(b) as usize], true) {
                 continue;
@@ -156,7 +156,7 @@ pub(crate) const MAX_LIVE_SUFFIX_STARTS: usize = 64;
 
 /// Whether the suffix walks of the words slice from `s` are small (see
 /// [`MAX_LIVE_SUFFIX_STARTS`]).
-pub(crate) fn few_suffix_starts(dfa: &LexemeDfa, s: u32) -> bool {
+pub(crate) fn few_suffix_starts(dfa: &LexemeDfa, s: StateId) -> bool {
     (0..=255u8)
         .filter(|&b| !Alphabet::Words.admits(b as char) && dfa.next(s, b) != DEAD)
         .count()
@@ -167,7 +167,7 @@ pub(crate) fn few_suffix_starts(dfa: &LexemeDfa, s: u32) -> bool {
 #[derive(Clone, Debug)]
 pub(crate) struct Chain {
     /// `s_0` (the state itself), `s_1`, ...: as far as any token's prefix reaches.
-    pub states: Vec<u32>,
+    pub states: Vec<StateId>,
     /// Slice characters the lexeme takes before all of them die (`None`: more than any
     /// token has, or forever).
     pub left: Option<u32>,
@@ -178,7 +178,7 @@ pub(crate) struct Chain {
 impl Chain {
     /// `s_n`: where the chain ends in a loop (or reaches past any token), its last state
     /// stands for the rest.
-    pub fn state(&self, n: u32) -> u32 {
+    pub fn state(&self, n: u32) -> StateId {
         self.states[(n as usize).min(self.states.len() - 1)]
     }
 }
@@ -187,10 +187,9 @@ impl Chain {
 /// after `s` until they kill. `shift_of` gives (and remembers) each state's shift;
 /// `horizon` is the most characters any token has.
 pub(crate) fn chain(
-    dfa: &LexemeDfa,
-    s: u32,
+    s: StateId,
     horizon: u32,
-    shift_of: &mut dyn FnMut(u32) -> Shift,
+    shift_of: &mut dyn FnMut(StateId) -> Shift,
 ) -> Option<Chain> {
     let mut states = vec![s];
     loop {
@@ -205,7 +204,7 @@ pub(crate) fn chain(
                 });
             }
             Shift::To(t) => {
-                if dfa.is_accepting(t) {
+                if t.is_accepting() {
                     return None;
                 }
                 if t == cur {
@@ -236,7 +235,7 @@ pub(crate) struct SuffixWalk {
     /// Where the lexeme can end inside a suffix (the first accepting node on a path): the
     /// DFA state there and the suffix-trie node; the suffixes below it that the DFA then
     /// kills need the parser.
-    pub endings: Vec<(u32, NodeId)>,
+    pub endings: Vec<(StateId, NodeId)>,
 }
 
 /// Walks the slice's suffix trie with `dfa` from `start`. Below a node where the DFA
@@ -245,7 +244,7 @@ pub(crate) struct SuffixWalk {
 /// the others are run one by one.
 pub(crate) fn walk_suffixes(
     dfa: &LexemeDfa,
-    start: u32,
+    start: StateId,
     slice: &CharSlice,
     depth: usize,
 ) -> SuffixWalk {
@@ -257,7 +256,7 @@ pub(crate) fn walk_suffixes(
     let mut loops = Loops::new(slice.alphabet(), depth);
     // Per depth on the current path: the DFA state, and whether the lexeme could end
     // above (at or below depth 1).
-    let mut path: Vec<(u32, u32)> = vec![(start, NONE)];
+    let mut path: Vec<(StateId, u32)> = vec![(start, NONE)];
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
@@ -269,7 +268,7 @@ pub(crate) fn walk_suffixes(
             continue;
         }
         let mut here = path[d - 1].1;
-        if here == NONE && dfa.is_accepting(next) {
+        if here == NONE && next.is_accepting() {
             here = i as u32;
             endings.push((next, NodeId(i as u32)));
         }
@@ -313,11 +312,11 @@ pub(crate) fn walk_suffixes(
 pub(crate) enum Outcome {
     Alive,
     Dead,
-    Ending { state: u32, at: usize },
+    Ending { state: StateId, at: usize },
 }
 
 /// [`Outcome`] of `bytes` from `start`.
-pub(crate) fn run_suffix(dfa: &LexemeDfa, start: u32, bytes: &[u8]) -> Outcome {
+pub(crate) fn run_suffix(dfa: &LexemeDfa, start: StateId, bytes: &[u8]) -> Outcome {
     let mut s = start;
     let mut ending = None;
     for (k, &b) in bytes.iter().enumerate() {
@@ -328,7 +327,7 @@ pub(crate) fn run_suffix(dfa: &LexemeDfa, start: u32, bytes: &[u8]) -> Outcome {
                 None => Outcome::Dead,
             };
         }
-        if ending.is_none() && dfa.is_accepting(s) {
+        if ending.is_none() && s.is_accepting() {
             ending = Some((s, k + 1));
         }
     }
@@ -348,7 +347,7 @@ struct Loops {
     alphabet: Alphabet,
     depth: usize,
     /// By state: a walk meets few, and a table by index would be as big as a large DFA.
-    known: rustc_hash::FxHashMap<u32, bool>,
+    known: rustc_hash::FxHashMap<StateId, bool>,
 }
 
 impl Loops {
@@ -360,14 +359,14 @@ impl Loops {
         }
     }
 
-    fn test(&mut self, dfa: &LexemeDfa, s: u32) -> bool {
+    fn test(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
         let (alphabet, depth) = (self.alphabet, self.depth);
         *self.known.entry(s).or_insert_with(|| {
             // One byte first: most states loop on no alphabet.
             let rep = |t| dfa.representative(t, depth);
             let me = rep(s);
             rep(dfa.next(s, b'a')) == me
-                && !dfa.is_accepting(s)
+                && !s.is_accepting()
                 && matches!(shift(dfa, s, alphabet), Shift::To(t) if rep(t) == me)
         })
     }
@@ -403,7 +402,7 @@ mod tests {
                         Shift::To(t) => Shift::To(d.recount(t, r, s)),
                         other => other,
                     };
-                    assert_eq!(by_rep, direct, "{re}: {s} as {r}");
+                    assert_eq!(by_rep, direct, "{re}: {s:?} as {r:?}");
                 }
                 s = d.next(s, b'x');
             }
@@ -430,7 +429,7 @@ mod tests {
         };
         assert_eq!(shift(&counted, s2, Alphabet::Strings), Shift::Kills);
         let mut memo = |s| shift(&counted, s, Alphabet::Strings);
-        let c = chain(&counted, s0, 100, &mut memo).unwrap();
+        let c = chain(s0, 100, &mut memo).unwrap();
         assert_eq!((c.states.len(), c.left, c.self_loop), (3, Some(2), false));
         // Letters only: not every slice character.
         let letters = dfa("[a-z]+");

@@ -18,6 +18,7 @@
 //! byte, and appears in a completion as [`Piece::Token`] for the engine to resolve.
 
 use crate::compiled::{AfterDot, DotId, Grammar, LexemeId, RuleId, Sym, TokenRefId};
+use crate::lexeme::StateId;
 
 /// A piece of a shortest completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +125,7 @@ impl Shortest {
     }
 
     /// Bytes from DFA `state` of lexeme `l` to the lexeme's end.
-    pub(crate) fn lexeme_len(&self, g: &Grammar, l: LexemeId, state: u32) -> u64 {
+    pub(crate) fn lexeme_len(&self, g: &Grammar, l: LexemeId, state: StateId) -> u64 {
         match g.lexemes[l.0 as usize].dfa().shortest(state) {
             None => INF,
             Some((d, _)) => u64::from(d),
@@ -163,7 +164,7 @@ impl Shortest {
         &self,
         g: &Grammar,
         l: LexemeId,
-        mut state: u32,
+        mut state: StateId,
         out: &mut Completion,
     ) {
         let dfa = &g.lexemes[l.0 as usize].dfa();

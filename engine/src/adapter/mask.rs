@@ -5,7 +5,7 @@
 use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter, WalkKey};
 use crate::constraint::{Constraint, StateTokens};
 use crate::tokens::{Chain, LexTokens, Outcome, SuffixWalk, run_suffix, suffix_node};
-use corral_grammar::{RecognizeError, Recognizer, Run};
+use corral_grammar::{RecognizeError, Recognizer, Run, StateId};
 use corral_trie::{Alphabet, ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId};
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ impl ByteRecognizer for Walker<'_> {
 
 /// Puts the recognizer just after `run`'s lexeme ends in `end_state`; false if that is
 /// not possible (or failed: the error is kept in the walker).
-fn push_end(walker: &mut Walker<'_>, run: Run, end_state: u32) -> bool {
+fn push_end(walker: &mut Walker<'_>, run: Run, end_state: StateId) -> bool {
     match walker.rec.push_lexeme_end(run, end_state) {
         Ok(ok) => ok,
         Err(e) => {
@@ -127,7 +127,7 @@ fn parser_suffixes<'m>(
     walker: &mut Walker<'_>,
     memo: &'m mut Memos<'_>,
     (run, alphabet): (Run, Alphabet),
-    end_state: u32,
+    end_state: StateId,
     node: NodeId,
 ) -> Option<&'m FixedBitSet> {
     let key = WalkKey {

@@ -28,7 +28,7 @@ mod mask;
 
 use crate::constraint::Constraint;
 use corral_grammar::ast::TokenTarget;
-use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run};
+use corral_grammar::{Grammar, LexemeId, RecognizeError, Recognizer, Run, StateId};
 use corral_trie::{Alphabet, FixedBitSet, NodeId, TokenId, TokenSpace};
 use std::sync::Arc;
 
@@ -143,7 +143,7 @@ pub struct RobustConstrainedAdapter {
 struct WalkKey {
     from_set: u64,
     lexeme: LexemeId,
-    end_state: u32,
+    end_state: StateId,
     node: NodeId,
     /// The suffix trie walked; `None`: the token trie.
     suffixes_of: Option<Alphabet>,
@@ -337,7 +337,7 @@ impl RobustConstrainedAdapter {
                 partial_lexemes.push(PartialLexeme {
                     lexeme: lex.display.clone(),
                     matched: self.output[start..].to_vec(),
-                    can_end: lex.dfa().is_accepting(run.state),
+                    can_end: run.state.is_accepting(),
                 });
             } else {
                 allowed_terminals.push(lex.display.clone());

@@ -2,7 +2,7 @@
 //! with the DFA alone (see the parent module), for states no slice shifts uniformly.
 
 use super::{Loops, Outcome, run_suffix};
-use corral_grammar::{DEAD, LexemeDfa};
+use corral_grammar::{DEAD, LexemeDfa, StateId};
 use corral_trie::{Alphabet, FixedBitSet, NodeId, Tail, TokenId, TokenSpace, TokenTrie};
 
 /// The token sets of one `(lexeme, DFA state)` found by walking the whole token trie (the
@@ -13,9 +13,9 @@ pub struct LexTokens {
     /// is still under way after them (and may end there).
     pub inside: Inside,
     /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
-    pub suffixes: Vec<(u32, TokenTrie)>,
+    pub suffixes: Vec<(StateId, TokenTrie)>,
     /// `(end state, main-trie node)`: walk the node's subtree in place. Sorted by state.
-    pub subtrees: Vec<(u32, NodeId)>,
+    pub subtrees: Vec<(StateId, NodeId)>,
 }
 
 /// The tokens a state keeps its lexeme going with: a list where they are few (most states
@@ -76,7 +76,7 @@ type Suffix = (Vec<u8>, TokenId);
 const MERGE_SUBTREE: u32 = 256;
 
 /// The suffixes of tokens that need the parser after the lexeme ends in `state`.
-fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
+fn group(groups: &mut Vec<(StateId, Vec<Suffix>)>, state: StateId) -> &mut Vec<Suffix> {
     let g = match groups.iter().position(|g| g.0 == state) {
         Some(g) => g,
         None => {
@@ -91,10 +91,10 @@ fn group(groups: &mut Vec<(u32, Vec<Suffix>)>, state: u32) -> &mut Vec<Suffix> {
 /// (`inside`), dies, or ends the lexeme and needs the parser for what follows (`groups`).
 fn run_leaving(
     dfa: &LexemeDfa,
-    state: u32,
+    state: StateId,
     (token, rest): (TokenId, &[u8]),
     inside: &mut FixedBitSet,
-    groups: &mut Vec<(u32, Vec<Suffix>)>,
+    groups: &mut Vec<(StateId, Vec<Suffix>)>,
 ) {
     match run_suffix(dfa, state, rest) {
         Outcome::Alive => inside.insert(token.index()),
@@ -107,7 +107,7 @@ fn run_leaving(
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
-    start: u32,
+    start: StateId,
     space: &TokenSpace,
     depth: usize,
 ) -> LexTokens {
@@ -126,7 +126,7 @@ pub(crate) fn walk_generic(
 /// [`walk_generic`], marking the inside tokens in `inside` (empty) and leaving them there.
 fn walk_generic_into(
     dfa: &LexemeDfa,
-    start: u32,
+    start: StateId,
     space: &TokenSpace,
     depth: usize,
     inside: &mut FixedBitSet,
@@ -140,12 +140,12 @@ fn walk_generic_into(
     let jumps = slice.indexes_trie();
     let mut subtrees = Vec::new();
     // (end state, (remaining bytes, token)) per group.
-    let mut groups: Vec<(u32, Vec<Suffix>)> = Vec::new();
+    let mut groups: Vec<(StateId, Vec<Suffix>)> = Vec::new();
     // Per depth on the current path: the DFA state, the first node below the root where
     // the lexeme could end (NONE if none yet), and the bytes the character under way still
     // needs (`MISALIGNED`: the token began inside one, so no jumps below).
     const MISALIGNED: u8 = u8::MAX;
-    let mut path: Vec<(u32, u32, u8)> = vec![(start, NONE, 0)];
+    let mut path: Vec<(StateId, u32, u8)> = vec![(start, NONE, 0)];
     // The root's children one by one, skipping those the DFA refuses at once (a walk
     // from the root would read each of them far apart in the node array).
     for &(first_byte, first) in trie.root_children() {
@@ -186,7 +186,7 @@ fn walk_generic_into(
                 continue;
             }
             let mut here = ended;
-            if here == NONE && dfa.is_accepting(next) {
+            if here == NONE && next.is_accepting() {
                 here = i as u32;
                 if n.subtree > MERGE_SUBTREE {
                     subtrees.push((next, NodeId(i as u32)));

@@ -59,7 +59,7 @@ impl Chart {
     }
 
     #[inline]
-    pub(super) fn add_concrete(&mut self, dot: DotId, origin: u32) {
+    pub(super) fn add_concrete(&mut self, dot: DotId, origin: SetIdx) {
         const SMALL: usize = 24;
         let key = (dot.0, origin);
         let s = &mut self.s;
@@ -80,8 +80,8 @@ impl Chart {
         });
     }
 
-    pub(super) fn leo_lookup(&self, set: u32, sym: RuleId) -> Option<Leo> {
-        let (a, b) = self.sets[set as usize].leo;
+    pub(super) fn leo_lookup(&self, set: SetIdx, sym: RuleId) -> Option<Leo> {
+        let (a, b) = self.sets[set.index()].leo;
         let slice = &self.leo[a as usize..b as usize];
         slice
             .binary_search_by_key(&sym, |l| l.sym)
@@ -94,29 +94,29 @@ impl Chart {
     pub(super) fn build_set(
         &mut self,
         g: &Grammar,
-        unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        unit: Option<(SetIdx, &dyn Fn(TokenRefId) -> bool)>,
         pos: u64,
     ) -> Result<bool, RecognizeError> {
         if unit.is_some() || self.s.events.len() != 1 {
             return self.build_set_uncached(g, unit, pos);
         }
         let (j, lex) = self.s.events[0];
-        let from_uid = self.sets[j as usize].uid;
+        let from_uid = self.sets[j.index()].uid;
         let slot_ix = share_slot(from_uid, lex);
         let slot = self.share[slot_ix];
         if slot.from_uid == from_uid
             && slot.lexeme == lex.0
-            && (slot.set as usize) < self.sets.len()
-            && self.sets[slot.set as usize].uid == slot.set_uid
+            && slot.set.index() < self.sets.len()
+            && self.sets[slot.set.index()].uid == slot.set_uid
         {
             // Same completion as an earlier set that is still alive: share its contents.
-            let src = self.sets[slot.set as usize];
-            let idx = self.sets.len() as u32;
+            let src = self.sets[slot.set.index()];
+            let idx = SetIdx::new(self.sets.len());
             if src.lexemes.1 > src.lexemes.0 {
                 self.runs.push(Run {
                     set: idx,
                     lexeme: PENDING,
-                    state: 0,
+                    state: DEAD,
                 });
             }
             self.next_uid += 1;
@@ -136,7 +136,7 @@ impl Chart {
         self.share[slot_ix] = ShareSlot {
             from_uid,
             lexeme: lex.0,
-            set: built as u32,
+            set: SetIdx::new(built),
             set_uid: self.sets[built].uid,
         };
         Ok(true)
@@ -145,7 +145,7 @@ impl Chart {
     pub(super) fn build_set_uncached(
         &mut self,
         g: &Grammar,
-        unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        unit: Option<(SetIdx, &dyn Fn(TokenRefId) -> bool)>,
         pos: u64,
     ) -> Result<bool, RecognizeError> {
         let items_start = self.items.len();
@@ -173,14 +173,14 @@ impl Chart {
                 AfterDot::End => {
                     let lhs = g.lhs(it.dot);
                     let o = origin;
-                    if it.dot == g.accept_dot && o == 0 {
+                    if it.dot == g.accept_dot && o == SetIdx::FIRST {
                         accepting = true;
                     }
                     if let Some(l) = self.leo_lookup(o, lhs) {
                         let origin = l.origin.in_set(o);
                         self.add_concrete(l.dot, origin);
                     } else {
-                        let (a, b) = self.sets[o as usize].items;
+                        let (a, b) = self.sets[o.index()].items;
                         work += (b - a) as usize;
                         for q in a..b {
                             let p = self.items[q as usize];
@@ -227,12 +227,12 @@ impl Chart {
     pub(super) fn scan(
         &mut self,
         g: &Grammar,
-        unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        unit: Option<(SetIdx, &dyn Fn(TokenRefId) -> bool)>,
     ) -> usize {
         let mut work = 0;
         for e in 0..self.s.events.len() {
             let (j, lex) = self.s.events[e];
-            let (a, b) = self.sets[j as usize].items;
+            let (a, b) = self.sets[j.index()].items;
             work += (b - a) as usize;
             for k in a..b {
                 let it = self.items[k as usize];
@@ -243,7 +243,7 @@ impl Chart {
             }
         }
         if let Some((u, matches)) = unit {
-            let (a, b) = self.sets[u as usize].items;
+            let (a, b) = self.sets[u.index()].items;
             for k in a..b {
                 let it = self.items[k as usize];
                 if let AfterDot::Sym(Sym::Token(t)) = g.next(it.dot)
@@ -266,7 +266,7 @@ impl Chart {
         tokens: bool,
         pos: u64,
     ) {
-        let idx = self.sets.len() as u32;
+        let idx = SetIdx::new(self.sets.len());
         let leo_start = self.leo.len();
         let s = &mut self.s;
         // Leo: symbols with exactly one waiting item, which is penultimate.
@@ -295,7 +295,7 @@ impl Chart {
                     None => (after, Origin::SELF),
                     Some(o) => {
                         let lhs = g.lhs(it.dot);
-                        let (a, bnd) = self.sets[o as usize].leo;
+                        let (a, bnd) = self.sets[o.index()].leo;
                         let slice = &self.leo[a as usize..bnd as usize];
                         match slice.binary_search_by_key(&lhs, |l| l.sym) {
                             Ok(i) => (slice[i].dot, Origin::at(slice[i].origin.in_set(o))),
@@ -324,7 +324,7 @@ impl Chart {
             self.runs.push(Run {
                 set: idx,
                 lexeme: PENDING,
-                state: 0,
+                state: DEAD,
             });
         }
         self.next_uid += 1;

@@ -37,23 +37,23 @@ impl Chart {
         let current = n - 1;
         let waiting = |it: &Item| matches!(g.next(it.dot), AfterDot::Sym(_));
         let mut keep = vec![false; n];
-        let mut stack: Vec<u32> = Vec::new();
-        let mark = |s: u32, keep: &mut Vec<bool>, stack: &mut Vec<u32>| {
-            if !keep[s as usize] {
-                keep[s as usize] = true;
+        let mut stack: Vec<SetIdx> = Vec::new();
+        let mark = |s: SetIdx, keep: &mut Vec<bool>, stack: &mut Vec<SetIdx>| {
+            if !keep[s.index()] {
+                keep[s.index()] = true;
                 stack.push(s);
             }
         };
-        mark(0, &mut keep, &mut stack);
-        mark(current as u32, &mut keep, &mut stack);
+        mark(SetIdx::FIRST, &mut keep, &mut stack);
+        mark(SetIdx::new(current), &mut keep, &mut stack);
         for r in &self.runs[top.runs_start as usize..] {
             mark(r.set, &mut keep, &mut stack);
         }
         while let Some(s) = stack.pop() {
-            let info = self.sets[s as usize];
+            let info = self.sets[s.index()];
             for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
                 if let Some(o) = it.origin.set()
-                    && (s as usize == current || waiting(it))
+                    && (s.index() == current || waiting(it))
                 {
                     mark(o, &mut keep, &mut stack);
                 }
@@ -64,17 +64,18 @@ impl Chart {
                 }
             }
         }
-        let mut renumber = vec![u32::MAX; n];
-        let mut kept = 0u32;
+        // Old index -> new, for the sets kept.
+        let mut renumber = vec![SetIdx::FIRST; n];
+        let mut kept = 0;
         for (i, &k) in keep.iter().enumerate() {
             if k {
-                renumber[i] = kept;
+                renumber[i] = SetIdx::new(kept);
                 kept += 1;
             }
         }
         let at = |o: Origin| {
             o.set()
-                .map_or(Origin::SELF, |s| Origin::at(renumber[s as usize]))
+                .map_or(Origin::SELF, |s| Origin::at(renumber[s.index()]))
         };
         let (mut sets, mut items, mut leo, mut set_lex) = std::mem::take(&mut self.s.spare);
         sets.clear();
@@ -115,7 +116,7 @@ impl Chart {
             sets.push(info);
         }
         for r in &mut self.runs[top.runs_start as usize..] {
-            r.set = renumber[r.set as usize];
+            r.set = renumber[r.set.index()];
         }
         let old_sets = std::mem::replace(&mut self.sets, sets);
         let old_items = std::mem::replace(&mut self.items, items);
@@ -142,7 +143,7 @@ impl Chart {
         if !prev.new_set || prev.sets_len < 2 || prev.sets_len as usize != self.sets.len() {
             return;
         }
-        let last = prev.sets_len - 1;
+        let last = SetIdx::new(prev.sets_len as usize - 1);
         if self.s.events.iter().any(|&(j, _)| j == last)
             || self.runs[new_start..].iter().any(|r| r.set == last)
         {
@@ -152,8 +153,8 @@ impl Chart {
             // About to complete the same lexeme from the same set again: keep this set, the
             // new one will share its items.
             let (j, lex) = self.s.events[0];
-            let info = &self.sets[last as usize];
-            if info.owns && info.source == (self.sets[j as usize].uid, lex) {
+            let info = &self.sets[last.index()];
+            if info.owns && info.source == (self.sets[j.index()].uid, lex) {
                 return;
             }
         }

@@ -2,7 +2,7 @@
 //! the search up the Earley chart, memoized per (set, symbol). The static half, per
 //! grammar, is [`crate::complete`].
 
-use super::{Recognizer, Run};
+use super::{Recognizer, Run, SetIdx};
 use crate::compiled::{AfterDot, DotId, Sym, TokenRefId};
 use crate::complete::{self, Completion};
 use rustc_hash::FxHashSet;
@@ -84,7 +84,7 @@ impl Recognizer {
                 Step::Accept => return Ok(out),
                 Step::Item { after, origin } => {
                     sh.suffix_pieces(&self.g, after, &mut out);
-                    if self.g.lhs(after) == self.g.start_rule && origin == 0 {
+                    if self.g.lhs(after) == self.g.start_rule && origin == SetIdx::FIRST {
                         return Ok(out);
                     }
                     (set, sym) = (origin, Sym::Rule(self.g.lhs(after)));
@@ -104,9 +104,9 @@ enum Step {
     Accept,
     /// The item waiting for the symbol moves to `after`; its production's remaining
     /// symbols follow, then its left-hand side completes from `origin`.
-    Item { after: DotId, origin: u32 },
+    Item { after: DotId, origin: SetIdx },
     /// A Leo item: the complete item `done` (from `origin`) directly.
-    Leo { done: DotId, origin: u32 },
+    Leo { done: DotId, origin: SetIdx },
 }
 
 /// Where a shortest completion starts: finishing a lexer run, or a token reference the
@@ -114,7 +114,7 @@ enum Step {
 #[derive(Clone, Copy, Debug)]
 enum Start {
     Run(Run),
-    Token(u32, TokenRefId),
+    Token(SetIdx, TokenRefId),
 }
 
 /// The search behind [`Recognizer::shortest_completion`]: the cheapest way to complete
@@ -122,15 +122,15 @@ enum Start {
 struct CompletionSearch<'a> {
     rec: &'a Recognizer,
     sh: &'a complete::Shortest,
-    memo: rustc_hash::FxHashMap<(u32, Sym), (u64, Option<Step>)>,
+    memo: rustc_hash::FxHashMap<(SetIdx, Sym), (u64, Option<Step>)>,
     /// Pairs being computed (a cycle back to one costs more than going around it).
-    active: FxHashSet<(u32, Sym)>,
+    active: FxHashSet<(SetIdx, Sym)>,
 }
 
 impl CompletionSearch<'_> {
     /// Units (bytes and tokens) needed after `sym` completes in `set`, whether the result depends on a pair
     /// being computed (then it is not memoized), and the first step.
-    fn complete(&mut self, set: u32, sym: Sym, depth: u32) -> (u64, bool, Option<Step>) {
+    fn complete(&mut self, set: SetIdx, sym: Sym, depth: u32) -> (u64, bool, Option<Step>) {
         if let Some(&(cost, step)) = self.memo.get(&(set, sym)) {
             return (cost, false, step);
         }
@@ -147,7 +147,7 @@ impl CompletionSearch<'_> {
         };
         if let Some(l) = leo {
             let origin = l.origin.in_set(set);
-            if l.dot == g.accept_dot && origin == 0 {
+            if l.dot == g.accept_dot && origin == SetIdx::FIRST {
                 best = (0, Some(Step::Accept));
             } else {
                 let (cost, t, _) = self.complete(origin, Sym::Rule(g.lhs(l.dot)), depth + 1);
@@ -161,7 +161,7 @@ impl CompletionSearch<'_> {
                 );
             }
         } else {
-            let (a, b) = c.sets[set as usize].items;
+            let (a, b) = c.sets[set.index()].items;
             for k in a..b {
                 let it = c.items[k as usize];
                 if g.next(it.dot) != AfterDot::Sym(sym) {
@@ -174,7 +174,7 @@ impl CompletionSearch<'_> {
                     continue;
                 }
                 let lhs = g.lhs(after);
-                let up = if lhs == g.start_rule && origin == 0 {
+                let up = if lhs == g.start_rule && origin == SetIdx::FIRST {
                     0
                 } else {
                     let (cost, t, _) = self.complete(origin, Sym::Rule(lhs), depth + 1);

@@ -51,7 +51,7 @@
 
 use crate::compiled::{AfterDot, DotId, Grammar, LexemeId, RuleId, Sym, TokenRefId};
 use crate::error::RecognizeError;
-use crate::lexeme::DEAD;
+use crate::lexeme::{DEAD, StateId};
 use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
@@ -61,6 +61,30 @@ mod completion;
 mod push;
 #[cfg(test)]
 mod tests;
+
+/// The index of an Earley set in the chart: the sets of the bytes read so far, the first
+/// one's index 0. Indices are reused after a pop (see [`Recognizer::set_uid`] for a number
+/// that is not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SetIdx(u32);
+
+impl SetIdx {
+    /// The first set, before any byte.
+    pub const FIRST: SetIdx = SetIdx(0);
+
+    /// The set at position `i` of the chart.
+    #[inline]
+    pub(crate) fn new(i: usize) -> SetIdx {
+        debug_assert!(i < u32::MAX as usize, "a set index");
+        SetIdx(i as u32)
+    }
+
+    /// The position in the chart.
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// Where an item (or a Leo item) started: an Earley set's index, or [`Origin::SELF`] for
 /// the set that holds it (see the module docs: a set's contents then do not depend on its
@@ -74,20 +98,19 @@ impl Origin {
 
     /// The set at index `set`.
     #[inline]
-    pub fn at(set: u32) -> Origin {
-        debug_assert_ne!(set, u32::MAX, "a set index");
-        Origin(set)
+    pub fn at(set: SetIdx) -> Origin {
+        Origin(set.0)
     }
 
     /// The set's index, or `None` for [`Origin::SELF`].
     #[inline]
-    pub fn set(self) -> Option<u32> {
-        (self != Origin::SELF).then_some(self.0)
+    pub fn set(self) -> Option<SetIdx> {
+        (self != Origin::SELF).then_some(SetIdx(self.0))
     }
 
     /// The set's index, for an item held by the set at index `holder`.
     #[inline]
-    pub fn in_set(self, holder: u32) -> u32 {
+    pub fn in_set(self, holder: SetIdx) -> SetIdx {
         self.set().unwrap_or(holder)
     }
 }
@@ -112,12 +135,11 @@ pub struct Item {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
     /// Index of the Earley set where the lexeme started (indices are reused after a pop).
-    pub set: u32,
+    pub set: SetIdx,
     /// The lexeme being matched.
     pub lexeme: LexemeId,
-    /// Its DFA state, with the accepting and can-continue flag bits (strip them with
-    /// [`LexemeDfa::index`](crate::LexemeDfa::index)).
-    pub state: u32,
+    /// Its DFA state.
+    pub state: StateId,
 }
 
 /// A Leo item: completing `sym` with this set as origin adds the complete item
@@ -172,7 +194,7 @@ struct Frame {
 struct ShareSlot {
     from_uid: u64,
     lexeme: u32,
-    set: u32,
+    set: SetIdx,
     set_uid: u64,
 }
 
@@ -189,10 +211,10 @@ struct Scratch {
     count: Vec<u32>,
     last: Vec<u32>,
     /// Concrete items of the set being built, for dedup: a list while small, then a hash set.
-    concrete_list: Vec<(u32, u32)>,
-    concrete: FxHashSet<(u32, u32)>,
+    concrete_list: Vec<(u32, SetIdx)>,
+    concrete: FxHashSet<(u32, SetIdx)>,
     lexemes: Vec<LexemeId>,
-    events: Vec<(u32, LexemeId)>,
+    events: Vec<(SetIdx, LexemeId)>,
     /// The chart's tables from before the last collection of sets, emptied: the next
     /// collection writes into them, so that collections reuse memory instead of growing
     /// fresh tables (measured: a fifth of one-pass matching went to page faults).
@@ -335,7 +357,7 @@ impl Recognizer {
         let top = self.c.frames.last().expect("at least one frame");
         for &r in &self.c.runs[top.runs_start as usize..] {
             if r.lexeme == PENDING {
-                let info = &self.c.sets[r.set as usize];
+                let info = &self.c.sets[r.set.index()];
                 for &l in &self.c.set_lex[info.lexemes.0 as usize..info.lexemes.1 as usize] {
                     out.push(Run {
                         set: r.set,
@@ -362,27 +384,27 @@ impl Recognizer {
             u64::MAX
         });
         for r in &self.c.runs[top.runs_start as usize..] {
-            out.push(self.c.sets[r.set as usize].uid);
-            out.push(u64::from(r.lexeme.0) << 32 | u64::from(r.state));
+            out.push(self.c.sets[r.set.index()].uid);
+            out.push(u64::from(r.lexeme.0) << 32 | r.state.index() as u64);
         }
     }
 
     /// A number for Earley set `set` that no other set gets (set indices are reused after
     /// a pop; these are not).
-    pub fn set_uid(&self, set: u32) -> u64 {
-        self.c.sets[set as usize].uid
+    pub fn set_uid(&self, set: SetIdx) -> u64 {
+        self.c.sets[set.index()].uid
     }
 
     /// The byte position where Earley set `set` was built (where a run from it started).
-    pub fn set_position(&self, set: u32) -> u64 {
-        self.c.sets[set as usize].pos
+    pub fn set_position(&self, set: SetIdx) -> u64 {
+        self.c.sets[set.index()].pos
     }
 
     /// The token references that can come next.
     pub fn expected_tokens(&self) -> Vec<TokenRefId> {
         let mut out = Vec::new();
         if let Some(set) = self.c.current_set() {
-            let info = self.c.sets[set as usize];
+            let info = self.c.sets[set.index()];
             if info.tokens {
                 for it in &self.c.items[info.items.0 as usize..info.items.1 as usize] {
                     if let AfterDot::Sym(Sym::Token(t)) = self.g.next(it.dot) {
@@ -445,9 +467,9 @@ impl Chart {
     }
 
     /// The Earley set ending at the current position, if a lexeme ended here.
-    fn current_set(&self) -> Option<u32> {
+    fn current_set(&self) -> Option<SetIdx> {
         let top = self.frames.last().expect("at least one frame");
-        top.new_set.then_some(top.sets_len - 1)
+        top.new_set.then(|| SetIdx::new(top.sets_len as usize - 1))
     }
 }
 

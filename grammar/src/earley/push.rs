@@ -17,7 +17,7 @@ impl Recognizer {
             if r.lexeme != PENDING {
                 let dfa = &self.g.lexemes[r.lexeme.0 as usize].dfa();
                 let s = dfa.next(r.state, byte);
-                if s != DEAD && !dfa.is_accepting(s) {
+                if s != DEAD && !s.is_accepting() {
                     if self.c.keep_history {
                         self.c.runs.push(Run { state: s, ..r });
                         self.c.frames.push(Frame {
@@ -46,12 +46,15 @@ impl Recognizer {
     /// ended at some byte. The mask computation uses it to continue a walk from where a
     /// cached lexeme ends, without replaying the bytes before. Counts as one frame of zero
     /// bytes.
-    pub fn push_lexeme_end(&mut self, run: Run, end_state: u32) -> Result<bool, RecognizeError> {
+    pub fn push_lexeme_end(
+        &mut self,
+        run: Run,
+        end_state: StateId,
+    ) -> Result<bool, RecognizeError> {
         let top = *self.c.frames.last().expect("at least one frame");
         let new_start = self.c.runs.len();
-        let dfa = &self.g.lexemes[run.lexeme.0 as usize].dfa();
-        debug_assert!(dfa.is_accepting(end_state));
-        if dfa.can_continue(end_state) {
+        debug_assert!(end_state.is_accepting());
+        if end_state.can_continue() {
             self.c.runs.push(Run {
                 state: end_state,
                 ..run
@@ -74,7 +77,7 @@ impl Recognizer {
         let unit_set = self
             .c
             .current_set()
-            .filter(|&s| self.c.sets[s as usize].tokens);
+            .filter(|&s| self.c.sets[s.index()].tokens);
         let Some(unit_set) = unit_set else {
             // A token without bytes (a special token) can only match a token reference.
             if bytes.is_empty() {
@@ -141,23 +144,23 @@ impl Chart {
         let start = top.runs_start as usize;
         let end = self.runs.len();
         self.s.events.clear();
-        let step = |runs: &mut Vec<Run>, events: &mut Vec<(u32, LexemeId)>, r: Run| {
+        let step = |runs: &mut Vec<Run>, events: &mut Vec<(SetIdx, LexemeId)>, r: Run| {
             let dfa = &g.lexemes[r.lexeme.0 as usize].dfa();
             let s = dfa.next(r.state, byte);
             if s == DEAD {
                 return;
             }
-            if dfa.is_accepting(s) {
+            if s.is_accepting() {
                 events.push((r.set, r.lexeme));
             }
-            if dfa.can_continue(s) {
+            if s.can_continue() {
                 runs.push(Run { state: s, ..r });
             }
         };
         for i in start..end {
             let r = self.runs[i];
             if r.lexeme == PENDING {
-                let info = &self.sets[r.set as usize];
+                let info = &self.sets[r.set.index()];
                 if info.first[byte as usize / 64] >> (byte % 64) & 1 == 0 {
                     continue;
                 }
@@ -189,7 +192,7 @@ impl Chart {
         prev: Frame,
         new_start: usize,
         bytes: u64,
-        unit: Option<(u32, &dyn Fn(TokenRefId) -> bool)>,
+        unit: Option<(SetIdx, &dyn Fn(TokenRefId) -> bool)>,
         allow_empty: bool,
     ) -> Result<bool, RecognizeError> {
         if self.s.events.is_empty()

@@ -34,10 +34,10 @@ impl LexemeDfa {
         let too_big = || size_error("limit".into(), size_limit);
         let stride = sub.stride;
         let start = sub.start().map_err(|_| too_big())?;
-        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut trans: Vec<u32> = vec![0; stride];
         let mut i = 1;
         while i < sub.len() {
-            trans.resize((i + 1) * stride, DEAD);
+            trans.resize((i + 1) * stride, 0);
             sub.row(i as u32, &mut trans[i * stride..])
                 .map_err(|_| too_big())?;
             if trans.len() * 4 > size_limit {
@@ -64,11 +64,10 @@ impl LexemeDfa {
             .start()
             .map_err(|_| size_error("limit".into(), size_limit))?;
         let tag = |sub: &subset::Subsets, i: u32| {
-            if i == DEAD {
+            if i == 0 {
                 DEAD
             } else {
-                i | if sub.accepting(i) { ACCEPT } else { 0 }
-                    | if sub.continues(i) { CONTINUE } else { 0 }
+                StateId::new(i, sub.accepting(i), sub.continues(i))
             }
         };
         let start = tag(&sub, start);
@@ -86,7 +85,7 @@ impl LexemeDfa {
     pub(super) fn built_on_demand(
         classes: [u8; 256],
         stride: usize,
-        start: u32,
+        start: StateId,
         fill: Fill,
     ) -> LexemeDfa {
         let dfa = LexemeDfa {
@@ -101,9 +100,9 @@ impl LexemeDfa {
             numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
         };
         let mut first = [0u64; 4];
-        if start != DEAD {
+        if !start.is_dead() {
             for b in 0..=255u8 {
-                if dfa.next(start, b) != DEAD {
+                if !dfa.next(start, b).is_dead() {
                     first[b as usize / 64] |= 1 << (b % 64);
                 }
             }
@@ -123,8 +122,8 @@ impl LexemeDfa {
     ) -> LexemeDfa {
         let n = accept.len();
         let live = live_states(stride, &trans, &accept);
-        // Renumber: keep live states only; everything else becomes DEAD.
-        let mut renum = vec![DEAD; n];
+        // Renumber: keep live states only; everything else becomes index 0, dead.
+        let mut renum = vec![0u32; n];
         let mut kept = 1u32;
         for s in 1..n {
             if live[s] {
@@ -133,7 +132,7 @@ impl LexemeDfa {
             }
         }
         // Merge equivalent states (Hopcroft): the same language from both.
-        let mut live_trans = vec![DEAD; kept as usize * stride];
+        let mut live_trans = vec![0; kept as usize * stride];
         let mut live_accept = vec![false; kept as usize];
         for s in 1..n {
             let ns = renum[s] as usize;
@@ -166,11 +165,11 @@ impl LexemeDfa {
         let mut tagged = vec![DEAD; n];
         for s in 1..n {
             let ns = renum[s];
-            if ns == DEAD {
+            if ns == 0 {
                 continue;
             }
-            let cont = (0..stride).any(|c| renum[trans[s * stride + c] as usize] != DEAD);
-            tagged[s] = ns | if accept[s] { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
+            let cont = (0..stride).any(|c| renum[trans[s * stride + c] as usize] != 0);
+            tagged[s] = StateId::new(ns, accept[s], cont);
         }
         let mut new_trans = vec![DEAD; kept * stride];
         for (ns, &s) in rep.iter().enumerate().skip(1) {
@@ -180,10 +179,10 @@ impl LexemeDfa {
         }
         let start = tagged[start_ix as usize];
         let mut first = [0u64; 4];
-        if start != DEAD {
+        if !start.is_dead() {
             for b in 0..=255u8 {
-                let t = new_trans[(start & INDEX) as usize * stride + classes[b as usize] as usize];
-                if t != DEAD {
+                let t = new_trans[start.index() * stride + classes[b as usize] as usize];
+                if !t.is_dead() {
                     first[b as usize / 64] |= 1 << (b % 64);
                 }
             }

@@ -25,7 +25,10 @@
 //! language is non-empty, so whatever can finish its segment can finish the lexeme). The
 //! result accepts exactly the regex's language; it is not minimized.
 
-use super::{ACCEPT, CONTINUE, DEAD, Fill, INDEX, LexemeDfa, Table};
+use super::{DEAD, Fill, INDEX, LexemeDfa, StateId, Table};
+
+/// Index 0, local or global: the dead state's.
+const DEAD_IX: u32 = 0;
 use crate::error::ErrorKind;
 use regex_syntax::hir::{Hir, HirKind};
 use rustc_hash::FxHashMap;
@@ -49,11 +52,11 @@ fn union(a: &Bytes, b: &Bytes) -> Bytes {
 enum Segment {
     /// A DFA (built by subset construction), and the tagged id of each of its state
     /// indices: local states are its indices.
-    Plain(Arc<LexemeDfa>, Vec<u32>),
+    Plain(Arc<LexemeDfa>, Vec<StateId>),
     /// `body{min,max}`: local state `count * body.len + index`; `tags` as for `Plain`.
     Counted {
         body: Arc<LexemeDfa>,
-        tags: Vec<u32>,
+        tags: Vec<StateId>,
         min: u32,
         max: u32,
     },
@@ -70,8 +73,8 @@ impl Segment {
 
     fn start(&self) -> u32 {
         match self {
-            Segment::Plain(d, _) => d.start & INDEX,
-            Segment::Counted { body, .. } => body.start & INDEX,
+            Segment::Plain(d, _) => d.start.index32(),
+            Segment::Counted { body, .. } => body.start.index32(),
         }
     }
 
@@ -83,10 +86,10 @@ impl Segment {
     /// Whether the segment may end in local state `q`.
     fn accepting(&self, q: u32) -> bool {
         match self {
-            Segment::Plain(d, tags) => q != DEAD && d.is_accepting(tags[q as usize]),
+            Segment::Plain(_, tags) => q != DEAD_IX && tags[q as usize].is_accepting(),
             Segment::Counted { body, min, .. } => {
                 let (c, x) = Self::split(body, q);
-                x == body.start & INDEX && c >= *min
+                x == body.start.index32() && c >= *min
             }
         }
     }
@@ -94,37 +97,37 @@ impl Segment {
     /// Whether some byte continues the segment from local state `q`.
     fn can_continue(&self, q: u32) -> bool {
         match self {
-            Segment::Plain(d, tags) => q != DEAD && d.can_continue(tags[q as usize]),
+            Segment::Plain(_, tags) => q != DEAD_IX && tags[q as usize].can_continue(),
             Segment::Counted { body, max, .. } => {
                 let (c, x) = Self::split(body, q);
-                x != DEAD && c < *max
+                x != DEAD_IX && c < *max
             }
         }
     }
 
-    /// The local state after `byte` in local state `q` ([`DEAD`] if none).
+    /// The local state after `byte` in local state `q` (0, dead, if none).
     fn next(&self, q: u32, byte: u8) -> u32 {
         match self {
             Segment::Plain(d, _) => {
-                if q == DEAD {
-                    DEAD
+                if q == DEAD_IX {
+                    DEAD_IX
                 } else {
-                    d.next(q, byte) & INDEX
+                    d.next_from_index(q, byte).index32()
                 }
             }
             Segment::Counted { body, max, .. } => {
                 let (c, x) = Self::split(body, q);
-                if x == DEAD || c >= *max {
-                    return DEAD;
+                if x == DEAD_IX || c >= *max {
+                    return DEAD_IX;
                 }
                 // `next` reads only the index of a state, not its flags.
-                let y = body.next(x, byte);
-                if y == DEAD {
-                    DEAD
-                } else if body.is_accepting(y) {
-                    (c + 1) * body.len as u32 + (body.start & INDEX)
+                let y = body.next_from_index(x, byte);
+                if y.is_dead() {
+                    DEAD_IX
+                } else if y.is_accepting() {
+                    (c + 1) * body.len as u32 + (body.start.index32())
                 } else {
-                    c * body.len as u32 + (y & INDEX)
+                    c * body.len as u32 + (y.index32())
                 }
             }
         }
@@ -145,9 +148,9 @@ impl Segment {
             Segment::Plain(d, tags) => {
                 let mut out = [0u64; 4];
                 for (i, &t) in tags.iter().enumerate().skip(1) {
-                    if t != DEAD && d.is_accepting(t) {
+                    if t != DEAD && t.is_accepting() {
                         for b in 0..=255u8 {
-                            if d.next(i as u32, b) != DEAD {
+                            if !d.next_from_index(i as u32, b).is_dead() {
                                 out[b as usize / 64] |= 1 << (b % 64);
                             }
                         }
@@ -170,7 +173,7 @@ impl Segment {
             } => {
                 let (c, x) = Self::split(body, q);
                 let (whole, first) = body.shortest(body.start)?;
-                if x == body.start & INDEX {
+                if x == body.start.index32() {
                     let iterations = min.saturating_sub(c);
                     Some((iterations.saturating_mul(whole), first))
                 } else {
@@ -209,8 +212,8 @@ impl Composed {
     }
 
     /// Global index `g` with its flags.
-    pub(super) fn tag(&self, g: u32) -> u32 {
-        if g == DEAD {
+    pub(super) fn tag(&self, g: u32) -> StateId {
+        if g == DEAD_IX {
             return DEAD;
         }
         let (j, q) = self.locate(g);
@@ -221,26 +224,26 @@ impl Composed {
         // ones) has a first byte.
         let enter_later = ends && self.enter_after[j + 1];
         let cont = seg.can_continue(q) || enter_later;
-        g | if accept { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 }
+        StateId::new(g, accept, cont)
     }
 
     /// The tagged target of global index `g` on byte class `class`.
-    pub(super) fn next(&self, g: u32, class: usize) -> u32 {
-        if g == DEAD {
+    pub(super) fn next(&self, g: u32, class: usize) -> StateId {
+        if g == DEAD_IX {
             return DEAD;
         }
         let b = self.reps[class];
         let (j, q) = self.locate(g);
         let seg = &self.segments[j];
         let t = seg.next(q, b);
-        if t != DEAD {
+        if t != DEAD_IX {
             return self.tag(self.offset[j] + t);
         }
         if seg.accepting(q) {
             // Determinism was checked: at most one following segment takes `b`.
             for (l, s) in self.segments.iter().enumerate().skip(j + 1) {
                 let t = s.next(s.start(), b);
-                if t != DEAD {
+                if t != DEAD_IX {
                     return self.tag(self.offset[l] + t);
                 }
                 if !s.accepting(s.start()) {
@@ -260,7 +263,7 @@ impl Composed {
     /// within `depth` iterations are alike, and so are counts at or past the lower bound
     /// that do not reach the upper one: the lowest of each stands for the others.
     pub(super) fn representative(&self, g: u32, depth: u32) -> Option<u32> {
-        if g == DEAD {
+        if g == DEAD_IX {
             return None;
         }
         let (j, q) = self.locate(g);
@@ -288,7 +291,7 @@ impl Composed {
     /// past the counted segment is the same from both). Transitions that reach neither
     /// bound depend on a count only through that difference.
     pub(super) fn recount(&self, t: u32, from: u32, to: u32) -> u32 {
-        if t == DEAD || from == to {
+        if t == DEAD_IX || from == to {
             return t;
         }
         let (j, q) = self.locate(from);
@@ -308,7 +311,7 @@ impl Composed {
 
     /// The fewest bytes from global index `g` to an accepting state, and the first.
     pub(super) fn shortest(&self, g: u32) -> Option<(u32, u8)> {
-        if g == DEAD {
+        if g == DEAD_IX {
             return None;
         }
         let (j, q) = self.locate(g);
@@ -372,7 +375,7 @@ pub(super) fn compose(
         let d = tables(&Hir::concat(std::mem::take(plain)))?;
         // Composition needs every segment's language non-empty and not only the empty
         // string.
-        if d.start == DEAD || !d.can_continue(d.start) {
+        if d.start == DEAD || !d.start.can_continue() {
             return Ok(false);
         }
         let tags = d.tags();
@@ -433,12 +436,12 @@ impl LexemeDfa {
 /// No accepting state of `body` can continue (an iteration ends where it first can), and
 /// the start is live and not accepting.
 fn prefix_free(body: &LexemeDfa) -> bool {
-    if body.start == DEAD || body.is_accepting(body.start) {
+    if body.start == DEAD || body.start.is_accepting() {
         return false;
     }
     body.tags()
         .iter()
-        .all(|&t| t == DEAD || !body.is_accepting(t) || !body.can_continue(t))
+        .all(|&t| t == DEAD || !t.is_accepting() || !t.can_continue())
 }
 
 /// The composed DFA of `segments` in sequence; `Ok(None)` where a junction is not
@@ -514,7 +517,7 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
     };
     let start = composed.tag(composed.offset[0] + composed.segments[0].start());
     let live: Vec<bool> = (0..stride)
-        .map(|c| composed.next(start & INDEX, c) != DEAD)
+        .map(|c| composed.next(start.index32(), c) != DEAD)
         .collect();
     let mut first = [0u64; 4];
     for b in 0..=255u8 {

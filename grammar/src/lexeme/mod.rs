@@ -6,12 +6,12 @@
 //!
 //! - state [`DEAD`] is 0, and every other state is *live*: some continuation reaches a match
 //!   (states that cannot are merged into `DEAD` when the table is built);
-//! - `is_accepting(s)` says whether the bytes read so far form a complete match, without the
+//! - `s.is_accepting()` says whether the bytes read so far form a complete match, without the
 //!   one-byte match delay of regex-automata's DFAs;
-//! - `can_continue(s)` says whether any byte leads to a live state.
+//! - `s.can_continue()` says whether any byte leads to a live state.
 //!
 //! Both flags are carried in the state id itself (two high bits), so stepping a run and
-//! testing it is one table load. [`LexemeDfa::index`] strips them: indices are dense
+//! testing it is one table load ([`StateId`]). [`StateId::index`] strips them: indices are dense
 //! (`0..len`), stable and shared by every user of the grammar, so they can key caches (the
 //! engine caches a token set per `(lexeme, state)`).
 
@@ -20,10 +20,13 @@ mod compose;
 mod minimize;
 mod product;
 mod shortest;
+mod state;
 mod subset;
 mod table;
 
 use minimize::*;
+use state::INDEX;
+pub use state::StateId;
 use table::*;
 
 use crate::error::ErrorKind;
@@ -32,14 +35,8 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-/// The dead state: nothing more can match.
-pub const DEAD: u32 = 0;
-
-const ACCEPT: u32 = 1 << 31;
-const CONTINUE: u32 = 1 << 30;
-const INDEX: u32 = CONTINUE - 1;
-/// A table entry a composed DFA has not computed yet (no state has this id).
-const UNKNOWN: u32 = u32::MAX;
+/// The dead state: nothing more can match ([`StateId::DEAD`]).
+pub const DEAD: StateId = StateId::DEAD;
 
 /// A lexeme's DFA over bytes. Input must be UTF-8; invalid UTF-8 leads to [`DEAD`].
 #[derive(Clone, Debug)]
@@ -47,14 +44,14 @@ pub struct LexemeDfa {
     classes: [u8; 256],
     stride: usize,
     /// Tagged ids (index | flags) by state and class. Composed and lazily built DFAs start
-    /// with entries [`UNKNOWN`] and compute each on first use ([`Fill`]): filling is
+    /// with entries not computed and compute each on first use ([`Fill`]): filling is
     /// idempotent, so concurrent fills of one entry agree.
     trans: Table,
     /// Number of states (fixed unless built lazily).
     len: usize,
     /// `first[b / 64] >> (b % 64) & 1`: byte `b` can start a match.
     first: [u64; 4],
-    start: u32,
+    start: StateId,
     fill: Fill,
     /// Per state index: the fewest bytes to an accepting state and the first of them
     /// (built DFAs; computed on first use).
@@ -119,24 +116,24 @@ impl LexemeDfa {
         let (classes, reps) = product::pair_classes(a, b);
         let stride = reps.len();
         // Product states by the pair of tagged states; 0 is dead.
-        let mut index: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut index: FxHashMap<(StateId, StateId), u32> = FxHashMap::default();
         let mut pairs = vec![(DEAD, DEAD)];
         let mut accept = vec![false];
-        let mut intern = |sa: u32, sb: u32, pairs: &mut Vec<(u32, u32)>| -> u32 {
+        let mut intern = |sa: StateId, sb: StateId, pairs: &mut Vec<(StateId, StateId)>| -> u32 {
             if sa == DEAD || (how == Combine::Both && sb == DEAD) {
-                return DEAD;
+                return 0;
             }
             *index.entry((sa, sb)).or_insert_with(|| {
                 pairs.push((sa, sb));
                 accept.push(match how {
-                    Combine::Both => a.is_accepting(sa) && b.is_accepting(sb),
-                    Combine::FirstNotSecond => a.is_accepting(sa) && !b.is_accepting(sb),
+                    Combine::Both => sa.is_accepting() && sb.is_accepting(),
+                    Combine::FirstNotSecond => sa.is_accepting() && !sb.is_accepting(),
                 });
                 (pairs.len() - 1) as u32
             })
         };
         let start = intern(a.start, b.start, &mut pairs);
-        let mut trans: Vec<u32> = vec![DEAD; stride];
+        let mut trans: Vec<u32> = vec![0; stride];
         let mut i = 1;
         while i < pairs.len() {
             let (sa, sb) = pairs[i];
@@ -184,7 +181,7 @@ impl LexemeDfa {
 
     /// The start state; [`DEAD`] if the lexeme matches nothing.
     #[inline]
-    pub fn start(&self) -> u32 {
+    pub fn start(&self) -> StateId {
         self.start
     }
 
@@ -192,11 +189,11 @@ impl LexemeDfa {
     /// the same place in a counted repetition at the lowest count that does (counts far
     /// from both bounds are alike; see the composed DFA's segments), or `state` itself.
     /// Token sets computed for it hold for `state` when `depth` is the longest token.
-    pub fn representative(&self, state: u32, depth: usize) -> u32 {
+    pub fn representative(&self, state: StateId, depth: usize) -> StateId {
         match &self.fill {
             Fill::Composed(c) => {
                 let depth = u32::try_from(depth).unwrap_or(u32::MAX);
-                c.representative(state & INDEX, depth)
+                c.representative(state.index32(), depth)
                     .map_or(state, |g| c.tag(g))
             }
             _ => state,
@@ -208,9 +205,9 @@ impl LexemeDfa {
     /// its count moved to `to`'s (a state past the counted repetition is the same from
     /// both); `t` itself in any other DFA. So a state far from its counts' bounds steps as
     /// its representative does, without its own transitions computed.
-    pub fn recount(&self, t: u32, from: u32, to: u32) -> u32 {
+    pub fn recount(&self, t: StateId, from: StateId, to: StateId) -> StateId {
         match &self.fill {
-            Fill::Composed(c) => c.tag(c.recount(t & INDEX, from & INDEX, to & INDEX)),
+            Fill::Composed(c) => c.tag(c.recount(t.index32(), from.index32(), to.index32())),
             _ => t,
         }
     }
@@ -223,24 +220,29 @@ impl LexemeDfa {
 
     /// The state after reading `byte` in `state` (not [`DEAD`]).
     #[inline]
-    pub fn next(&self, state: u32, byte: u8) -> u32 {
+    pub fn next(&self, state: StateId, byte: u8) -> StateId {
         let class = self.classes[byte as usize] as usize;
-        self.entry((state & INDEX) as usize, class)
+        self.entry(state.index(), class)
+    }
+
+    /// The state after reading `byte` in the state of index `index`.
+    #[inline]
+    pub(super) fn next_from_index(&self, index: u32, byte: u8) -> StateId {
+        self.entry(index as usize, self.classes[byte as usize] as usize)
     }
 
     /// The entry for state index `s` and class `c` (computed if missing).
     #[inline]
-    fn entry(&self, s: usize, c: usize) -> u32 {
-        let t = self.trans.get(s, c);
-        if t != UNKNOWN {
-            return t;
+    fn entry(&self, s: usize, c: usize) -> StateId {
+        match self.trans.get(s, c) {
+            Some(t) => t,
+            None => self.fill(s as u32, c),
         }
-        self.fill(s as u32, c)
     }
 
     /// Computes a missing entry (of a composed or lazily built DFA).
     #[cold]
-    fn fill(&self, index: u32, class: usize) -> u32 {
+    fn fill(&self, index: u32, class: usize) -> StateId {
         match &self.fill {
             Fill::Composed(c) => {
                 let t = c.next(index, class);
@@ -250,22 +252,20 @@ impl LexemeDfa {
             Fill::Subset(lazy) => {
                 let mut sub = lock(&lazy.subsets);
                 // Another thread may have filled the row meanwhile.
-                let t = self.trans.get(index as usize, class);
-                if t != UNKNOWN {
+                if let Some(t) = self.trans.get(index as usize, class) {
                     return t;
                 }
-                let mut row = vec![DEAD; self.stride];
+                let mut row = vec![0; self.stride];
                 if sub.row(index, &mut row).is_err() {
                     lazy.overflow.store(true, Relaxed);
                     note_failure();
                     return DEAD;
                 }
                 let tag = |i: u32| {
-                    if i == DEAD {
+                    if i == 0 {
                         DEAD
                     } else {
-                        i | if sub.accepting(i) { ACCEPT } else { 0 }
-                            | if sub.continues(i) { CONTINUE } else { 0 }
+                        StateId::new(i, sub.accepting(i), sub.continues(i))
                     }
                 };
                 for (c, &t) in row.iter().enumerate() {
@@ -290,18 +290,6 @@ impl LexemeDfa {
         }
     }
 
-    /// Whether the bytes read so far are a complete match.
-    #[inline]
-    pub fn is_accepting(&self, state: u32) -> bool {
-        state & ACCEPT != 0
-    }
-
-    /// Whether some byte leads on to a live state.
-    #[inline]
-    pub fn can_continue(&self, state: u32) -> bool {
-        state & CONTINUE != 0
-    }
-
     /// Whether `byte` can start a match (a live transition from the start state).
     #[inline]
     pub fn can_start_with(&self, byte: u8) -> bool {
@@ -311,12 +299,6 @@ impl LexemeDfa {
     /// The bytes that can start a match, as a 256-bit set.
     pub fn first_bytes(&self) -> [u64; 4] {
         self.first
-    }
-
-    /// Dense index of a state (`0..len`), for tables indexed by state.
-    #[inline]
-    pub fn index(state: u32) -> usize {
-        (state & INDEX) as usize
     }
 
     /// Number of states, [`DEAD`] included (so far, for a lazily built DFA).
@@ -347,9 +329,9 @@ impl LexemeDfa {
     }
 
     /// Runs `bytes` from `state`; [`DEAD`] as soon as the DFA dies.
-    pub fn run(&self, mut state: u32, bytes: &[u8]) -> u32 {
+    pub fn run(&self, mut state: StateId, bytes: &[u8]) -> StateId {
         for &b in bytes {
-            if state == DEAD {
+            if state.is_dead() {
                 break;
             }
             state = self.next(state, b);
@@ -358,16 +340,16 @@ impl LexemeDfa {
     }
 
     /// The tagged id of each state index (0: dead), of a built or composed DFA.
-    pub(crate) fn tags(&self) -> Vec<u32> {
+    pub(crate) fn tags(&self) -> Vec<StateId> {
         if let Fill::Composed(c) = &self.fill {
             return (0..self.len as u32).map(|i| c.tag(i)).collect();
         }
         let mut tag = vec![DEAD; self.len];
-        tag[(self.start & INDEX) as usize] = self.start;
+        tag[self.start.index()] = self.start;
         for s in 0..self.len {
             for c in 0..self.stride {
-                let t = self.trans.get(s, c);
-                tag[(t & INDEX) as usize] = t;
+                let t = self.trans.get(s, c).unwrap_or(DEAD);
+                tag[t.index()] = t;
             }
         }
         tag
@@ -375,8 +357,7 @@ impl LexemeDfa {
 
     /// Whether `bytes` is a complete match.
     pub fn matches(&self, bytes: &[u8]) -> bool {
-        let s = self.run(self.start, bytes);
-        s != DEAD && self.is_accepting(s)
+        self.run(self.start, bytes).is_accepting()
     }
 }
 
@@ -425,11 +406,11 @@ mod tests {
         for &b in b"\"ab" {
             s = d.next(s, b);
             assert_ne!(s, DEAD);
-            assert!(!d.is_accepting(s));
+            assert!(!s.is_accepting());
         }
         s = d.next(s, b'"');
-        assert!(d.is_accepting(s));
-        assert!(!d.can_continue(s));
+        assert!(s.is_accepting());
+        assert!(!s.can_continue());
         assert_eq!(d.next(s, b'x'), DEAD);
     }
 
@@ -442,9 +423,9 @@ mod tests {
         for &b in &bytes[..3] {
             s = d.next(s, b);
             assert_ne!(s, DEAD);
-            assert!(!d.is_accepting(s), "mid-character is not a match");
+            assert!(!s.is_accepting(), "mid-character is not a match");
         }
-        assert!(d.is_accepting(d.next(s, bytes[3])));
+        assert!(d.next(s, bytes[3]).is_accepting());
         assert!(!d.matches(b"\xff"), "invalid UTF-8 is rejected");
         assert!(!d.matches(&bytes[..2]));
     }

@@ -13,14 +13,14 @@
 //! the path to a match is live; when the search runs out, every pair it saw is dead (all
 //! pairs reachable from the first were seen, and none matches).
 
-use super::{ACCEPT, CONTINUE, Combine, DEAD, LexemeDfa, Table};
+use super::{Combine, DEAD, LexemeDfa, StateId, Table};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-/// A pair of operand states (tagged ids).
-type Pair = (u32, u32);
+/// A pair of operand states.
+type Pair = (StateId, StateId);
 
 /// The construction state of a product built on demand.
 #[derive(Debug)]
@@ -44,8 +44,8 @@ pub(super) struct LazyProduct {
 struct Pairs {
     /// State index -> its pair; index 0 is [`DEAD`].
     of: Vec<Pair>,
-    /// State index -> its tagged id.
-    tags: Vec<u32>,
+    /// State index -> its state.
+    tags: Vec<StateId>,
     index: FxHashMap<Pair, u32>,
     /// Pairs whose liveness is known.
     live: FxHashMap<Pair, bool>,
@@ -87,10 +87,10 @@ impl LazyProduct {
 
     /// Whether the pair matches: in `a` and in `b` (or not in `b`).
     fn accepting(&self, (x, y): Pair) -> bool {
-        self.a.is_accepting(x)
+        x.is_accepting()
             && match self.how {
-                Combine::Both => self.b.is_accepting(y),
-                Combine::FirstNotSecond => !self.b.is_accepting(y),
+                Combine::Both => y.is_accepting(),
+                Combine::FirstNotSecond => !y.is_accepting(),
             }
     }
 
@@ -120,7 +120,8 @@ impl LazyProduct {
     /// (the side that must match; `a` alone under `&~`), then one byte of every class.
     fn order(&self, p: Pair) -> impl Iterator<Item = u8> + use<'_> {
         // A side that accepts already has no byte to suggest.
-        let hint = |d: &LexemeDfa, s: u32| d.shortest(s).filter(|&(n, _)| n > 0).map(|(_, b)| b);
+        let hint =
+            |d: &LexemeDfa, s: StateId| d.shortest(s).filter(|&(n, _)| n > 0).map(|(_, b)| b);
         let hint_a = hint(&self.a, p.0);
         let hint_b = match self.how {
             Combine::Both => hint(&self.b, p.1),
@@ -180,7 +181,7 @@ impl LazyProduct {
     }
 
     /// The state of live pair `p`, numbered and tagged the first time it is reached.
-    fn state(&self, pairs: &mut Pairs, p: Pair) -> Result<u32, Overflow> {
+    fn state(&self, pairs: &mut Pairs, p: Pair) -> Result<StateId, Overflow> {
         if let Some(&i) = pairs.index.get(&p) {
             return Ok(pairs.tags[i as usize]);
         }
@@ -195,7 +196,7 @@ impl LazyProduct {
             return Err(Overflow);
         }
         let i = pairs.of.len() as u32;
-        let tag = i | if self.accepting(p) { ACCEPT } else { 0 } | if cont { CONTINUE } else { 0 };
+        let tag = StateId::new(i, self.accepting(p), cont);
         pairs.of.push(p);
         pairs.tags.push(tag);
         pairs.index.insert(p, i);
@@ -203,10 +204,9 @@ impl LazyProduct {
     }
 
     /// The target of state index `i` on class `class`, stored in `trans`.
-    pub(super) fn fill(&self, trans: &Table, i: u32, class: usize) -> u32 {
+    pub(super) fn fill(&self, trans: &Table, i: u32, class: usize) -> StateId {
         let mut pairs = super::lock(&self.pairs);
-        let t = trans.get(i as usize, class);
-        if t != super::UNKNOWN {
+        if let Some(t) = trans.get(i as usize, class) {
             return t; // another thread filled it meanwhile
         }
         let q = self.step(pairs.of[i as usize], self.reps[class]);
@@ -217,7 +217,7 @@ impl LazyProduct {
 
     /// The tagged state of pair `q`: [`DEAD`] unless live; past the size limit, [`DEAD`]
     /// and the overflow flag set.
-    fn target(&self, pairs: &mut Pairs, q: Pair) -> u32 {
+    fn target(&self, pairs: &mut Pairs, q: Pair) -> StateId {
         let t = match self.live(pairs, q) {
             Ok(true) => self.state(pairs, q),
             Ok(false) => Ok(DEAD),
@@ -301,19 +301,11 @@ mod tests {
     /// Steps both DFAs over every string of `alphabet` up to `len` bytes: the same states
     /// dead, accepting and continuing after every prefix.
     fn agree(lazy: &LexemeDfa, whole: &LexemeDfa, alphabet: &[u8], len: usize) -> usize {
-        let same = |x: u32, y: u32, at: &[u8]| {
+        let same = |x: StateId, y: StateId, at: &[u8]| {
             let text = String::from_utf8_lossy(at);
             assert_eq!(x == DEAD, y == DEAD, "dead after {text:?}");
-            assert_eq!(
-                lazy.is_accepting(x),
-                whole.is_accepting(y),
-                "accepting {text:?}"
-            );
-            assert_eq!(
-                lazy.can_continue(x),
-                whole.can_continue(y),
-                "continuing {text:?}"
-            );
+            assert_eq!(x.is_accepting(), y.is_accepting(), "accepting {text:?}");
+            assert_eq!(x.can_continue(), y.can_continue(), "continuing {text:?}");
         };
         same(lazy.start(), whole.start(), b"");
         assert_eq!(lazy.first_bytes(), whole.first_bytes());
@@ -427,8 +419,8 @@ mod tests {
                             let byte = alphabet[(x >> 33) as usize % alphabet.len()];
                             (s, t) = (lazy.next(s, byte), whole.next(t, byte));
                             assert_eq!(s == DEAD, t == DEAD);
-                            assert_eq!(lazy.is_accepting(s), whole.is_accepting(t));
-                            assert_eq!(lazy.can_continue(s), whole.can_continue(t));
+                            assert_eq!(s.is_accepting(), t.is_accepting());
+                            assert_eq!(s.can_continue(), t.can_continue());
                             if s == DEAD {
                                 break;
                             }
@@ -450,11 +442,11 @@ mod tests {
         }
         // Accepted (a, then more than nine letters, and 40 letters at most)... unless an
         // operand overflowed, which the product must then report.
-        assert!(lazy.is_accepting(s) || lazy.overflowed());
+        assert!(s.is_accepting() || lazy.overflowed());
         let mut t = lazy.start();
         for &byte in b"abbbbbbbbb" {
             t = lazy.next(t, byte);
         }
-        assert!(lazy.is_accepting(t) || lazy.overflowed());
+        assert!(t.is_accepting() || lazy.overflowed());
     }
 }

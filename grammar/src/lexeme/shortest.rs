@@ -6,18 +6,18 @@ use super::*;
 impl LexemeDfa {
     /// The fewest bytes from `state` to an accepting state, and the first of them (the most
     /// readable where several are shortest); `None` if no accepting state is reachable.
-    pub fn shortest(&self, state: u32) -> Option<(u32, u8)> {
-        if state == DEAD {
+    pub fn shortest(&self, state: StateId) -> Option<(u32, u8)> {
+        if state.is_dead() {
             return None;
         }
         match &self.fill {
-            Fill::Composed(c) => return c.shortest(state & INDEX),
+            Fill::Composed(c) => return c.shortest(state.index32()),
             Fill::Subset(lazy) => return self.shortest_by_distance(lazy, state),
             Fill::Product(p) => return self.shortest_remembered(&p.shortest, state),
             Fill::Built => {}
         }
         let (dist, byte) = self.shortest.get_or_init(|| self.shortest_suffixes());
-        let i = (state & INDEX) as usize;
+        let i = state.index();
         (dist[i] != u32::MAX).then(|| (dist[i], byte[i]))
     }
 
@@ -25,9 +25,9 @@ impl LexemeDfa {
     pub(super) fn shortest_remembered(
         &self,
         memo: &Mutex<FxHashMap<u32, Option<(u32, u8)>>>,
-        state: u32,
+        state: StateId,
     ) -> Option<(u32, u8)> {
-        let i = state & INDEX;
+        let i = state.index32();
         if let Some(&r) = lock(memo).get(&i) {
             return r;
         }
@@ -39,8 +39,8 @@ impl LexemeDfa {
     /// For a DFA built by subset construction: the fewest bytes from `state` to an
     /// accepting state (the least NFA distance of its set) and the first of them, the most
     /// readable byte whose target is one byte closer. Builds only the targets it tries.
-    pub(super) fn shortest_by_distance(&self, lazy: &Lazy, state: u32) -> Option<(u32, u8)> {
-        let i = state & INDEX;
+    pub(super) fn shortest_by_distance(&self, lazy: &Lazy, state: StateId) -> Option<(u32, u8)> {
+        let i = state.index32();
         let d = lock(&lazy.subsets).distance(i)?;
         if d == 0 {
             return Some((0, 0));
@@ -54,7 +54,7 @@ impl LexemeDfa {
         let mut found = None;
         for c in order {
             let t = self.entry(i as usize, c);
-            if t != DEAD && lock(&lazy.subsets).distance(t & INDEX) == Some(d - 1) {
+            if t != DEAD && lock(&lazy.subsets).distance(t.index32()) == Some(d - 1) {
                 found = Some((d, reps[c].1));
                 break;
             }
@@ -67,30 +67,30 @@ impl LexemeDfa {
     /// For a lazily built DFA: the fewest bytes from `state` to an accepting state and the
     /// first of them, by a breadth-first search forward (classes tried most readable byte
     /// first, so the first path found is the most readable of the shortest).
-    pub(super) fn shortest_forward(&self, state: u32) -> Option<(u32, u8)> {
-        if self.is_accepting(state) {
+    pub(super) fn shortest_forward(&self, state: StateId) -> Option<(u32, u8)> {
+        if state.is_accepting() {
             return Some((0, 0));
         }
         let reps = self.readable_reps();
         let mut order: Vec<usize> = (0..self.stride).collect();
         order.sort_by_key(|&c| reps[c].0);
         // Per state reached: (distance, first byte of its path).
-        let mut seen: FxHashMap<u32, (u32, u8)> = FxHashMap::default();
+        let mut seen: FxHashMap<usize, (u32, u8)> = FxHashMap::default();
         let mut queue = std::collections::VecDeque::new();
-        seen.insert(state & INDEX, (0, 0));
+        seen.insert(state.index(), (0, 0));
         queue.push_back(state);
         while let Some(s) = queue.pop_front() {
-            let (d, first) = seen[&(s & INDEX)];
+            let (d, first) = seen[&s.index()];
             for &c in &order {
-                let t = self.entry((s & INDEX) as usize, c);
-                if t == DEAD || seen.contains_key(&(t & INDEX)) {
+                let t = self.entry(s.index(), c);
+                if t == DEAD || seen.contains_key(&t.index()) {
                     continue;
                 }
                 let first = if d == 0 { reps[c].1 } else { first };
-                if self.is_accepting(t) {
+                if t.is_accepting() {
                     return Some((d + 1, first));
                 }
-                seen.insert(t & INDEX, (d + 1, first));
+                seen.insert(t.index(), (d + 1, first));
                 queue.push_back(t);
             }
         }
@@ -118,7 +118,7 @@ impl LexemeDfa {
         reps
     }
 
-    /// For every state (by [`LexemeDfa::index`]): the fewest bytes that lead from it to an
+    /// For every state (by [`StateId::index`]): the fewest bytes that lead from it to an
     /// accepting state (`u32::MAX` if none; 0 for accepting states), and the first of them.
     /// A breadth-first search backwards from the accepting states (over the whole table).
     pub(super) fn shortest_suffixes(&self) -> (Vec<u32>, Vec<u8>) {
@@ -131,7 +131,7 @@ impl LexemeDfa {
         let mut preds: Vec<Vec<(u32, u8)>> = vec![Vec::new(); n];
         for s in 1..n {
             for (c, &rep) in reps.iter().enumerate() {
-                let t = (self.entry(s, c) & INDEX) as usize;
+                let t = self.entry(s, c).index();
                 if t != 0 {
                     preds[t].push((s as u32, rep));
                 }
@@ -141,7 +141,7 @@ impl LexemeDfa {
         let mut byte = vec![0u8; n];
         let mut queue = std::collections::VecDeque::new();
         for s in 1..n {
-            if self.is_accepting(tag[s]) {
+            if tag[s].is_accepting() {
                 dist[s] = 0;
                 queue.push_back(s);
             }
@@ -162,7 +162,7 @@ impl LexemeDfa {
             }
             let mut chosen = (u8::MAX, 0u8);
             for (c, &rep) in reps.iter().enumerate() {
-                let t = (self.entry(p, c) & INDEX) as usize;
+                let t = self.entry(p, c).index();
                 if t != 0 && dist[t] != u32::MAX && dist[t] + 1 == dist[p] && best[c] < chosen.0 {
                     chosen = (best[c], rep);
                 }

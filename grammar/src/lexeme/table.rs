@@ -3,9 +3,12 @@
 
 use super::*;
 
-/// A transition table of tagged ids by `(state index, class)`, stored complemented so that
-/// zeroed memory (a fresh allocation the system has not even backed yet) reads as
-/// [`UNKNOWN`]. Flat for DFAs whose number of states is known (built or composed); in
+/// A table entry not computed yet (no state has this id), as stored: complemented, 0.
+const UNKNOWN: u32 = u32::MAX;
+
+/// A transition table of states by `(state index, class)`, their tagged ids stored
+/// complemented so that zeroed memory (a fresh allocation the system has not even backed
+/// yet) reads as [`UNKNOWN`], an entry not computed yet. Flat for DFAs whose number of states is known (built or composed); in
 /// buckets of doubling size for lazily built ones, which grow without moving what readers
 /// may be reading (bucket `k` holds states `2^k - 1 .. 2^(k+1) - 1`).
 #[derive(Debug)]
@@ -33,17 +36,17 @@ impl Table {
         Table::Grow((0..32).map(|_| OnceLock::new()).collect(), stride)
     }
 
-    pub(super) fn from_ids(ids: Vec<u32>, stride: usize) -> Table {
+    pub(super) fn from_ids(ids: Vec<StateId>, stride: usize) -> Table {
         Table::Flat(
-            ids.into_iter().map(|t| AtomicU32::new(!t)).collect(),
+            ids.into_iter().map(|t| AtomicU32::new(!t.bits())).collect(),
             stride,
         )
     }
 
-    /// The entry of state index `s`, class `c`.
+    /// The entry of state index `s`, class `c`; `None` if not computed yet.
     #[inline]
-    pub(super) fn get(&self, s: usize, c: usize) -> u32 {
-        match self {
+    pub(super) fn get(&self, s: usize, c: usize) -> Option<StateId> {
+        let bits = match self {
             Table::Flat(t, stride) => !t[s * stride + c].load(Relaxed),
             Table::Grow(buckets, stride) => {
                 let i = s + 1;
@@ -53,10 +56,12 @@ impl Table {
                     None => UNKNOWN,
                 }
             }
-        }
+        };
+        (bits != UNKNOWN).then_some(StateId::from_bits(bits))
     }
 
-    pub(super) fn set(&self, s: usize, c: usize, t: u32) {
+    pub(super) fn set(&self, s: usize, c: usize, t: StateId) {
+        let t = t.bits();
         match self {
             Table::Flat(e, stride) => e[s * stride + c].store(!t, Relaxed),
             Table::Grow(buckets, stride) => {

@@ -8,7 +8,7 @@ use super::pattern::{Encoder, Restricted, Spelling, any_char, ecma_to_hir, restr
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
 use corral_grammar::ast::{Expr, ExprKind, RuleAst};
-use corral_grammar::{CompileOptions, DEAD, LexemeDfa};
+use corral_grammar::{CompileOptions, DEAD, LexemeDfa, StateId};
 use regex_syntax::hir::{Hir, Repetition};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};

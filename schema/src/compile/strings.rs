@@ -197,13 +197,13 @@ impl Compiler<'_> {
 /// Whether `a` and `b` (DFAs over the same bytes) accept a common string.
 /// Past `max_pairs` explored state pairs, unsure: taken to intersect.
 pub(super) fn dfas_intersect(a: &LexemeDfa, b: &LexemeDfa, max_pairs: usize) -> bool {
-    let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
+    let mut seen: FxHashSet<(StateId, StateId)> = FxHashSet::default();
     let mut stack = vec![(a.start(), b.start())];
     while let Some((x, y)) = stack.pop() {
         if x == DEAD || y == DEAD || !seen.insert((x, y)) {
             continue;
         }
-        if a.is_accepting(x) && b.is_accepting(y) {
+        if x.is_accepting() && y.is_accepting() {
             return true;
         }
         if seen.len() > max_pairs {
@@ -225,7 +225,7 @@ fn reachable_states(
     counter: usize,
     limit: usize,
 ) -> Option<usize> {
-    type Tuple = Vec<u32>;
+    type Tuple = Vec<StateId>;
     // One byte of each class of the product: bytes every DFA and the counter treat alike.
     let mut reps: Vec<u8> = Vec::new();
     let mut signatures: FxHashSet<Vec<u8>> = FxHashSet::default();
