@@ -124,6 +124,58 @@ pub fn chat(
         req.common.tool_choice.as_ref(),
         template,
     )?;
+    let describes = Tools::template_describes(template);
+    let messages = chat_messages(&req, template, tools.as_ref().filter(|_| !describes))?;
+    let listed = tools.as_ref().filter(|_| describes).map(|t| &t.list);
+    // The messages' text stays text: a special token's name in it is not a control token.
+    let mut prompt = text
+        .chat_prompt(&messages, listed)
+        .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
+    let (mut scope, prefix, mut format, call) = match &tools {
+        Some(t) => {
+            let (scope, prefix) = t.scope();
+            (scope, prefix, Some(t.format.clone()), Some(t.call_schema()))
+        }
+        None => (Scope::Whole, String::new(), None, None),
+    };
+    let reasoning = match config.reasoning {
+        Reasoning::Auto => template.is_some_and(|t| t.contains(THINK_CLOSE)),
+        Reasoning::Think => true,
+        Reasoning::Off => false,
+    };
+    if reasoning {
+        let budget = req.common.reasoning_budget;
+        open_reasoning(&mut prompt, &prefix, budget, &mut scope, &mut format);
+    }
+    prompt.push_trusted(&prefix);
+    let after_reasoning = matches!(scope, Scope::After { .. });
+    let endpoint = Endpoint {
+        chat: true,
+        tool_call: call.map(Spec::Schema),
+        scope,
+    };
+    let mut p = admit(
+        text,
+        config,
+        metrics,
+        Input::Text(prompt),
+        req.common,
+        endpoint,
+    )?;
+    p.trim_answer = after_reasoning && p.decoder.is_constrained();
+    p.format = format;
+    p.prefix = prefix;
+    Ok(p)
+}
+
+/// The request's messages as the chat template takes them: roles checked, earlier tool
+/// calls written back as the model wrote them, and `instructions` (tools the template does
+/// not describe itself) put into the system message.
+fn chat_messages(
+    req: &ChatRequest,
+    template: Option<&str>,
+    instructions: Option<&Tools>,
+) -> Result<Vec<Message>, ApiError> {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     for (i, m) in req.messages.iter().enumerate() {
         let role = role(&m.role, template)
@@ -148,78 +200,46 @@ pub fn chat(
             ..Message::new(role, &content)
         });
     }
-    let describes = Tools::template_describes(template);
-    if let Some(t) = tools.as_ref().filter(|_| !describes) {
+    if let Some(t) = instructions {
         let text = t.instructions();
         match messages.first_mut() {
             Some(m) if m.role == "system" => m.content = format!("{}\n\n{text}", m.content),
             _ => messages.insert(0, Message::new("system", &text)),
         }
     }
-    let listed = tools.as_ref().filter(|_| describes).map(|t| &t.list);
-    // The messages' text stays text: a special token's name in it is not a control token.
-    let mut prompt = text
-        .chat_prompt(&messages, listed)
-        .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e:#}")))?;
-    let (mut scope, prefix, mut format, call) = match &tools {
-        Some(t) => {
-            let (scope, prefix) = t.scope();
-            (scope, prefix, Some(t.format.clone()), Some(t.call_schema()))
-        }
-        None => (Scope::Whole, String::new(), None, None),
-    };
-    let reasoning = match config.reasoning {
-        Reasoning::Auto => template.is_some_and(|t| t.contains(THINK_CLOSE)),
-        Reasoning::Think => true,
-        Reasoning::Off => false,
-    };
-    if reasoning {
+    Ok(messages)
+}
+
+/// Opens the reasoning block at the end of `prompt` for a model that thinks. Without a
+/// tool-call `prefix` the output starts inside the block: the grammar (if any) applies
+/// after it (`scope`, with the request's `budget` in tokens), and the splitter sends what
+/// comes before as reasoning (`format`). With one, the call starts at the first token, so
+/// the block is closed empty first.
+fn open_reasoning(
+    prompt: &mut Prompt,
+    prefix: &str,
+    budget: Option<u64>,
+    scope: &mut Scope,
+    format: &mut Option<Format>,
+) {
+    if !prompt.escaped_text().trim_end().ends_with(THINK_OPEN) {
+        prompt.push_trusted(THINK_OPEN);
         if prefix.is_empty() {
-            // The output starts inside the reasoning block; the grammar (if any) applies
-            // after it, and the splitter sends what comes before as reasoning.
-            if !prompt.escaped_text().trim_end().ends_with(THINK_OPEN) {
-                prompt.push_trusted(THINK_OPEN);
-                prompt.push_trusted("\n");
-            }
-            let budget = req
-                .common
-                .reasoning_budget
-                .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
-            if scope == Scope::Whole {
-                scope = Scope::After {
-                    trigger: THINK_CLOSE.into(),
-                    budget,
-                    forced: None,
-                };
-            }
-            format = Some(format.unwrap_or_else(Format::hermes).prefilled(true));
-        } else {
-            // A call from the first token: the reasoning block is closed empty first.
-            if !prompt.escaped_text().trim_end().ends_with(THINK_OPEN) {
-                prompt.push_trusted(THINK_OPEN);
-            }
-            prompt.push_trusted(&format!("\n{THINK_CLOSE}\n\n"));
+            prompt.push_trusted("\n");
         }
     }
-    prompt.push_trusted(&prefix);
-    let after_reasoning = matches!(scope, Scope::After { .. });
-    let endpoint = Endpoint {
-        chat: true,
-        tool_call: call.map(Spec::Schema),
-        scope,
-    };
-    let mut p = admit(
-        text,
-        config,
-        metrics,
-        Input::Text(prompt),
-        req.common,
-        endpoint,
-    )?;
-    p.trim_answer = after_reasoning && p.decoder.is_constrained();
-    p.format = format;
-    p.prefix = prefix;
-    Ok(p)
+    if !prefix.is_empty() {
+        prompt.push_trusted(&format!("\n{THINK_CLOSE}\n\n"));
+        return;
+    }
+    if *scope == Scope::Whole {
+        *scope = Scope::After {
+            trigger: THINK_CLOSE.into(),
+            budget: budget.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+            forced: None,
+        };
+    }
+    *format = Some(format.take().unwrap_or_else(Format::hermes).prefilled(true));
 }
 
 /// A message's text: its content, or an assistant's earlier refusal (what it said).
@@ -337,22 +357,7 @@ pub(crate) fn admit(
             format!("n is {n}: one choice per request is served"),
         ));
     }
-    // Errors about the budget name the field the client sent.
-    let budget_field = if c.max_completion_tokens.is_some() {
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    };
-    let requested = match c.max_completion_tokens.or(c.max_tokens) {
-        Some(0) => {
-            return Err(ApiError::invalid_param(
-                budget_field,
-                format!("{budget_field} must be at least 1"),
-            ));
-        }
-        Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-        None => None,
-    };
+    let (budget_field, requested) = requested_budget(&c)?;
     refuse_unserved(&c)?;
     let logprobs = logprobs(&c, chat)?;
     let sampling = sampling(&c, text.space().vocab().len())?;
@@ -447,6 +452,24 @@ pub(crate) fn admit(
         harmony: None,
         calls_allowed: None,
     })
+}
+
+/// The field that sets the output's budget (errors name the one the client sent) and the
+/// budget it asks for, if any; 0 is refused.
+fn requested_budget(c: &Common) -> Result<(&'static str, Option<usize>), ApiError> {
+    let field = if c.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    match c.max_completion_tokens.or(c.max_tokens) {
+        Some(0) => Err(ApiError::invalid_param(
+            field,
+            format!("{field} must be at least 1"),
+        )),
+        Some(n) => Ok((field, Some(usize::try_from(n).unwrap_or(usize::MAX)))),
+        None => Ok((field, None)),
+    }
 }
 
 /// A prompt of more bytes than the context's positions can hold, each token covering at
