@@ -280,26 +280,36 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         None => None,
     };
     if args.stats {
-        let s = &out.stats;
         eprintln!(
             "{}",
-            serde_json::json!({
-                "schema_valid": schema_valid,
-                "prompt_tokens": s.prompt_tokens,
-                "generated_tokens": s.generated_tokens,
-                "forward_passes": s.forward_passes,
-                "forced_tokens": s.forced_tokens,
-                "prompt_tok_s": round2(s.prompt_tok_s),
-                "decode_tok_s": round2(s.decode_tok_s),
-                "mask_us_mean": round2(s.mask_us_mean),
-                "mask_us_p99": round2(s.mask_us_p99),
-                "finish_reason": out.finish_reason.as_str(),
-                "model": model.name(),
-                "constrained": grammar.is_some(),
-            })
+            stats_json(&out, schema_valid, &model, grammar.is_some())
         );
     }
     Ok(())
+}
+
+/// `--stats`: the generation's figures, one JSON object.
+fn stats_json(
+    out: &corral::Generation,
+    schema_valid: Option<bool>,
+    model: &Model,
+    constrained: bool,
+) -> serde_json::Value {
+    let s = &out.stats;
+    serde_json::json!({
+        "schema_valid": schema_valid,
+        "prompt_tokens": s.prompt_tokens,
+        "generated_tokens": s.generated_tokens,
+        "forward_passes": s.forward_passes,
+        "forced_tokens": s.forced_tokens,
+        "prompt_tok_s": round2(s.prompt_tok_s),
+        "decode_tok_s": round2(s.decode_tok_s),
+        "mask_us_mean": round2(s.mask_us_mean),
+        "mask_us_p99": round2(s.mask_us_p99),
+        "finish_reason": out.finish_reason.as_str(),
+        "model": model.name(),
+        "constrained": constrained,
+    })
 }
 
 /// The sampling settings of the command line, checked.

@@ -36,34 +36,7 @@ impl Chart {
         let n = self.sets.len();
         let current = n - 1;
         let waiting = |it: &Item| matches!(g.next(it.dot), AfterDot::Sym(_));
-        let mut keep = vec![false; n];
-        let mut stack: Vec<SetIdx> = Vec::new();
-        let mark = |s: SetIdx, keep: &mut Vec<bool>, stack: &mut Vec<SetIdx>| {
-            if !keep[s.index()] {
-                keep[s.index()] = true;
-                stack.push(s);
-            }
-        };
-        mark(SetIdx::FIRST, &mut keep, &mut stack);
-        mark(SetIdx::new(current), &mut keep, &mut stack);
-        for r in &self.runs[top.runs_start as usize..] {
-            mark(r.set, &mut keep, &mut stack);
-        }
-        while let Some(s) = stack.pop() {
-            let info = self.sets[s.index()];
-            for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
-                if let Some(o) = it.origin.set()
-                    && (s.index() == current || waiting(it))
-                {
-                    mark(o, &mut keep, &mut stack);
-                }
-            }
-            for k in info.leo.0..info.leo.1 {
-                if let Some(o) = self.leo[k as usize].origin.set() {
-                    mark(o, &mut keep, &mut stack);
-                }
-            }
-        }
+        let keep = self.sets_in_use(g, top);
         // Old index -> new, for the sets kept.
         let mut renumber = vec![SetIdx::FIRST; n];
         let mut kept = 0;
@@ -133,6 +106,44 @@ impl Chart {
         f.leo_len = self.leo.len() as u32;
         f.set_lex_len = self.set_lex.len() as u32;
         self.collect_at = (2 * self.sets.len()).max(FIRST_COLLECTION);
+    }
+
+    /// Which sets [`Chart::collect_sets`] keeps: the first, the current one, those the top
+    /// frame's runs started at, and every set an item of a kept set waits on (through its
+    /// origin, or a Leo item's).
+    fn sets_in_use(&self, g: &Grammar, top: Frame) -> Vec<bool> {
+        let n = self.sets.len();
+        let current = n - 1;
+        let waiting = |it: &Item| matches!(g.next(it.dot), AfterDot::Sym(_));
+        let mut keep = vec![false; n];
+        let mut stack: Vec<SetIdx> = Vec::new();
+        let mark = |s: SetIdx, keep: &mut Vec<bool>, stack: &mut Vec<SetIdx>| {
+            if !keep[s.index()] {
+                keep[s.index()] = true;
+                stack.push(s);
+            }
+        };
+        mark(SetIdx::FIRST, &mut keep, &mut stack);
+        mark(SetIdx::new(current), &mut keep, &mut stack);
+        for r in &self.runs[top.runs_start as usize..] {
+            mark(r.set, &mut keep, &mut stack);
+        }
+        while let Some(s) = stack.pop() {
+            let info = self.sets[s.index()];
+            for it in &self.items[info.items.0 as usize..info.items.1 as usize] {
+                if let Some(o) = it.origin.set()
+                    && (s.index() == current || waiting(it))
+                {
+                    mark(o, &mut keep, &mut stack);
+                }
+            }
+            for k in info.leo.0..info.leo.1 {
+                if let Some(o) = self.leo[k as usize].origin.set() {
+                    mark(o, &mut keep, &mut stack);
+                }
+            }
+        }
+        keep
     }
 
     /// Without history, the set built by the previous push is dropped when nothing refers to
