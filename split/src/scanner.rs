@@ -83,11 +83,10 @@ impl MarkerScanner {
             return Err(MarkerError::Empty { index });
         }
         for outer in markers {
+            // Past the first character (which may take more than one byte).
+            let rest = &outer[outer.chars().next().map_or(0, char::len_utf8)..];
             for inner in markers {
-                if outer.len() > inner.len()
-                    && !outer.starts_with(inner)
-                    && outer[1..].contains(inner)
-                {
+                if outer.len() > inner.len() && !outer.starts_with(inner) && rest.contains(inner) {
                     return Err(MarkerError::Contains {
                         outer: outer.to_string(),
                         inner: inner.to_string(),
@@ -278,5 +277,17 @@ mod tests {
             scan(&m, &["é<", "|", "e", "n", "d", "|", ">é"]),
             vec!["é", "#0", "é"]
         );
+    }
+
+    /// Markers that start with a character of more than one byte are checked by character
+    /// (a byte slice inside it would panic).
+    #[test]
+    fn markers_may_start_with_any_character() {
+        assert_eq!(scan(&["«end»", "<x>"], &["a«end»b"]), vec!["a", "#0", "b"]);
+        assert!(matches!(
+            MarkerScanner::new(&["«x»", "x"]),
+            Err(MarkerError::Contains { .. })
+        ));
+        assert!(MarkerScanner::new(&["«x»", "«"]).is_ok());
     }
 }
