@@ -51,12 +51,14 @@ pub enum ErrorKind {
     /// `<[...]>` that is not a decimal `u32` closed by `]>`; holds the text after `<[`.
     #[error("invalid token id in <[...]>: {0}")]
     BadTokenId(String),
-    /// A backslash escape that GBNF does not define; holds the character after the backslash
-    /// (a space when the backslash ends the input).
+    /// A backslash escape that GBNF does not define; holds the character after the backslash.
     #[error(
         "unknown escape '\\{0}' (known: \\n \\r \\t \\\\ \\\" \\[ \\] \\xHH \\uHHHH \\UHHHHHHHH)"
     )]
     UnknownEscape(char),
+    /// A backslash that ends the input, with nothing after it to escape.
+    #[error("a backslash ends the input: nothing follows it to escape")]
+    EscapeAtEnd,
     /// `\x`, `\u` or `\U` without as many hex digits as it needs.
     #[error("escape '\\{escape}' needs exactly {digits} hex digits")]
     BadHexEscape {

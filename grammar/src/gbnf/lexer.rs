@@ -140,11 +140,7 @@ impl<'a> Lexer<'a> {
             return Ok(c);
         }
         let Some(e) = self.bump() else {
-            return Err(LexError::new(
-                ErrorKind::UnknownEscape(' '),
-                start,
-                self.pos,
-            ));
+            return Err(LexError::new(ErrorKind::EscapeAtEnd, start, self.pos));
         };
         let digits = match e {
             'n' => return Ok('\n'),
@@ -557,5 +553,11 @@ mod tests {
         assert_eq!(e.span.start, 8);
         let e = Lexer::new("a ::= [z-a]").nth(2).unwrap().unwrap_err();
         assert!(matches!(e.kind, ErrorKind::ReversedRange { .. }));
+        // A backslash that ends the input, in a literal and in a class.
+        for text in ["a ::= \"x\\", "a ::= [x\\"] {
+            let e = Lexer::new(text).nth(2).unwrap().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::EscapeAtEnd, "{text}");
+            assert_eq!(e.span.start, text.len() - 1);
+        }
     }
 }
