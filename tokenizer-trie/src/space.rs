@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// A vocabulary, its trie, the logit width, and the end-of-generation tokens.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct TokenSpace {
     vocab: Vocabulary,
     trie: TokenTrie,
@@ -24,6 +24,18 @@ pub struct TokenSpace {
     longest: OnceLock<usize>,
     /// Text tokens sorted by their bytes (computed on first use).
     by_bytes: OnceLock<SortedTokens>,
+}
+
+/// A summary: the vocabulary and trie themselves would print every token (a `Decoder` or a
+/// `Constraint` holds a space, so their `Debug` would too).
+impl std::fmt::Debug for TokenSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSpace")
+            .field("tokens", &self.vocab.len())
+            .field("width", &self.width)
+            .field("eos", &self.eos)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokenSpace {
@@ -248,6 +260,20 @@ mod tests {
             text,
             vec![TokenId(1)],
             "the stop token `a` left the text tokens"
+        );
+    }
+
+    /// `Debug` summarizes: a 128k-token space would print every token's bytes.
+    #[test]
+    fn debug_is_a_summary() {
+        let vocab = Vocabulary::from_parts(
+            (0..1000u32).map(|i| (TokenId(i), format!("token{i}").into_bytes())),
+            [],
+        );
+        let text = format!("{:?}", TokenSpace::new(vocab, Some(1024), vec![TokenId(7)]));
+        assert_eq!(
+            text,
+            "TokenSpace { tokens: 1000, width: 1024, eos: [TokenId(7)], .. }"
         );
     }
 }
