@@ -113,11 +113,7 @@ impl Chart {
             let src = self.sets[slot.set.index()];
             let idx = SetIdx::new(self.sets.len());
             if src.lexemes.1 > src.lexemes.0 {
-                self.runs.push(Run {
-                    set: idx,
-                    lexeme: PENDING,
-                    state: DEAD,
-                });
+                self.runs.push(Run::pending(idx));
             }
             self.next_uid += 1;
             self.sets.push(SetInfo {
@@ -321,11 +317,7 @@ impl Chart {
             }
         }
         if !s.lexemes.is_empty() {
-            self.runs.push(Run {
-                set: idx,
-                lexeme: PENDING,
-                state: DEAD,
-            });
+            self.runs.push(Run::pending(idx));
         }
         self.next_uid += 1;
         self.sets.push(SetInfo {

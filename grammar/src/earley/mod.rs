@@ -142,6 +142,17 @@ pub struct Run {
     pub state: StateId,
 }
 
+impl Run {
+    /// The run that stands for all the lexemes set `set` expects (see [`Run`]).
+    fn pending(set: SetIdx) -> Run {
+        Run {
+            set,
+            lexeme: PENDING,
+            state: DEAD,
+        }
+    }
+}
+
 /// A Leo item: completing `sym` with this set as origin adds the complete item
 /// `(dot, origin)` directly.
 #[derive(Clone, Copy, Debug)]
