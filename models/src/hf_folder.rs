@@ -50,12 +50,18 @@ impl HfFolder {
         let tok_path = get("tokenizer.json")?;
         let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
             .map_err(|e| LoadError::tokenizer(tok_path.display().to_string(), e))?;
-        let tokenizer_config = get("tokenizer_config.json")
-            .ok()
+        // Optional files: absent is fine; a failure to fetch one is the load's error (a
+        // chat template must not go missing because the network did).
+        let optional = |file: &str| match get(file) {
+            Ok(p) => Ok(Some(p)),
+            Err(LoadError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let tokenizer_config = optional("tokenizer_config.json")?
             .map(|p| read_json(&p))
             .transpose()?;
-        let weights = match get("model.safetensors.index.json") {
-            Ok(index) => {
+        let weights = match optional("model.safetensors.index.json")? {
+            Some(index) => {
                 let index = read_json(&index)?;
                 let mut files: Vec<String> = index["weight_map"]
                     .as_object()
@@ -72,7 +78,7 @@ impl HfFolder {
                     .map(|f| get(f))
                     .collect::<Result<Vec<_>, _>>()?
             }
-            Err(_) => vec![get("model.safetensors")?],
+            None => vec![get("model.safetensors")?],
         };
         Ok(HfFolder {
             name: source.to_string(),

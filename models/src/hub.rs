@@ -4,7 +4,7 @@
 //! progress bar (indicatif, through hf-hub) into the cache.
 
 use crate::LoadError;
-use hf_hub::api::sync::ApiBuilder;
+use hf_hub::api::sync::{ApiBuilder, ApiError};
 use hf_hub::{Cache, Repo};
 use std::path::PathBuf;
 
@@ -35,8 +35,43 @@ pub fn fetch(repo_id: &str, file: &str) -> Result<PathBuf, LoadError> {
             what: "cannot start the Hub client".into(),
             source: Box::new(e),
         })?;
-    api.repo(repo).get(file).map_err(|e| LoadError::Hub {
-        what: format!("cannot download {repo_id}/{file}"),
-        source: Box::new(e),
+    api.repo(repo).get(file).map_err(|e| {
+        if is_missing(&e) {
+            LoadError::NotFound(format!("{repo_id} has no {file}"))
+        } else {
+            LoadError::Hub {
+                what: format!("cannot download {repo_id}/{file}"),
+                source: Box::new(e),
+            }
+        }
     })
+}
+
+/// Whether the Hub answered that the file is not there (404), as opposed to a failure to
+/// ask it (network, server, TLS): only the first may be taken as an optional file's absence.
+fn is_missing(e: &ApiError) -> bool {
+    match e {
+        ApiError::RequestError(e) => matches!(**e, ureq::Error::Status(404, _)),
+        ApiError::TooManyRetries(e) => is_missing(e),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_404_is_a_missing_file() {
+        let status = |code| {
+            let response = ureq::Response::new(code, "status", "").expect("a response");
+            ApiError::RequestError(Box::new(ureq::Error::Status(code, response)))
+        };
+        assert!(is_missing(&status(404)));
+        assert!(is_missing(&ApiError::TooManyRetries(Box::new(status(404)))));
+        assert!(!is_missing(&status(500)));
+        assert!(!is_missing(&status(401)));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(!is_missing(&ApiError::IoError(io)));
+    }
 }
