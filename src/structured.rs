@@ -82,11 +82,13 @@ pub enum StructuredError {
     /// The prompt, with room for the answer (`max_tokens`) and a retry's feedback, does not
     /// fit the model's context: compaction is off, or its rounds did not shrink it enough.
     #[error(
-        "the prompt takes {tokens} tokens and the model's context is {max} (set compaction to summarize it)"
+        "the prompt takes {tokens} tokens and the answer needs room for {room} more (max_tokens and a retry's feedback), past the model's context of {max} (lower max_tokens, or set compaction to summarize the prompt)"
     )]
     PromptTooLong {
         /// The prompt's tokens (after the last round of compaction, if any ran).
         tokens: usize,
+        /// The positions kept for the answer: `max_tokens` and a retry's feedback.
+        room: usize,
         /// The model's context, in positions.
         max: usize,
     },
@@ -219,7 +221,12 @@ fn fit_prompt(
         return Ok(());
     }
     if !options.compaction {
-        return Err(StructuredError::PromptTooLong { tokens: n, max }.into());
+        return Err(StructuredError::PromptTooLong {
+            tokens: n,
+            room,
+            max,
+        }
+        .into());
     }
     let fields = corral_schema::validate::wanted_fields(schema);
     for _round in 0..options.compaction_rounds {
@@ -230,7 +237,12 @@ fn fit_prompt(
             return Ok(());
         }
     }
-    Err(StructuredError::PromptTooLong { tokens: n, max }.into())
+    Err(StructuredError::PromptTooLong {
+        tokens: n,
+        room,
+        max,
+    }
+    .into())
 }
 
 /// One round of compaction: the text in pieces that fit, each summarized by the model.

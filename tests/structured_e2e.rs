@@ -244,6 +244,8 @@ fn prompts_longer_than_the_context_are_refused_or_compacted() {
     let mut o = options(7400);
     let err = extract::<Contact>(&mut m, &story, &o).unwrap_err();
     assert!(err.to_string().contains("set compaction"), "{err}");
+    // The message names the room kept for the answer: the prompt alone fits the context.
+    assert!(err.to_string().contains("room for 7"), "{err}");
     o.compaction = true;
     let p: Contact = extract(&mut m, &story, &o).unwrap();
     eprintln!("after compaction: {p:?}");
