@@ -4,7 +4,8 @@
 //! llama.cpp's json.gbnf, on JSON Schema grammars (the default bounded whitespace, with runs
 //! at and near its bound; counted repetitions; patterns; formats) and on a GBNF grammar with
 //! `{m,n}` repetitions walked to their bounds, and on lexemes of letters and digits (e-mail
-//! addresses, host names, identifiers). Replays both the canonical tokenization and a
+//! addresses, host names, identifiers), and on keys whose characters lead apart without
+//! leaving the key. Replays both the canonical tokenization and a
 //! random one, so states inside tokens' usual boundaries are checked too.
 
 mod common;
@@ -130,6 +131,16 @@ fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
         &schema("nested.schema.json"),
         &[data("nested.json")],
     );
+}
+
+#[test]
+#[ignore = "needs scripts/fetch-assets"]
+fn key_masks_equal_brute_force_where_characters_lead_apart_inside_the_key() {
+    // Keys whose characters do not all lead one way but never leave the key: one that must
+    // contain two `/` (`patternProperties`), and one that must not be a property's name
+    // (`additionalProperties`), at the start, on a name's prefix, past it, and with
+    // escapes and multi-byte characters.
+    check("keys", &schema("keys.schema.json"), &[data("keys.json")]);
 }
 
 #[test]

@@ -104,40 +104,15 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: StateId, alphabet: Alphabet) -> Shift {
             return Shift::Mixed;
         }
     }
-    // Multi-byte characters (every one is of `Strings`, none of `Words`): every path
-    // through the ranges, one byte per byte class and one per distinct next state at
-    // each position.
-    fn paths(
-        dfa: &LexemeDfa,
-        state: StateId,
-        seq: &[(u8, u8)],
-        agree: &mut dyn FnMut(StateId) -> bool,
-    ) -> bool {
-        let Some((&(lo, hi), rest)) = seq.split_first() else {
-            return agree(state);
-        };
-        if state == DEAD {
-            return agree(DEAD);
-        }
-        let mut asked = [false; 256];
-        let mut seen: Vec<StateId> = Vec::new();
-        for b in lo..=hi {
-            if std::mem::replace(&mut asked[dfa.class_of(b) as usize], true) {
-                continue;
-            }
-            let t = dfa.next(state, b);
-            if !seen.contains(&t) {
-                seen.push(t);
-                if !paths(dfa, t, rest, agree) {
-                    return false;
-                }
-            }
-        }
-        true
-    }
+    // Multi-byte characters (every one is of `Strings`, none of `Words`).
     if alphabet == Alphabet::Strings {
         for seq in MULTIBYTE {
-            if !paths(dfa, s, seq, &mut agree) {
+            let agreed = char_paths(dfa, s, seq, &mut |t, inner| match (inner, t) {
+                (true, DEAD) => agree(DEAD),
+                (true, _) => true,
+                (false, t) => agree(t),
+            });
+            if !agreed {
                 return Shift::Mixed;
             }
         }
@@ -147,6 +122,58 @@ pub(crate) fn shift(dfa: &LexemeDfa, s: StateId, alphabet: Alphabet) -> Shift {
         Some(t) => Shift::To(t),
         None => Shift::Mixed,
     }
+}
+
+/// Every path of UTF-8 sequence `seq` (byte ranges per position) from `state`: one byte per
+/// byte class and one per distinct next state at each position. `visit` sees each state
+/// inside a character (`true`) and each state a whole character leads to (`false`); a path
+/// ends where it dies. Stops at `visit`'s first `false`.
+fn char_paths(
+    dfa: &LexemeDfa,
+    state: StateId,
+    seq: &[(u8, u8)],
+    visit: &mut dyn FnMut(StateId, bool) -> bool,
+) -> bool {
+    let Some((&(lo, hi), rest)) = seq.split_first() else {
+        return true;
+    };
+    let mut asked = [false; 256];
+    let mut seen: Vec<StateId> = Vec::new();
+    for b in lo..=hi {
+        if std::mem::replace(&mut asked[dfa.class_of(b) as usize], true) {
+            continue;
+        }
+        let t = dfa.next(state, b);
+        if seen.contains(&t) {
+            continue;
+        }
+        seen.push(t);
+        if !visit(t, !rest.is_empty()) || (t != DEAD && !char_paths(dfa, t, rest, visit)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Calls `step` on every state one character of `alphabet` leads to from `s` (`false`) and
+/// on every state inside a multi-byte one (`true`); stops at its first `false`.
+fn each_char_step(
+    dfa: &LexemeDfa,
+    s: StateId,
+    alphabet: Alphabet,
+    step: &mut dyn FnMut(StateId, bool) -> bool,
+) -> bool {
+    let mut asked = [false; 256];
+    for b in 0u8..=0x7f {
+        let c = dfa.class_of(b) as usize;
+        if alphabet.admits(b as char)
+            && !std::mem::replace(&mut asked[c], true)
+            && !step(dfa.next(s, b), false)
+        {
+            return false;
+        }
+    }
+    alphabet != Alphabet::Strings || MULTIBYTE.iter().all(|seq| char_paths(dfa, s, seq, step))
 }
 
 /// A state is taken as sliced by [`Alphabet::Words`] only where at most this many bytes that
@@ -253,7 +280,7 @@ pub(crate) fn walk_suffixes(
     let nodes = trie.nodes();
     let mut alive = FixedBitSet::with_capacity(slice.suffix_count());
     let mut endings = Vec::new();
-    let mut loops = Loops::new(slice.alphabet(), depth);
+    let mut loops = Loops::new(slice.alphabet(), depth, false);
     // Per depth on the current path: the DFA state, and whether the lexeme could end
     // above (at or below depth 1).
     let mut path: Vec<(StateId, u32)> = vec![(start, NONE)];
@@ -339,36 +366,105 @@ pub(crate) fn suffix_node(slice: &CharSlice, sid: SuffixId, at: usize) -> Option
     slice.suffixes().node_of(&slice.suffix(sid)[..at])
 }
 
-/// Which states of one DFA loop on every character of an alphabet without accepting (a
-/// string's body, a run of letters and digits), remembered by state index for one walk.
-/// A state that such characters lead to a state that behaves alike within the longest
-/// token (a counted string's body far from its bounds) is taken as a loop too.
+/// Which states of one DFA a walk may jump below, remembered for one walk: those where a
+/// token whose rest is the alphabet's characters stays in the lexeme. A loop on every such
+/// character without accepting (a string's body, a run of letters and digits) is found at
+/// once, counting a state that such characters lead to a state that behaves alike within
+/// the longest token (a counted string's body far from its bounds); otherwise
+/// [`Loops::stays_inside`] looks at every state they reach, where that is asked for.
 struct Loops {
     alphabet: Alphabet,
     depth: usize,
+    /// Whether to look past loops ([`Loops::stays_inside`]): worth it in a walk of the
+    /// whole trie, not of the small suffix tries.
+    beyond_loops: bool,
     /// By state: a walk meets few, and a table by index would be as big as a large DFA.
     known: rustc_hash::FxHashMap<StateId, bool>,
 }
 
 impl Loops {
-    fn new(alphabet: Alphabet, depth: usize) -> Loops {
+    /// At most this many states are looked at for one state's answer; past them, false.
+    const MAX_REACHED: usize = 1024;
+
+    fn new(alphabet: Alphabet, depth: usize, beyond_loops: bool) -> Loops {
         Loops {
             alphabet,
             depth,
+            beyond_loops,
             known: Default::default(),
         }
     }
 
     fn test(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
+        if let Some(&known) = self.known.get(&s) {
+            return known;
+        }
+        // One byte first: most states loop on no alphabet.
+        let rep = |t| dfa.representative(t, self.depth);
+        let me = rep(s);
+        let looped = rep(dfa.next(s, b'a')) == me
+            && !s.is_accepting()
+            && matches!(shift(dfa, s, self.alphabet), Shift::To(t) if rep(t) == me);
+        let answer = looped || (self.beyond_loops && self.stays_inside(dfa, s));
+        self.known.insert(s, answer);
+        answer
+    }
+
+    /// Whether every state the alphabet's characters lead to from `s`, and every state
+    /// inside a character on the way, is alive and not accepting: then a token whose rest
+    /// is such characters stays in the lexeme, though they do not all lead one way (a key
+    /// that must contain a `/`, or must not be one of a few names). States are taken by
+    /// their representative (alike within the longest token, which is as far as a token's
+    /// rest reaches). Every state reached is remembered as staying inside when `s` does,
+    /// and every state on the way to one that leaves as not.
+    fn stays_inside(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
         let (alphabet, depth) = (self.alphabet, self.depth);
-        *self.known.entry(s).or_insert_with(|| {
-            // One byte first: most states loop on no alphabet.
-            let rep = |t| dfa.representative(t, depth);
-            let me = rep(s);
-            rep(dfa.next(s, b'a')) == me
-                && !s.is_accepting()
-                && matches!(shift(dfa, s, alphabet), Shift::To(t) if rep(t) == me)
-        })
+        // States reached, each with the index of the one it was reached from.
+        let mut reached: Vec<(StateId, usize)> = vec![(s, usize::MAX)];
+        let mut seen: rustc_hash::FxHashSet<StateId> = [s].into_iter().collect();
+        let mut next = 0;
+        while next < reached.len() {
+            let from = reached[next].0;
+            let mut leaves = false;
+            let all_inside = each_char_step(dfa, from, alphabet, &mut |t, within| {
+                if t == DEAD || t.is_accepting() {
+                    return false;
+                }
+                if within {
+                    return true;
+                }
+                let t = dfa.representative(t, depth);
+                match self.known.get(&t) {
+                    Some(true) => true,
+                    Some(false) => {
+                        leaves = true;
+                        false
+                    }
+                    None => {
+                        if seen.insert(t) {
+                            reached.push((t, next));
+                        }
+                        reached.len() <= Loops::MAX_REACHED
+                    }
+                }
+            });
+            if !all_inside {
+                if leaves || reached.len() <= Loops::MAX_REACHED {
+                    // `from` leaves, and so does every state on the way to it.
+                    let mut at = next;
+                    while at != usize::MAX {
+                        self.known.insert(reached[at].0, false);
+                        at = reached[at].1;
+                    }
+                }
+                return false;
+            }
+            next += 1;
+        }
+        for (t, _) in reached {
+            self.known.insert(t, true);
+        }
+        true
     }
 }
 
@@ -408,6 +504,34 @@ mod tests {
             }
             assert!(recounted > 10, "{re}");
         }
+    }
+
+    #[test]
+    fn walks_jump_where_characters_lead_apart_but_stay_inside() {
+        let depth = 16;
+        // A key that must hold two `/`: after `"`, characters lead three ways, none out.
+        let slashes = dfa(r#""[^"\\\x00-\x1f]*/[^"\\\x00-\x1f]*/[^"\\\x00-\x1f]*""#);
+        let body = slashes.next(slashes.start(), b'"');
+        assert_eq!(shift(&slashes, body, Alphabet::Strings), Shift::Mixed);
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        assert!(
+            loops.test(&slashes, body),
+            "every character stays in the key"
+        );
+        // Asked only for loops (the suffix walks), it is not one.
+        assert!(!Loops::new(Alphabet::Strings, depth, false).test(&slashes, body));
+        // One that must not hold two `/`: the second kills it.
+        let not_two = dfa(r#""[^"\\\x00-\x1f/]*(?:/[^"\\\x00-\x1f/]*)?""#);
+        let body = not_two.next(not_two.start(), b'"');
+        assert!(!Loops::new(Alphabet::Strings, depth, true).test(&not_two, body));
+        // A key of ASCII only: a multi-byte character kills it.
+        let ascii = dfa(r#""[ -!#-\[\]-~]*""#);
+        let body = ascii.next(ascii.start(), b'"');
+        assert!(!Loops::new(Alphabet::Strings, depth, true).test(&ascii, body));
+        // A key that ends at a character (`x` closes it): accepting inside, no jump.
+        let ends = dfa(r#""[a-w]*x?"#);
+        let body = ends.next(ends.start(), b'"');
+        assert!(!Loops::new(Alphabet::Strings, depth, true).test(&ends, body));
     }
 
     #[test]

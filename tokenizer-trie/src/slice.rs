@@ -117,6 +117,11 @@ pub struct CharSlice {
     /// rest is slice characters (tail at most 1) as a bitset, and the positions in `tails`
     /// of the others. Empty until [`CharSlice::index_trie`].
     first_bytes: Vec<Option<FirstByte>>,
+    /// The union of `first_bytes`' sets of tokens whose rest is slice characters.
+    below_ascii: FixedBitSet,
+    /// The main trie's tokens that are slice characters throughout (tail 0), and the
+    /// positions in `tails` of the others.
+    whole: FirstByte,
     /// The bytes of the tokens in `tails` whose tail is not 0, one after another in trie
     /// order: a walk that runs them reads memory in order.
     tail_bytes: Vec<u8>,
@@ -320,6 +325,11 @@ impl CharSlice {
             suffix_tails,
             tails: Vec::new(),
             first_bytes: Vec::new(),
+            below_ascii: FixedBitSet::new(),
+            whole: FirstByte {
+                rest_in_slice: FixedBitSet::new(),
+                others: Vec::new(),
+            },
             tail_bytes: Vec::new(),
             tails_at: Vec::new(),
             alphabet,
@@ -356,7 +366,19 @@ impl CharSlice {
         }
         self.tails_at.push(self.tails.len() as u32);
         let width = self.upto.first().map_or(0, FixedBitSet::len);
+        self.whole = FirstByte {
+            rest_in_slice: FixedBitSet::with_capacity(width),
+            others: Vec::new(),
+        };
+        for (k, t) in self.tails.iter().enumerate() {
+            if t.tail == 0 {
+                self.whole.rest_in_slice.insert(t.token.index());
+            } else {
+                self.whole.others.push(k as u32);
+            }
+        }
         self.first_bytes = vec![None; 128];
+        self.below_ascii = FixedBitSet::with_capacity(width);
         for (i, n) in nodes.iter().enumerate() {
             if n.depth != 1 || n.byte >= 0x80 {
                 continue;
@@ -374,6 +396,7 @@ impl CharSlice {
                     fb.others.push(k);
                 }
             }
+            self.below_ascii.union_with(&fb.rest_in_slice);
             self.first_bytes[n.byte as usize] = Some(fb);
         }
     }
@@ -391,6 +414,23 @@ impl CharSlice {
             &fb.rest_in_slice,
             fb.others.iter().map(|&k| &self.tails[k as usize]),
         ))
+    }
+
+    /// Every token of the main trie: those that are slice characters throughout, and the
+    /// others (as in [`CharSlice::subtree_tails`]). Empty before [`CharSlice::index_trie`].
+    pub fn every_token(&self) -> (&FixedBitSet, impl Iterator<Item = &Tail>) {
+        (
+            &self.whole.rest_in_slice,
+            self.whole.others.iter().map(|&k| &self.tails[k as usize]),
+        )
+    }
+
+    /// The union of [`CharSlice::below_first_byte`]'s sets over every ASCII first byte (the
+    /// sets are disjoint): a walk that jumps below most first bytes takes it and removes the
+    /// sets of the few others, rather than adding each. Empty before
+    /// [`CharSlice::index_trie`].
+    pub fn below_ascii_first_bytes(&self) -> &FixedBitSet {
+        &self.below_ascii
     }
 
     /// The bytes of a token of [`CharSlice::subtree_tails`] whose tail is not 0 (empty for

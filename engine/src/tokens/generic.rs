@@ -123,6 +123,56 @@ pub(crate) fn walk_generic(
     })
 }
 
+/// Fewer ASCII first bytes than this that the walk jumps below at once are taken one by one.
+const PREFILL_FIRST_BYTES: usize = 16;
+
+/// Where the walk from `start` jumps below most ASCII first bytes at once (see
+/// [`walk_generic_into`]), marks their tokens whose rest is slice characters in `inside` as
+/// one precomputed union less the sets of the other first bytes (the body of a key that
+/// must not be one of a few names: every first byte but theirs); returns which first bytes
+/// are so marked.
+fn prefill_first_bytes(
+    dfa: &LexemeDfa,
+    start: StateId,
+    space: &TokenSpace,
+    loops: &mut Loops,
+    inside: &mut FixedBitSet,
+) -> [bool; 128] {
+    let mut jumps = [false; 128];
+    let slice = space.slice_of(Alphabet::Strings);
+    if !slice.indexes_trie() {
+        return jumps;
+    }
+    let nodes = space.trie().nodes();
+    let mut count = 0;
+    for &(byte, first) in space.trie().root_children() {
+        if byte >= 0x80 || nodes[first as usize].subtree <= 1 {
+            continue;
+        }
+        let next = dfa.next(start, byte);
+        if next != DEAD
+            && !next.is_accepting()
+            && slice.below_first_byte(byte).is_some()
+            && loops.test(dfa, next)
+        {
+            jumps[byte as usize] = true;
+            count += 1;
+        }
+    }
+    if count < PREFILL_FIRST_BYTES {
+        return [false; 128];
+    }
+    inside.union_with(slice.below_ascii_first_bytes());
+    for byte in 0..0x80u8 {
+        if !jumps[byte as usize]
+            && let Some((rest_in_slice, _)) = slice.below_first_byte(byte)
+        {
+            inside.difference_with(rest_in_slice);
+        }
+    }
+    jumps
+}
+
 /// [`walk_generic`], marking the inside tokens in `inside` (empty) and leaving them there.
 fn walk_generic_into(
     dfa: &LexemeDfa,
@@ -136,7 +186,7 @@ fn walk_generic_into(
     let nodes = trie.nodes();
     let vocab = space.vocab();
     let slice = space.slice_of(Alphabet::Strings);
-    let mut loops = Loops::new(Alphabet::Strings, depth);
+    let mut loops = Loops::new(Alphabet::Strings, depth, true);
     let jumps = slice.indexes_trie();
     let mut subtrees = Vec::new();
     // (end state, (remaining bytes, token)) per group.
@@ -146,6 +196,23 @@ fn walk_generic_into(
     // needs (`MISALIGNED`: the token began inside one, so no jumps below).
     const MISALIGNED: u8 = u8::MAX;
     let mut path: Vec<(StateId, u32, u8)> = vec![(start, NONE, 0)];
+    if jumps && loops.test(dfa, start) {
+        // The body of a string from the start: no walk at all. The tokens that are slice
+        // characters throughout stay; the others are run one by one.
+        let (in_slice, others) = slice.every_token();
+        inside.union_with(in_slice);
+        for e in others {
+            run_leaving(
+                dfa,
+                start,
+                (e.token, slice.tail_bytes(e)),
+                inside,
+                &mut groups,
+            );
+        }
+        return lex_tokens(inside, groups, subtrees);
+    }
+    let prefilled = prefill_first_bytes(dfa, start, space, &mut loops, inside);
     // The root's children one by one, skipping those the DFA refuses at once (a walk
     // from the root would read each of them far apart in the node array).
     for &(first_byte, first) in trie.root_children() {
@@ -213,7 +280,9 @@ fn walk_generic_into(
                     && let Some((rest_in_slice, others)) = slice.below_first_byte(n.byte)
                 {
                     // Below a first byte: the tokens that stay are one precomputed set.
-                    inside.union_with(rest_in_slice);
+                    if !prefilled[n.byte as usize] {
+                        inside.union_with(rest_in_slice);
+                    }
                     others.for_each(|e| leave(e, inside));
                 } else {
                     for e in slice.subtree_tails(i + 1, end) {
@@ -232,6 +301,15 @@ fn walk_generic_into(
             i += 1;
         }
     }
+    lex_tokens(inside, groups, subtrees)
+}
+
+/// The walk's findings as [`LexTokens`].
+fn lex_tokens(
+    inside: &FixedBitSet,
+    groups: Vec<(StateId, Vec<Suffix>)>,
+    mut subtrees: Vec<(StateId, NodeId)>,
+) -> LexTokens {
     subtrees.sort_unstable();
     LexTokens {
         inside: Inside::take(inside),
