@@ -155,25 +155,94 @@ fn char_paths(
     true
 }
 
-/// Calls `step` on every state one character of `alphabet` leads to from `s` (`false`) and
-/// on every state inside a multi-byte one (`true`); stops at its first `false`.
+/// Calls `step` on every state one character of `alphabet` (but the ASCII bytes of
+/// `except`) leads to from `s` (`false`) and on every state inside a multi-byte one
+/// (`true`); stops at its first `false`, with the ASCII byte that led there if one did.
 fn each_char_step(
     dfa: &LexemeDfa,
     s: StateId,
-    alphabet: Alphabet,
+    (alphabet, except): (Alphabet, &[u8]),
     step: &mut dyn FnMut(StateId, bool) -> bool,
-) -> bool {
+) -> Result<(), Option<u8>> {
     let mut asked = [false; 256];
     for b in 0u8..=0x7f {
         let c = dfa.class_of(b) as usize;
         if alphabet.admits(b as char)
+            && !except.contains(&b)
             && !std::mem::replace(&mut asked[c], true)
             && !step(dfa.next(s, b), false)
         {
-            return false;
+            return Err(Some(b));
         }
     }
-    alphabet != Alphabet::Strings || MULTIBYTE.iter().all(|seq| char_paths(dfa, s, seq, step))
+    let multibyte =
+        alphabet != Alphabet::Strings || MULTIBYTE.iter().all(|seq| char_paths(dfa, s, seq, step));
+    if multibyte { Ok(()) } else { Err(None) }
+}
+
+/// How [`search_inside`] ended.
+enum Search {
+    /// Every state reached stays inside: these.
+    Inside(Vec<StateId>),
+    /// A character leaves (by this ASCII byte, if one); the states on the way to it.
+    Leaves(Option<u8>, Vec<StateId>),
+    /// Past [`Loops::MAX_REACHED`] states.
+    TooMany,
+}
+
+/// Searches the states the characters of `alphabet` but `except` lead to from `s` for one
+/// that dies or accepts, states inside a character included. States are taken by their
+/// representative within `depth` bytes (alike within the longest token, as far as a
+/// token's rest reaches); `known` answers for states searched before.
+fn search_inside(
+    dfa: &LexemeDfa,
+    s: StateId,
+    (alphabet, except, depth): (Alphabet, &[u8], usize),
+    known: &rustc_hash::FxHashMap<StateId, bool>,
+) -> Search {
+    // States reached, each with the index of the one it was reached from.
+    let mut reached: Vec<(StateId, usize)> = vec![(s, usize::MAX)];
+    let mut seen: rustc_hash::FxHashSet<StateId> = [s].into_iter().collect();
+    let mut next = 0;
+    while next < reached.len() {
+        let from = reached[next].0;
+        let mut known_to_leave = false;
+        let stepped = each_char_step(dfa, from, (alphabet, except), &mut |t, within| {
+            if t == DEAD || t.is_accepting() {
+                return false;
+            }
+            if within {
+                return true;
+            }
+            let t = dfa.representative(t, depth);
+            match known.get(&t) {
+                Some(&inside) => {
+                    known_to_leave = !inside;
+                    inside
+                }
+                None => {
+                    if seen.insert(t) {
+                        reached.push((t, next));
+                    }
+                    reached.len() <= Loops::MAX_REACHED
+                }
+            }
+        });
+        if let Err(byte) = stepped {
+            if reached.len() > Loops::MAX_REACHED && !known_to_leave {
+                return Search::TooMany;
+            }
+            let mut way = Vec::new();
+            let mut at = next;
+            while at != usize::MAX {
+                way.push(reached[at].0);
+                at = reached[at].1;
+            }
+            return Search::Leaves(byte.filter(|_| !known_to_leave), way);
+        }
+        next += 1;
+    }
+    Search::Inside(reached.into_iter().map(|(t, _)| t).collect())
 }
 
 /// A state is taken as sliced by [`Alphabet::Words`] only where at most this many bytes that
@@ -410,61 +479,54 @@ impl Loops {
         answer
     }
 
+    /// At most this many ASCII bytes are set apart by [`Loops::inside_except`].
+    const MAX_EXCEPT: usize = 4;
+
     /// Whether every state the alphabet's characters lead to from `s`, and every state
     /// inside a character on the way, is alive and not accepting: then a token whose rest
     /// is such characters stays in the lexeme, though they do not all lead one way (a key
-    /// that must contain a `/`, or must not be one of a few names). States are taken by
-    /// their representative (alike within the longest token, which is as far as a token's
-    /// rest reaches). Every state reached is remembered as staying inside when `s` does,
-    /// and every state on the way to one that leaves as not.
+    /// that must contain a `/`, or must not be one of a few names). Every state reached
+    /// is remembered as staying inside when `s` does, and every state on the way to one
+    /// that leaves as not.
     fn stays_inside(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
-        let (alphabet, depth) = (self.alphabet, self.depth);
-        // States reached, each with the index of the one it was reached from.
-        let mut reached: Vec<(StateId, usize)> = vec![(s, usize::MAX)];
-        let mut seen: rustc_hash::FxHashSet<StateId> = [s].into_iter().collect();
-        let mut next = 0;
-        while next < reached.len() {
-            let from = reached[next].0;
-            let mut leaves = false;
-            let all_inside = each_char_step(dfa, from, alphabet, &mut |t, within| {
-                if t == DEAD || t.is_accepting() {
-                    return false;
-                }
-                if within {
-                    return true;
-                }
-                let t = dfa.representative(t, depth);
-                match self.known.get(&t) {
-                    Some(true) => true,
-                    Some(false) => {
-                        leaves = true;
-                        false
-                    }
-                    None => {
-                        if seen.insert(t) {
-                            reached.push((t, next));
-                        }
-                        reached.len() <= Loops::MAX_REACHED
-                    }
-                }
-            });
-            if !all_inside {
-                if leaves || reached.len() <= Loops::MAX_REACHED {
-                    // `from` leaves, and so does every state on the way to it.
-                    let mut at = next;
-                    while at != usize::MAX {
-                        self.known.insert(reached[at].0, false);
-                        at = reached[at].1;
-                    }
-                }
-                return false;
+        match search_inside(dfa, s, (self.alphabet, &[], self.depth), &self.known) {
+            Search::Inside(states) => {
+                states.into_iter().for_each(|t| {
+                    self.known.insert(t, true);
+                });
+                true
             }
-            next += 1;
+            Search::Leaves(_, way) => {
+                way.into_iter().for_each(|t| {
+                    self.known.insert(t, false);
+                });
+                false
+            }
+            Search::TooMany => false,
         }
-        for (t, _) in reached {
-            self.known.insert(t, true);
+    }
+
+    /// The few ASCII bytes (at most [`Loops::MAX_EXCEPT`]) but which the alphabet's
+    /// characters stay inside from `s` (as in [`Loops::stays_inside`]): none where they all
+    /// do; `None` where no such few will do. A key that must not hold two `/` stays inside
+    /// but for `/`: a walk from there takes the tokens without one as a set, and runs the
+    /// tokens with one.
+    fn inside_except(&mut self, dfa: &LexemeDfa, s: StateId) -> Option<Vec<u8>> {
+        if self.test(dfa, s) {
+            return Some(Vec::new());
         }
-        true
+        if !self.beyond_loops {
+            return None;
+        }
+        let none = rustc_hash::FxHashMap::default();
+        let mut except = Vec::new();
+        loop {
+            match search_inside(dfa, s, (self.alphabet, &except, self.depth), &none) {
+                Search::Inside(_) => return Some(except),
+                Search::Leaves(Some(b), _) if except.len() < Loops::MAX_EXCEPT => except.push(b),
+                _ => return None,
+            }
+        }
     }
 }
 
@@ -523,11 +585,27 @@ mod tests {
         // One that must not hold two `/`: the second kills it.
         let not_two = dfa(r#""[^"\\\x00-\x1f/]*(?:/[^"\\\x00-\x1f/]*)?""#);
         let body = not_two.next(not_two.start(), b'"');
-        assert!(!Loops::new(Alphabet::Strings, depth, true).test(&not_two, body));
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        assert!(!loops.test(&not_two, body));
+        // ... but for `/`, every character stays inside.
+        assert_eq!(loops.inside_except(&not_two, body), Some(vec![b'/']));
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        let body = slashes.next(slashes.start(), b'"');
+        assert_eq!(loops.inside_except(&slashes, body), Some(vec![]));
         // A key of ASCII only: a multi-byte character kills it.
         let ascii = dfa(r#""[ -!#-\[\]-~]*""#);
         let body = ascii.next(ascii.start(), b'"');
-        assert!(!Loops::new(Alphabet::Strings, depth, true).test(&ascii, body));
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        assert!(!loops.test(&ascii, body));
+        assert_eq!(
+            loops.inside_except(&ascii, body),
+            None,
+            "no byte sets that apart"
+        );
+        // Digits: more than a few bytes kill them.
+        let digits = dfa("[0-9]+");
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        assert_eq!(loops.inside_except(&digits, digits.start()), None);
         // A key that ends at a character (`x` closes it): accepting inside, no jump.
         let ends = dfa(r#""[a-w]*x?"#);
         let body = ends.next(ends.start(), b'"');

@@ -122,6 +122,8 @@ pub struct CharSlice {
     /// The main trie's tokens that are slice characters throughout (tail 0), and the
     /// positions in `tails` of the others.
     whole: FirstByte,
+    /// Per ASCII byte (built when first asked for): the tokens of `whole`'s set that hold it.
+    with_byte: Box<[std::sync::OnceLock<FixedBitSet>]>,
     /// The bytes of the tokens in `tails` whose tail is not 0, one after another in trie
     /// order: a walk that runs them reads memory in order.
     tail_bytes: Vec<u8>,
@@ -330,6 +332,7 @@ impl CharSlice {
                 rest_in_slice: FixedBitSet::new(),
                 others: Vec::new(),
             },
+            with_byte: (0..128).map(|_| std::sync::OnceLock::new()).collect(),
             tail_bytes: Vec::new(),
             tails_at: Vec::new(),
             alphabet,
@@ -423,6 +426,24 @@ impl CharSlice {
             &self.whole.rest_in_slice,
             self.whole.others.iter().map(|&k| &self.tails[k as usize]),
         )
+    }
+
+    /// The tokens of [`CharSlice::every_token`]'s set (slice characters throughout) that
+    /// hold ASCII byte `byte`, of `vocab` (the vocabulary this slice was made from; built the
+    /// first time a byte is asked for).
+    pub fn tokens_with_byte(&self, byte: u8, vocab: &Vocabulary) -> &FixedBitSet {
+        self.with_byte[byte as usize & 0x7f].get_or_init(|| {
+            let mut set = FixedBitSet::with_capacity(self.whole.rest_in_slice.len());
+            for t in self.whole.rest_in_slice.ones() {
+                if vocab
+                    .token_bytes(TokenId(t as u32))
+                    .is_some_and(|b| b.contains(&byte))
+                {
+                    set.insert(t);
+                }
+            }
+            set
+        })
     }
 
     /// The union of [`CharSlice::below_first_byte`]'s sets over every ASCII first byte (the

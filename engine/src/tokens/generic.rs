@@ -196,11 +196,15 @@ fn walk_generic_into(
     // needs (`MISALIGNED`: the token began inside one, so no jumps below).
     const MISALIGNED: u8 = u8::MAX;
     let mut path: Vec<(StateId, u32, u8)> = vec![(start, NONE, 0)];
-    if jumps && loops.test(dfa, start) {
+    if jumps && let Some(except) = loops.inside_except(dfa, start) {
         // The body of a string from the start: no walk at all. The tokens that are slice
-        // characters throughout stay; the others are run one by one.
+        // characters throughout (and hold none of the bytes set apart) stay; the others
+        // are run one by one.
         let (in_slice, others) = slice.every_token();
         inside.union_with(in_slice);
+        for &b in &except {
+            inside.difference_with(slice.tokens_with_byte(b, vocab));
+        }
         for e in others {
             run_leaving(
                 dfa,
@@ -209,6 +213,19 @@ fn walk_generic_into(
                 inside,
                 &mut groups,
             );
+        }
+        for (k, &b) in except.iter().enumerate() {
+            for t in slice
+                .tokens_with_byte(b, vocab)
+                .ones()
+                .map(|t| TokenId(t as u32))
+            {
+                let bytes = vocab.token_bytes(t).expect("slice tokens have bytes");
+                // Once for a token with two such bytes.
+                if !except[..k].iter().any(|x| bytes.contains(x)) {
+                    run_leaving(dfa, start, (t, bytes), inside, &mut groups);
+                }
+            }
         }
         return lex_tokens(inside, groups, subtrees);
     }
