@@ -205,14 +205,26 @@ fn walk_generic_into(
         for &b in &except {
             inside.difference_with(slice.tokens_with_byte(b, vocab));
         }
+        // Below a first byte that ends the lexeme with many tokens under it (the closing
+        // quote), the parser walks the main trie's subtree in place (remembered across
+        // masks), as the node-by-node walk does.
+        let mut in_subtree = [false; 256];
+        for &(byte, first) in trie.root_children() {
+            let next = dfa.next(start, byte);
+            if next.is_accepting() && nodes[first as usize].subtree > MERGE_SUBTREE {
+                in_subtree[byte as usize] = true;
+                subtrees.push((next, NodeId(first)));
+            }
+        }
         for e in others {
-            run_leaving(
-                dfa,
-                start,
-                (e.token, slice.tail_bytes(e)),
-                inside,
-                &mut groups,
-            );
+            let bytes = slice.tail_bytes(e);
+            if in_subtree[bytes[0] as usize] {
+                if run_suffix(dfa, start, bytes) == Outcome::Alive {
+                    inside.insert(e.token.index());
+                }
+                continue;
+            }
+            run_leaving(dfa, start, (e.token, bytes), inside, &mut groups);
         }
         for (k, &b) in except.iter().enumerate() {
             for t in slice
