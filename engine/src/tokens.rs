@@ -155,9 +155,9 @@ fn char_paths(
     true
 }
 
-/// Calls `step` on every state one character of `alphabet` (but the ASCII bytes of
-/// `except`) leads to from `s` (`false`) and on every state inside a multi-byte one
-/// (`true`); stops at its first `false`, with the ASCII byte that led there if one did.
+/// Calls `step` on every state one character of `alphabet` (but those that start with a
+/// byte of `except`, or are one) leads to from `s` (`false`) and on every state inside a
+/// multi-byte one (`true`); stops at its first `false`, with the character's first byte.
 fn each_char_step(
     dfa: &LexemeDfa,
     s: StateId,
@@ -175,16 +175,39 @@ fn each_char_step(
             return Err(Some(b));
         }
     }
-    let multibyte =
-        alphabet != Alphabet::Strings || MULTIBYTE.iter().all(|seq| char_paths(dfa, s, seq, step));
-    if multibyte { Ok(()) } else { Err(None) }
+    if alphabet != Alphabet::Strings {
+        return Ok(());
+    }
+    // Multi-byte characters, by lead byte (to name the one that leaves).
+    for seq in MULTIBYTE {
+        let (&(lo, hi), rest) = seq.split_first().expect("sequences are not empty");
+        let mut asked = [false; 256];
+        let mut seen: Vec<StateId> = Vec::new();
+        for lead in lo..=hi {
+            if except.contains(&lead)
+                || std::mem::replace(&mut asked[dfa.class_of(lead) as usize], true)
+            {
+                continue;
+            }
+            let t = dfa.next(s, lead);
+            if seen.contains(&t) {
+                continue;
+            }
+            seen.push(t);
+            if !step(t, true) || (t != DEAD && !char_paths(dfa, t, rest, step)) {
+                return Err(Some(lead));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How [`search_inside`] ended.
 enum Search {
     /// Every state reached stays inside: these.
     Inside(Vec<StateId>),
-    /// A character leaves (by this ASCII byte, if one); the states on the way to it.
+    /// A character leaves (one that starts with this byte, where known); the states on
+    /// the way to it.
     Leaves(Option<u8>, Vec<StateId>),
     /// Past [`Loops::MAX_REACHED`] states.
     TooMany,
@@ -479,7 +502,7 @@ impl Loops {
         answer
     }
 
-    /// At most this many ASCII bytes are set apart by [`Loops::inside_except`].
+    /// At most this many bytes are set apart by [`Loops::inside_except`].
     const MAX_EXCEPT: usize = 4;
 
     /// Whether every state the alphabet's characters lead to from `s`, and every state
@@ -506,11 +529,12 @@ impl Loops {
         }
     }
 
-    /// The few ASCII bytes (at most [`Loops::MAX_EXCEPT`]) but which the alphabet's
-    /// characters stay inside from `s` (as in [`Loops::stays_inside`]): none where they all
-    /// do; `None` where no such few will do. A key that must not hold two `/` stays inside
-    /// but for `/`: a walk from there takes the tokens without one as a set, and runs the
-    /// tokens with one.
+    /// The few bytes (at most [`Loops::MAX_EXCEPT`]) but the characters with which the
+    /// alphabet's characters stay inside from `s` (as in [`Loops::stays_inside`]): none
+    /// where they all do; `None` where no such few will do. A key that must not hold two
+    /// `/` stays inside but for `/`; a pattern's `.` but for the lead byte of U+2028 and
+    /// U+2029, which it does not match. A walk from there takes the tokens without such a
+    /// byte as a set, and runs the tokens with one.
     fn inside_except(&mut self, dfa: &LexemeDfa, s: StateId) -> Option<Vec<u8>> {
         if self.test(dfa, s) {
             return Some(Vec::new());
@@ -602,6 +626,12 @@ mod tests {
             None,
             "no byte sets that apart"
         );
+        // A pattern's `.` in a string: every character but U+2028 and U+2029 (lead byte
+        // 0xe2, as for `—` and `…`, which stay).
+        let dot = dfa("\"[^\"\\\\\\x00-\\x1f\u{2028}\u{2029}]*\"");
+        let body = dot.next(dot.start(), b'"');
+        let mut loops = Loops::new(Alphabet::Strings, depth, true);
+        assert_eq!(loops.inside_except(&dot, body), Some(vec![0xe2]));
         // Digits: more than a few bytes kill them.
         let digits = dfa("[0-9]+");
         let mut loops = Loops::new(Alphabet::Strings, depth, true);

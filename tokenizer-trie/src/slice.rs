@@ -122,7 +122,7 @@ pub struct CharSlice {
     /// The main trie's tokens that are slice characters throughout (tail 0), and the
     /// positions in `tails` of the others.
     whole: FirstByte,
-    /// Per ASCII byte (built when first asked for): the tokens of `whole`'s set that hold it.
+    /// Per byte (built when first asked for): the tokens of `whole`'s set that hold it.
     with_byte: Box<[std::sync::OnceLock<FixedBitSet>]>,
     /// The bytes of the tokens in `tails` whose tail is not 0, one after another in trie
     /// order: a walk that runs them reads memory in order.
@@ -332,7 +332,7 @@ impl CharSlice {
                 rest_in_slice: FixedBitSet::new(),
                 others: Vec::new(),
             },
-            with_byte: (0..128).map(|_| std::sync::OnceLock::new()).collect(),
+            with_byte: (0..256).map(|_| std::sync::OnceLock::new()).collect(),
             tail_bytes: Vec::new(),
             tails_at: Vec::new(),
             alphabet,
@@ -429,10 +429,10 @@ impl CharSlice {
     }
 
     /// The tokens of [`CharSlice::every_token`]'s set (slice characters throughout) that
-    /// hold ASCII byte `byte`, of `vocab` (the vocabulary this slice was made from; built the
+    /// hold byte `byte`, of `vocab` (the vocabulary this slice was made from; built the
     /// first time a byte is asked for).
     pub fn tokens_with_byte(&self, byte: u8, vocab: &Vocabulary) -> &FixedBitSet {
-        self.with_byte[byte as usize & 0x7f].get_or_init(|| {
+        self.with_byte[byte as usize].get_or_init(|| {
             let mut set = FixedBitSet::with_capacity(self.whole.rest_in_slice.len());
             for t in self.whole.rest_in_slice.ones() {
                 if vocab
