@@ -562,6 +562,15 @@ impl CharSlice {
                 .flatten()
                 .map(|f| f.rest_in_slice.as_slice().len() * 8 + f.others.len() * 4)
                 .sum::<usize>()
+            + self.below_ascii.as_slice().len() * 8
+            + self.whole.rest_in_slice.as_slice().len() * 8
+            + self.whole.others.len() * 4
+            + self
+                .with_byte
+                .iter()
+                .filter_map(|b| b.get())
+                .map(|b| b.as_slice().len() * 8)
+                .sum::<usize>()
             + self.tails_at.len() * 4
             + self.suffixes.memory_usage()
             + self.ranges.len() * 8
