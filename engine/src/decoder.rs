@@ -10,10 +10,10 @@ use trigger::token_text;
 use crate::adapter::{Completion, RobustConstrainedAdapter};
 use crate::constraint::Constraint;
 use crate::generate::{FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats};
-use crate::logprobs::{TokenLogprob, token_logprob};
-use crate::model::{Logits, ModelError};
+use crate::logprobs::{TokenLogprob, log_sum_exp, token_logprob};
+use crate::model::{Logits, ModelError, apply_mask_in_place};
 use crate::replay::stats;
-use crate::sampling::Sampler;
+use crate::sampling::{Sampler, SamplerMethod};
 use crate::scope::{Scope, TriggerWatch};
 use crate::utf8::Utf8Stream;
 use corral_trie::{FixedBitSet, TokenId, TokenSpace};
@@ -68,7 +68,7 @@ pub enum Next {
 }
 
 /// One generation's state apart from the model. See the module docs.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Decoder {
     space: Arc<TokenSpace>,
     constraint: Option<Arc<Constraint>>,
@@ -102,7 +102,20 @@ pub struct Decoder {
     /// The rest of a budget's completion, appended one token per step (last first), when
     /// log-probabilities are recorded.
     completing: Vec<TokenId>,
+    /// Under the SMC sampler: the log of the importance weight gathered since it was last
+    /// taken ([`Decoder::take_log_weight`]), the model's probability of each token over
+    /// the probability it was drawn with.
+    weighted: bool,
+    log_weight: f64,
     stats: GenerationStats,
+}
+
+/// The step's whole distribution (before the mask), where the SMC sampler weighs tokens.
+struct Full {
+    /// The logits after the bias and penalties.
+    logits: Vec<f32>,
+    /// Their log-sum-exp at the sampling temperature.
+    lse: f64,
 }
 
 /// What the next token is drawn under ([`Decoder::mask_for_sampling`]).
@@ -164,7 +177,10 @@ impl Decoder {
             .into());
         }
         let width = space.width();
+        let weighted = matches!(opts.sampling.method, SamplerMethod::Smc(_));
         let mut d = Decoder {
+            weighted,
+            log_weight: 0.0,
             budgeted: opts.complete_within_budget && constraint.is_some(),
             max_tokens: opts.max_tokens,
             phase: Phase::Free,
@@ -191,8 +207,9 @@ impl Decoder {
             space,
             constraint,
             opts: GenerateOptions {
-                // Every token from a distribution when log-probabilities are asked for.
-                jump_forward: opts.jump_forward && opts.logprobs.is_none(),
+                // Every token from a distribution when log-probabilities or weights are
+                // asked for.
+                jump_forward: opts.jump_forward && opts.logprobs.is_none() && !weighted,
                 ..opts.clone()
             },
         };
@@ -241,6 +258,31 @@ impl Decoder {
     /// Masks computed so far: how many, and their microseconds in all.
     pub fn mask_work(&self) -> (usize, f64) {
         (self.mask_times.len(), self.mask_times.iter().sum())
+    }
+
+    /// A copy of this decoder whose draws come from a random state seeded from `seed`
+    /// (a particle forked by resampling).
+    pub(crate) fn fork(&self, seed: u64) -> Decoder {
+        let mut d = self.clone();
+        d.sampler.reseed(seed);
+        d
+    }
+
+    /// The log importance weight gathered since the last call (under the SMC sampler; 0
+    /// otherwise).
+    pub(crate) fn take_log_weight(&mut self) -> f64 {
+        std::mem::take(&mut self.log_weight)
+    }
+
+    /// The prompt and the output's tokens: every position the model has been fed.
+    pub(crate) fn history(&self) -> &[TokenId] {
+        &self.history
+    }
+
+    /// Whether every token must come from a distribution, one per step: with
+    /// log-probabilities or weights, a budget's completion is appended one token a step.
+    fn one_by_one(&self) -> bool {
+        self.opts.logprobs.is_some() || self.weighted
     }
 
     /// Tokens generated so far.
@@ -300,22 +342,19 @@ impl Decoder {
         let masked = match self.mask_for_sampling()? {
             Sampling::Masked => true,
             Sampling::Free => false,
-            Sampling::Done(done) => return Ok(Next::Done(done)),
-        };
-        let mut v = logits.to_masked_vec(masked.then_some(&self.mask))?;
-        if self.opts.ignore_eos {
-            for &e in self.space.eos() {
-                // An end token the grammar names is the grammar's, not an end to ignore.
-                if masked && self.names_token(e) {
-                    continue;
+            Sampling::Done(done) => {
+                if done == FinishReason::GrammarComplete && self.weighted && !self.opts.ignore_eos {
+                    // The output ends with the model's end token: its probability (of
+                    // those the grammar allows) is part of the output's.
+                    let (v, full) = self.step_logits(logits, true)?;
+                    self.weigh_drawn(full.as_ref(), &v);
                 }
-                if let Some(l) = v.get_mut(e.index()) {
-                    *l = f32::NEG_INFINITY;
-                }
+                return Ok(Next::Done(done));
             }
-        }
-        self.sampler.adjust(&mut v, &self.history, &self.tokens);
+        };
+        let (mut v, full) = self.step_logits(logits, masked)?;
         if let Some(t) = self.completing.pop() {
+            self.weigh_forced(full.as_ref(), t);
             return self.append_completion(&v, t, out);
         }
         let tok = self.sample_watching_trigger(&mut v)?;
@@ -328,6 +367,7 @@ impl Decoder {
             if let Some(trigger) = self.trigger_still_owed() {
                 return Ok(self.force_trigger(trigger, out));
             }
+            self.weigh_drawn(full.as_ref(), &v);
             self.record_logprob(&v, tok);
             self.emit_end(tok, out);
             return Ok(Next::Done(FinishReason::Stop));
@@ -337,9 +377,15 @@ impl Decoder {
             false => Stepped::Kept,
         };
         let (tok, named) = match stepped {
-            Stepped::Kept => (tok, named),
+            Stepped::Kept => {
+                self.weigh_drawn(full.as_ref(), &v);
+                (tok, named)
+            }
             Stepped::Completed => return Ok(Next::Done(FinishReason::BudgetCompleted)),
-            Stepped::Replaced { token, named } => (token, named),
+            Stepped::Replaced { token, named } => {
+                self.weigh_forced(full.as_ref(), token);
+                (token, named)
+            }
         };
         self.record_logprob(&v, tok);
         if named && self.space.eos().contains(&tok) && self.completed_by_it(&stepped) {
@@ -363,6 +409,72 @@ impl Decoder {
             self.jump_forward(&mut feed, out)?;
         }
         Ok(self.feed(feed))
+    }
+
+    /// This step's logits for the draw: masked (where `masked`), with the logit bias and
+    /// penalties, and end tokens removed under `ignore_eos`. Under the SMC sampler, also the
+    /// whole distribution before the mask, to weigh the token drawn.
+    fn step_logits(
+        &self,
+        logits: &dyn Logits,
+        masked: bool,
+    ) -> Result<(Vec<f32>, Option<Full>), GenerateError> {
+        let mask = masked.then_some(&self.mask);
+        if !self.weighted {
+            let mut v = logits.to_masked_vec(mask)?;
+            self.adjust(&mut v, masked);
+            return Ok((v, None));
+        }
+        let mut full = logits.to_masked_vec(None)?;
+        self.adjust(&mut full, masked);
+        let mut v = full.clone();
+        if let Some(m) = mask {
+            apply_mask_in_place(&mut v, m);
+        }
+        let lse = log_sum_exp(&full, self.inverse_temperature());
+        Ok((v, Some(Full { logits: full, lse })))
+    }
+
+    /// The bias and penalties, and under `ignore_eos` no end token but one the grammar
+    /// names (`masked`: the grammar applies to this step).
+    fn adjust(&self, v: &mut [f32], masked: bool) {
+        if self.opts.ignore_eos {
+            for &e in self.space.eos() {
+                // An end token the grammar names is the grammar's, not an end to ignore.
+                if masked && self.names_token(e) {
+                    continue;
+                }
+                if let Some(l) = v.get_mut(e.index()) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        self.sampler.adjust(v, &self.history, &self.tokens);
+    }
+
+    fn inverse_temperature(&self) -> f32 {
+        1.0 / self.sampler.options().temperature
+    }
+
+    /// Weighs a token drawn from `v` (the masked distribution): its probability under the
+    /// whole distribution over its probability under `v` is the mass `v` kept.
+    fn weigh_drawn(&mut self, full: Option<&Full>, v: &[f32]) {
+        if let Some(f) = full {
+            self.log_weight += log_sum_exp(v, self.inverse_temperature()) - f.lse;
+        }
+    }
+
+    /// Weighs a token the engine chose (a budget's completion): drawn with probability 1,
+    /// so its weight is its probability under the whole distribution.
+    fn weigh_forced(&mut self, full: Option<&Full>, t: TokenId) {
+        if let Some(f) = full {
+            let l = f
+                .logits
+                .get(t.index())
+                .copied()
+                .unwrap_or(f32::NEG_INFINITY);
+            self.log_weight += l as f64 * self.inverse_temperature() as f64 - f.lse;
+        }
     }
 
     /// Records `tok`'s log-probability under `v`, if asked for.
@@ -399,6 +511,7 @@ impl Decoder {
             finish_reason,
             stats: st,
             logprobs,
+            particles: Vec::new(),
         }
     }
 

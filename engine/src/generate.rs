@@ -28,8 +28,9 @@ use crate::constraint::Constraint;
 pub use crate::decoder::{Decoder, Emit, Next};
 use crate::logprobs::TokenLogprob;
 use crate::model::{CausalLm, ModelError};
-use crate::sampling::{SamplingError, SamplingOptions};
+use crate::sampling::{SamplerMethod, SamplingError, SamplingOptions};
 use crate::scope::Scope;
+use crate::smc::{SmcStats, WeightedOutput};
 pub use crate::utf8::Utf8Stream;
 use corral_trie::{TokenId, TokenSpace};
 use std::sync::Arc;
@@ -129,6 +130,8 @@ pub struct GenerationStats {
     pub mask_us_p99: f64,
     /// Masks computed.
     pub masks: usize,
+    /// Under the SMC sampler: its particles, resamplings and effective sample size.
+    pub smc: Option<SmcStats>,
 }
 
 /// The result of a generation.
@@ -146,6 +149,9 @@ pub struct Generation {
     /// With [`GenerateOptions::logprobs`]: the tokens' log-probabilities not taken with
     /// [`Decoder::take_logprobs`] (all of them, when none were).
     pub logprobs: Vec<TokenLogprob>,
+    /// Under the SMC sampler: every particle with its weight (the output is one of them,
+    /// drawn by weight); empty otherwise.
+    pub particles: Vec<WeightedOutput>,
 }
 
 /// Why generation failed.
@@ -213,6 +219,9 @@ pub fn generate_emitting(
     opts: &GenerateOptions,
     on_delta: &mut dyn FnMut(Emit<'_>),
 ) -> Result<Generation, GenerateError> {
+    if let SamplerMethod::Smc(smc) = opts.sampling.method {
+        return crate::smc::generate_smc(lm, space, constraint, prompt, opts, smc, on_delta);
+    }
     let mut d = Decoder::new(
         space.clone(),
         constraint.cloned(),

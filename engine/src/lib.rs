@@ -52,6 +52,7 @@ mod model;
 pub mod replay;
 mod sampling;
 mod scope;
+mod smc;
 mod tokens;
 mod utf8;
 
@@ -70,8 +71,9 @@ pub use logprobs::TokenLogprob;
 pub use model::{
     BackendError, BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place,
 };
-pub use sampling::{Sampler, SamplingError, SamplingOptions, argmax};
+pub use sampling::{Sampler, SamplerMethod, SamplingError, SamplingOptions, SmcOptions, argmax};
 pub use scope::{Forced, Scope};
+pub use smc::{SmcStats, WeightedOutput};
 
 /// Helpers of the unit tests.
 #[cfg(test)]

@@ -19,6 +19,27 @@ pub struct TokenLogprob {
     pub top: Vec<(TokenId, f32)>,
 }
 
+/// The natural log of the sum of `exp(l * scale)` over the finite logits `l` (minus
+/// infinity where there are none): the log of a softmax's normalizer at temperature
+/// `1 / scale`.
+pub(crate) fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|l| l.is_finite())
+        .fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return f64::NEG_INFINITY;
+    }
+    let s = scale as f64;
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| ((l as f64 - max as f64) * s).exp())
+        .sum();
+    max as f64 * s + sum.ln()
+}
+
 /// The log-probability of `token` under the softmax of `logits` (minus infinity is a
 /// masked token), with the `top` most likely tokens'.
 pub fn token_logprob(logits: &[f32], token: TokenId, top: usize) -> TokenLogprob {

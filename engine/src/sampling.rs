@@ -35,6 +35,47 @@ pub struct SamplingOptions {
     /// Seed of the random draw: the same seed, settings and logits draw the same tokens.
     /// Default 42.
     pub seed: u64,
+    /// How a whole output is drawn: token by token under the mask (the default), or by
+    /// sequential Monte Carlo over several particles ([`SamplerMethod::Smc`]).
+    pub method: SamplerMethod,
+}
+
+/// How a whole output is drawn.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum SamplerMethod {
+    /// Each token from the model's distribution with the grammar's mask applied and
+    /// renormalized: what every constrained decoder does. It over-weights prefixes from
+    /// which little of the model's mass finishes inside the grammar.
+    #[default]
+    Plain,
+    /// Sequential Monte Carlo (see `crate::smc` and docs/sampling.md): the output is drawn
+    /// from the tempered model restricted to the grammar, approximately, the more closely the
+    /// more particles.
+    Smc(SmcOptions),
+}
+
+/// Settings of [`SamplerMethod::Smc`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SmcOptions {
+    /// Particles (sequences decoded side by side, one forward pass a step for them all): 1
+    /// to [`SmcOptions::MAX_PARTICLES`].
+    pub particles: usize,
+    /// Particles are resampled when the effective sample size falls below this fraction of
+    /// their number: in [0, 1] (0 never resamples, 1 at every step). Default 0.5.
+    pub ess_threshold: f64,
+}
+
+impl SmcOptions {
+    /// Most particles a generation may ask for (each holds a KV cache of its own).
+    pub const MAX_PARTICLES: usize = 64;
+
+    /// `particles` particles, resampled below half of them.
+    pub fn new(particles: usize) -> SmcOptions {
+        SmcOptions {
+            particles,
+            ess_threshold: 0.5,
+        }
+    }
 }
 
 impl Default for SamplingOptions {
@@ -50,6 +91,7 @@ impl Default for SamplingOptions {
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
             seed: 42,
+            method: SamplerMethod::Plain,
         }
     }
 }
@@ -118,6 +160,58 @@ impl SamplingOptions {
             .find(|(_, b)| !(-100.0..=100.0).contains(b))
         {
             return bad("logit_bias", b.to_string(), "biases in [-100, 100]");
+        }
+        if let SamplerMethod::Smc(smc) = self.method {
+            self.validate_smc(smc)?;
+        }
+        Ok(())
+    }
+
+    /// SMC's target is the tempered model itself: no greedy decoding, and no cut of the
+    /// distribution (top-k, top-p, min-p) that the weights would not see.
+    fn validate_smc(&self, smc: SmcOptions) -> Result<(), SamplingError> {
+        let bad = |name, value: String, expected| {
+            Err(SamplingError {
+                name,
+                value,
+                expected,
+            })
+        };
+        if !(1..=SmcOptions::MAX_PARTICLES).contains(&smc.particles) {
+            return bad(
+                "particles",
+                smc.particles.to_string(),
+                "1 to 64 with the smc sampler",
+            );
+        }
+        if !(0.0..=1.0).contains(&smc.ess_threshold) {
+            return bad(
+                "ess_threshold",
+                smc.ess_threshold.to_string(),
+                "a fraction in [0, 1]",
+            );
+        }
+        if self.temperature <= 0.0 {
+            return bad(
+                "temperature",
+                self.temperature.to_string(),
+                "above 0 with the smc sampler (it samples the tempered model)",
+            );
+        }
+        let cuts = [
+            ("top_k", self.top_k.map(|k| k.to_string())),
+            ("top_p", self.top_p.map(|p| p.to_string())),
+            (
+                "min_p",
+                self.min_p.filter(|&m| m > 0.0).map(|m| m.to_string()),
+            ),
+        ];
+        if let Some((name, Some(v))) = cuts.into_iter().find(|(_, v)| v.is_some()) {
+            return bad(
+                name,
+                v,
+                "unset with the smc sampler (its weights are of the whole tempered distribution)",
+            );
         }
         Ok(())
     }
@@ -189,6 +283,12 @@ impl Sampler {
             rng,
             candidates: Vec::new(),
         }
+    }
+
+    /// The same settings with a new random state, seeded from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.opts.seed = seed;
+        self.rng = Rng::new(seed);
     }
 
     /// The settings it samples with.

@@ -40,7 +40,7 @@ impl Decoder {
         // The completion from before `tok` fit (checked at the step before, or when the
         // decoder was made); `None` here means the recognizer's search gave up.
         let mut completion = a.completion_tokens()?.ok_or(GenerateError::NoCompletion)?;
-        if self.opts.logprobs.is_some() && !completion.is_empty() {
+        if self.one_by_one() && !completion.is_empty() {
             completion.reverse();
             let first = completion.pop().expect("not empty");
             let named = self.names_token(first);

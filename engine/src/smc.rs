@@ -1,0 +1,453 @@
+//! Sequential Monte Carlo over grammar-masked particles ([`SamplerMethod::Smc`]).
+//!
+//! The target: with `p_T(t | x)` the model's next-token distribution at temperature `T`
+//! (after the logit bias and penalties), and `L` the grammar's outputs (each ending with
+//! the model's end token, or cut by the budget's completion), an output `x` has probability
+//! `prod_t p_T(x_t | x_<t) / Z` if `x` is in `L`, 0 otherwise. Masking and renormalizing
+//! each step (the plain sampler) draws each token from `q(t) = p_T(t) / m` instead, where
+//! `m` is the mass the mask kept, and so over-weights prefixes from which little mass
+//! finishes inside the grammar.
+//!
+//! Each of N particles is a [`Decoder`] with a KV cache of its own. A step proposes each
+//! particle's next token from `q` and multiplies its weight by `p_T / q = m`. When the
+//! effective sample size `(sum w)^2 / sum w^2` falls below `ess_threshold * N`, the
+//! particles are resampled (systematic resampling): each is replaced by copies of
+//! particles drawn in proportion to their weights, its decoder forked (a clone with a new
+//! random state) and its KV cache copied ([`CausalLm::copy_prefix`], or the tokens run
+//! again on a new sequence where the model cannot copy). Particles that end wait for the
+//! others. The output is one particle drawn by final weight; every particle comes back
+//! with its weight in [`Generation::particles`].
+//!
+//! Every token comes from a distribution (no jump-forward); a budget's completion is
+//! appended one token a step and weighed by its probability, so near the budget's end the
+//! target is the grammar's outputs that fit in it.
+
+use crate::constraint::Constraint;
+use crate::decoder::{Decoder, Emit, Next};
+use crate::generate::{FinishReason, GenerateError, GenerateOptions, Generation};
+use crate::model::{BatchItem, CausalLm, Logits, Sequence};
+use crate::sampling::{Rng, SmcOptions};
+use corral_trie::{TokenId, TokenSpace};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One particle of an SMC generation ([`Generation::particles`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightedOutput {
+    /// Its text.
+    pub text: String,
+    /// Its tokens.
+    pub tokens: Vec<TokenId>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Its normalized weight: the particles' weights sum to 1.
+    pub weight: f64,
+}
+
+/// What an SMC generation did ([`crate::GenerationStats::smc`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SmcStats {
+    /// Particles.
+    pub particles: usize,
+    /// Times the particles were resampled.
+    pub resamples: usize,
+    /// The smallest effective sample size seen after a step (before resampling).
+    pub ess_min: f64,
+    /// The effective sample size of the final weights.
+    pub ess_final: f64,
+    /// Sequence steps run: each particle's forward passes, added up (a batched pass runs
+    /// one per particle still going).
+    pub sequence_steps: usize,
+    /// Milliseconds spent forking particles at resampling (decoders and KV caches).
+    pub fork_ms: f64,
+    /// The log of the estimated normalizer: the mean weight's log, an estimate of the
+    /// log-probability that the model's own output (at this temperature) is in the
+    /// grammar's language.
+    pub log_evidence: f64,
+}
+
+/// A piece of a particle's output, kept until the particle is chosen.
+#[derive(Clone, Debug)]
+enum Piece {
+    Text(String),
+    Control {
+        token: TokenId,
+        name: String,
+        named: bool,
+    },
+}
+
+impl Piece {
+    fn of(e: Emit<'_>) -> Piece {
+        match e {
+            Emit::Text(t) => Piece::Text(t.to_string()),
+            Emit::Control { token, name, named } => Piece::Control {
+                token,
+                name: name.to_string(),
+                named,
+            },
+        }
+    }
+
+    fn emit(&self, out: &mut dyn FnMut(Emit<'_>)) {
+        match self {
+            Piece::Text(t) => out(Emit::Text(t)),
+            Piece::Control { token, name, named } => out(Emit::Control {
+                token: *token,
+                name,
+                named: *named,
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Particle {
+    decoder: Decoder,
+    /// Its KV cache; `None` once it ended (or before it is given one).
+    sequence: Option<SeqState>,
+    /// Tokens to run next on its sequence.
+    feed: Vec<TokenId>,
+    log_w: f64,
+    done: Option<FinishReason>,
+    pieces: Vec<Piece>,
+}
+
+/// A particle's KV cache and the positions it holds.
+#[derive(Debug)]
+struct SeqState {
+    sequence: Sequence,
+    pos: usize,
+}
+
+impl Particle {
+    /// One step from `logits`: the token drawn, its weight, what to run next.
+    fn advance(&mut self, logits: &dyn Logits) -> Result<(), GenerateError> {
+        let pieces = &mut self.pieces;
+        let next = self
+            .decoder
+            .advance_emitting(logits, &mut |e| pieces.push(Piece::of(e)))?;
+        self.log_w += self.decoder.take_log_weight();
+        match next {
+            Next::Feed(f) => self.feed = f,
+            Next::Done(r) => {
+                self.done = Some(r);
+                self.sequence = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Generates by SMC with `smc.particles` particles (see the module docs); called by
+/// [`crate::generate_emitting`] when the sampling method asks for it. `out` gets the chosen
+/// particle's output at the end.
+pub(crate) fn generate_smc(
+    lm: &mut dyn CausalLm,
+    space: &Arc<TokenSpace>,
+    constraint: Option<&Arc<Constraint>>,
+    prompt: &[TokenId],
+    opts: &GenerateOptions,
+    smc: SmcOptions,
+    out: &mut dyn FnMut(Emit<'_>),
+) -> Result<Generation, GenerateError> {
+    let n = smc.particles;
+    let base = Decoder::new(
+        space.clone(),
+        constraint.cloned(),
+        prompt,
+        lm.max_positions(),
+        opts,
+    )?
+    .with_logit_width(lm.logit_width());
+    let mut rng = Rng::new(opts.sampling.seed);
+    let mut stats = SmcStats {
+        particles: n,
+        ess_min: n as f64,
+        ..SmcStats::default()
+    };
+    let t0 = Instant::now();
+    let mut root = lm.new_sequence();
+    let first = lm
+        .forward_batch(&mut [BatchItem {
+            tokens: prompt,
+            pos: 0,
+            sequence: &mut root,
+        }])?
+        .pop()
+        .ok_or(GenerateError::Model(crate::model::ModelError::NoTokens))?;
+    let prefill = t0.elapsed();
+    let decode_start = Instant::now();
+    let mut forward_time = Duration::ZERO;
+    let mut passes = 1;
+    let mut ps = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut p = Particle {
+            decoder: base.fork(rng.next_u64()),
+            sequence: None,
+            feed: Vec::new(),
+            log_w: 0.0,
+            done: None,
+            pieces: Vec::new(),
+        };
+        p.advance(&*first)?;
+        if p.done.is_none() {
+            p.sequence = Some(match lm.copy_prefix(&root, prompt.len()) {
+                Some(sequence) => SeqState {
+                    sequence,
+                    pos: prompt.len(),
+                },
+                None => rerun(lm, &mut p),
+            });
+        }
+        ps.push(p);
+    }
+    drop(root);
+    let mut log_norm = 0.0;
+    loop {
+        resample_if_low(lm, &mut ps, smc, &mut rng, &mut stats, &mut log_norm)?;
+        let live: Vec<usize> = (0..n).filter(|&i| ps[i].done.is_none()).collect();
+        if live.is_empty() {
+            break;
+        }
+        // Masks first, in parallel where the batch is large.
+        let mut decoders: Vec<&mut Decoder> = ps
+            .iter_mut()
+            .filter(|p| p.done.is_none())
+            .map(|p| &mut p.decoder)
+            .collect();
+        for r in crate::compute_masks(&mut decoders) {
+            r?;
+        }
+        let t = Instant::now();
+        let logits = {
+            let mut items: Vec<BatchItem<'_>> = ps
+                .iter_mut()
+                .filter(|p| p.done.is_none())
+                .map(|p| {
+                    let s = p.sequence.as_mut().expect("a live particle has a sequence");
+                    BatchItem {
+                        tokens: &p.feed,
+                        pos: s.pos,
+                        sequence: &mut s.sequence,
+                    }
+                })
+                .collect();
+            lm.forward_batch(&mut items)?
+        };
+        forward_time += t.elapsed();
+        passes += 1;
+        stats.sequence_steps += live.len();
+        for (&i, l) in live.iter().zip(logits) {
+            let p = &mut ps[i];
+            if let Some(s) = p.sequence.as_mut() {
+                s.pos += p.feed.len();
+            }
+            p.advance(&*l)?;
+        }
+    }
+    let log_w: Vec<f64> = ps.iter().map(|p| p.log_w).collect();
+    let weights = normalized(&log_w);
+    stats.ess_final = ess(&weights);
+    stats.log_evidence = log_norm + log_mean_exp(&log_w);
+    let chosen = draw(&weights, rng.next_f64());
+    let decode = decode_start.elapsed();
+    let mut particles = Vec::with_capacity(n);
+    let mut result = None;
+    for (i, (p, w)) in ps.into_iter().zip(&weights).enumerate() {
+        let finish = p.done.unwrap_or(FinishReason::Length);
+        let mut pieces = p.pieces;
+        let g = p
+            .decoder
+            .finish_emitting(finish, &mut |e| pieces.push(Piece::of(e)));
+        particles.push(WeightedOutput {
+            text: g.text.clone(),
+            tokens: g.tokens.clone(),
+            finish_reason: finish,
+            weight: *w,
+        });
+        if i == chosen {
+            for piece in &pieces {
+                piece.emit(out);
+            }
+            result = Some(g);
+        }
+    }
+    let mut g = result.expect("one particle is chosen");
+    g.stats.forward_passes = passes;
+    g.stats.prompt_tok_s = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
+    g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
+    g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
+    g.stats.smc = Some(stats);
+    g.particles = particles;
+    Ok(g)
+}
+
+/// A new sequence for a particle whose cache the model cannot copy: everything it was fed
+/// runs again, from position 0.
+fn rerun(lm: &dyn CausalLm, p: &mut Particle) -> SeqState {
+    let history = p.decoder.history();
+    // The tokens still to feed are the history's last ones: run the rest before them.
+    let mut all = history[..history.len() - p.feed.len()].to_vec();
+    all.append(&mut p.feed);
+    p.feed = all;
+    SeqState {
+        sequence: lm.new_sequence(),
+        pos: 0,
+    }
+}
+
+/// Resamples the particles where their effective sample size fell below the threshold
+/// (and some are still going); `log_norm` gathers the log mean weight each resampling
+/// sets aside, for the evidence.
+fn resample_if_low(
+    lm: &dyn CausalLm,
+    ps: &mut Vec<Particle>,
+    smc: SmcOptions,
+    rng: &mut Rng,
+    stats: &mut SmcStats,
+    log_norm: &mut f64,
+) -> Result<(), GenerateError> {
+    let n = ps.len();
+    let log_w: Vec<f64> = ps.iter().map(|p| p.log_w).collect();
+    if log_w.iter().all(|w| *w == f64::NEG_INFINITY) {
+        return Err(GenerateError::NothingToSample);
+    }
+    let weights = normalized(&log_w);
+    let e = ess(&weights);
+    stats.ess_min = stats.ess_min.min(e);
+    if e >= smc.ess_threshold * n as f64 || ps.iter().all(|p| p.done.is_some()) {
+        return Ok(());
+    }
+    let t = Instant::now();
+    stats.resamples += 1;
+    *log_norm += log_mean_exp(&log_w);
+    let ancestors = systematic(&weights, rng.next_f64());
+    let mut old: Vec<Option<Particle>> = std::mem::take(ps).into_iter().map(Some).collect();
+    let mut first_child: Vec<Option<usize>> = vec![None; n];
+    for &a in &ancestors {
+        let child = match (old[a].take(), first_child[a]) {
+            // The first copy takes the particle itself, with its cache.
+            (Some(p), _) => p,
+            (None, Some(f)) => fork(lm, &ps[f], rng.next_u64()),
+            (None, None) => unreachable!("an ancestor is taken only by its first copy"),
+        };
+        first_child[a].get_or_insert(ps.len());
+        ps.push(Particle {
+            log_w: 0.0,
+            ..child
+        });
+    }
+    stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
+    Ok(())
+}
+
+/// A copy of `p` with its own random state and its own KV cache.
+fn fork(lm: &dyn CausalLm, p: &Particle, seed: u64) -> Particle {
+    let mut child = Particle {
+        decoder: p.decoder.fork(seed),
+        sequence: None,
+        feed: p.feed.clone(),
+        log_w: p.log_w,
+        done: p.done,
+        pieces: p.pieces.clone(),
+    };
+    if let Some(s) = &p.sequence {
+        child.sequence = Some(match lm.copy_prefix(&s.sequence, s.pos) {
+            Some(sequence) => SeqState {
+                sequence,
+                pos: s.pos,
+            },
+            None => rerun(lm, &mut child),
+        });
+    }
+    child
+}
+
+/// Weights that sum to 1 from log weights (all equal where every one is minus infinity).
+fn normalized(log_w: &[f64]) -> Vec<f64> {
+    let max = log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return vec![1.0 / log_w.len() as f64; log_w.len()];
+    }
+    let w: Vec<f64> = log_w.iter().map(|l| (l - max).exp()).collect();
+    let sum: f64 = w.iter().sum();
+    w.into_iter().map(|x| x / sum).collect()
+}
+
+/// The log of the mean of `exp(log_w)`.
+fn log_mean_exp(log_w: &[f64]) -> f64 {
+    let max = log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return max;
+    }
+    let sum: f64 = log_w.iter().map(|l| (l - max).exp()).sum();
+    max + (sum / log_w.len() as f64).ln()
+}
+
+/// The effective sample size of normalized weights.
+fn ess(w: &[f64]) -> f64 {
+    1.0 / w.iter().map(|x| x * x).sum::<f64>()
+}
+
+/// The index whose cumulative weight first exceeds `u` in [0, 1).
+fn draw(w: &[f64], u: f64) -> usize {
+    let mut acc = 0.0;
+    for (i, x) in w.iter().enumerate() {
+        acc += x;
+        if u < acc {
+            return i;
+        }
+    }
+    w.iter().rposition(|&x| x > 0.0).unwrap_or(0)
+}
+
+/// Systematic resampling: `w.len()` ancestors at the points `(u + k) / n`, in order.
+fn systematic(w: &[f64], u: f64) -> Vec<usize> {
+    let n = w.len();
+    let mut out = Vec::with_capacity(n);
+    let mut acc = w[0];
+    let mut i = 0;
+    for k in 0..n {
+        let point = (u + k as f64) / n as f64;
+        while point >= acc && i + 1 < n {
+            i += 1;
+            acc += w[i];
+        }
+        out.push(i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systematic_resampling_copies_in_proportion_to_weight() {
+        let w = [0.5, 0.0, 0.25, 0.25];
+        assert_eq!(systematic(&w, 0.0), vec![0, 0, 2, 3]);
+        assert_eq!(systematic(&w, 0.99), vec![0, 0, 2, 3]);
+        // A particle of weight 0 is never drawn, even at the edges.
+        let w = [0.0, 1.0, 0.0];
+        assert_eq!(systematic(&w, 0.0), vec![1, 1, 1]);
+        assert_eq!(systematic(&w, 0.999), vec![1, 1, 1]);
+        // Counts are within one of n * w.
+        let w = [0.1, 0.6, 0.3];
+        let a = systematic(&w, 0.5);
+        let count = |i| a.iter().filter(|&&x| x == i).count();
+        assert_eq!((count(0), count(1), count(2)), (0, 2, 1));
+    }
+
+    #[test]
+    fn weights_and_effective_sample_size() {
+        let w = normalized(&[0.0, 0.0, f64::NEG_INFINITY, 2f64.ln()]);
+        assert!((w[0] - 0.25).abs() < 1e-12 && (w[3] - 0.5).abs() < 1e-12 && w[2] == 0.0);
+        assert!((ess(&[0.25; 4]) - 4.0).abs() < 1e-12);
+        assert!((ess(&[1.0, 0.0]) - 1.0).abs() < 1e-12);
+        assert!((log_mean_exp(&[0.0, 2f64.ln()]) - 1.5f64.ln()).abs() < 1e-12);
+        assert_eq!(draw(&[0.2, 0.3, 0.5], 0.1), 0);
+        assert_eq!(draw(&[0.2, 0.3, 0.5], 0.45), 1);
+        assert_eq!(draw(&[0.2, 0.3, 0.5], 0.9999), 2);
+    }
+}
