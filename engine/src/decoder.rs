@@ -250,6 +250,11 @@ impl Decoder {
         }
     }
 
+    /// The sampling settings it draws with.
+    pub fn sampling(&self) -> &crate::SamplingOptions {
+        self.sampler.options()
+    }
+
     /// Whether a grammar constrains (some of) the output.
     pub fn is_constrained(&self) -> bool {
         self.constraint.is_some()

@@ -71,9 +71,11 @@ pub use logprobs::TokenLogprob;
 pub use model::{
     BackendError, BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place,
 };
-pub use sampling::{Sampler, SamplerMethod, SamplingError, SamplingOptions, SmcOptions, argmax};
+pub use sampling::{
+    Rng, Sampler, SamplerMethod, SamplingError, SamplingOptions, SmcOptions, argmax,
+};
 pub use scope::{Forced, Scope};
-pub use smc::{SmcStats, WeightedOutput};
+pub use smc::{Particles, SmcStats, WeightedOutput};
 
 /// Helpers of the unit tests.
 #[cfg(test)]

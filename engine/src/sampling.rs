@@ -346,10 +346,46 @@ impl Sampler {
     /// top-k, softmax, min-p, top-p and a seeded draw. `None` if every logit is minus
     /// infinity.
     pub fn draw(&mut self, logits: &[f32]) -> Option<TokenId> {
-        let o = &self.opts;
-        if o.temperature <= 0.0 {
+        if self.opts.temperature <= 0.0 {
             return argmax(logits);
         }
+        let (total, mut sorted) = self.cut(logits)?;
+        let c = &mut self.candidates;
+        let mut r = self.rng.next_f64() * total;
+        let mut seen = 0;
+        loop {
+            sorted = sort_prefix(c, sorted);
+            for x in &c[seen..sorted] {
+                r -= x.weight as f64;
+                if r < 0.0 {
+                    return Some(TokenId(x.id));
+                }
+            }
+            if sorted == c.len() {
+                return Some(TokenId(c[c.len() - 1].id));
+            }
+            seen = sorted;
+        }
+    }
+
+    /// The distribution [`Sampler::draw`] draws from (at a temperature above 0): each
+    /// token left after the cuts, with its probability, most likely first.
+    pub fn distribution(&mut self, logits: &[f32]) -> Vec<(TokenId, f64)> {
+        let Some((total, _)) = self.cut(logits) else {
+            return Vec::new();
+        };
+        let c = &mut self.candidates;
+        c.sort_unstable_by(desc);
+        c.iter()
+            .map(|x| (TokenId(x.id), x.weight as f64 / total))
+            .collect()
+    }
+
+    /// Temperature, top-k, softmax, min-p and top-p: leaves the candidates that may be
+    /// drawn in `self.candidates`, the first `sorted` of them in order, and returns their
+    /// weights' sum and `sorted`. `None` if every logit is minus infinity.
+    fn cut(&mut self, logits: &[f32]) -> Option<(f64, usize)> {
+        let o = &self.opts;
         let c = &mut self.candidates;
         c.clear();
         c.extend(
@@ -411,21 +447,7 @@ impl Sampler {
             sorted = sorted.min(keep);
             total = c.iter().map(|x| x.weight as f64).sum();
         }
-        let mut r = self.rng.next_f64() * total;
-        let mut seen = 0;
-        loop {
-            sorted = sort_prefix(c, sorted);
-            for x in &c[seen..sorted] {
-                r -= x.weight as f64;
-                if r < 0.0 {
-                    return Some(TokenId(x.id));
-                }
-            }
-            if sorted == c.len() {
-                return Some(TokenId(c[c.len() - 1].id));
-            }
-            seen = sorted;
-        }
+        Some((total, sorted))
     }
 }
 

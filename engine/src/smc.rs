@@ -139,6 +139,227 @@ impl Particle {
     }
 }
 
+/// An SMC generation's particles, stepped by a caller that runs the model (the server's
+/// scheduler), as [`Decoder`] is for one sequence; [`generate_smc`] drives one with one
+/// model. After the prompt ran on a sequence: [`Particles::start`] with its logits, then
+/// per step [`Particles::compute_masks`], one forward pass over [`Particles::batch`], and
+/// [`Particles::advance`] with its logits, until [`Particles::is_done`]; then
+/// [`Particles::finish`].
+#[derive(Debug)]
+pub struct Particles {
+    ps: Vec<Particle>,
+    smc: SmcOptions,
+    rng: Rng,
+    stats: SmcStats,
+    /// The log mean weights set aside by resampling, for the evidence.
+    log_norm: f64,
+    /// Forward passes over the particles (the prompt's included).
+    passes: usize,
+}
+
+impl Particles {
+    /// `smc.particles` particles, each a fork of `base` (a decoder for the output after a
+    /// prompt of `prompt_len` tokens, made with the SMC method in its options), each taking
+    /// its first token from the prompt's `logits` and a copy of `prompt`'s cache (the
+    /// sequence the prompt ran on). Seeded from `seed`.
+    pub fn start(
+        lm: &dyn CausalLm,
+        base: &Decoder,
+        smc: SmcOptions,
+        seed: u64,
+        prompt: &Sequence,
+        prompt_len: usize,
+        logits: &dyn Logits,
+    ) -> Result<Particles, GenerateError> {
+        let mut rng = Rng::new(seed);
+        let n = smc.particles;
+        let mut ps = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut p = Particle {
+                decoder: base.fork(rng.next_u64()),
+                sequence: None,
+                feed: Vec::new(),
+                log_w: 0.0,
+                done: None,
+                pieces: Vec::new(),
+            };
+            p.advance(logits)?;
+            if p.done.is_none() {
+                p.sequence = Some(match lm.copy_prefix(prompt, prompt_len) {
+                    Some(sequence) => SeqState {
+                        sequence,
+                        pos: prompt_len,
+                    },
+                    None => rerun(lm, &mut p),
+                });
+            }
+            ps.push(p);
+        }
+        let mut particles = Particles {
+            ps,
+            smc,
+            rng,
+            stats: SmcStats {
+                particles: n,
+                ess_min: n as f64,
+                ..SmcStats::default()
+            },
+            log_norm: 0.0,
+            passes: 1,
+        };
+        particles.resample_if_low(lm)?;
+        Ok(particles)
+    }
+
+    /// Whether every particle has ended.
+    pub fn is_done(&self) -> bool {
+        self.ps.iter().all(|p| p.done.is_some())
+    }
+
+    /// The particles still going: how many rows the next pass has.
+    pub fn live(&self) -> usize {
+        self.ps.iter().filter(|p| p.done.is_none()).count()
+    }
+
+    /// Computes the live particles' masks for their next tokens (in parallel where there
+    /// are many).
+    pub fn compute_masks(&mut self) -> Result<(), GenerateError> {
+        let mut decoders: Vec<&mut Decoder> = self
+            .ps
+            .iter_mut()
+            .filter(|p| p.done.is_none())
+            .map(|p| &mut p.decoder)
+            .collect();
+        crate::compute_masks(&mut decoders).into_iter().collect()
+    }
+
+    /// The next pass's items: one per live particle, in order.
+    pub fn batch(&mut self) -> Vec<BatchItem<'_>> {
+        self.ps
+            .iter_mut()
+            .filter(|p| p.done.is_none())
+            .map(|p| {
+                let s = p.sequence.as_mut().expect("a live particle has a sequence");
+                BatchItem {
+                    tokens: &p.feed,
+                    pos: s.pos,
+                    sequence: &mut s.sequence,
+                }
+            })
+            .collect()
+    }
+
+    /// Each live particle's step from its logits (in [`Particles::batch`]'s order), then
+    /// resampling where the effective sample size fell below the threshold.
+    pub fn advance(
+        &mut self,
+        lm: &dyn CausalLm,
+        logits: Vec<Box<dyn Logits>>,
+    ) -> Result<(), GenerateError> {
+        self.passes += 1;
+        self.stats.sequence_steps += logits.len();
+        let mut logits = logits.into_iter();
+        for p in self.ps.iter_mut().filter(|p| p.done.is_none()) {
+            let l =
+                logits
+                    .next()
+                    .ok_or(GenerateError::Model(crate::model::ModelError::Backend(
+                        "fewer logits than particles".into(),
+                    )))?;
+            if let Some(s) = p.sequence.as_mut() {
+                s.pos += p.feed.len();
+            }
+            p.advance(&*l)?;
+        }
+        self.resample_if_low(lm)
+    }
+
+    /// The KV cache bytes the particles hold, where the model counts them.
+    pub fn sequence_bytes(&self, lm: &dyn CausalLm) -> Option<usize> {
+        self.ps
+            .iter()
+            .filter_map(|p| p.sequence.as_ref())
+            .map(|s| lm.sequence_bytes(&s.sequence))
+            .sum()
+    }
+
+    /// The output: one particle drawn by final weight, its pieces sent to `out`; every
+    /// particle with its weight in [`Generation::particles`], the counts in
+    /// [`crate::GenerationStats::smc`]. `forward_passes` counts the passes over the
+    /// particles.
+    pub fn finish(mut self, out: &mut dyn FnMut(Emit<'_>)) -> Generation {
+        let log_w: Vec<f64> = self.ps.iter().map(|p| p.log_w).collect();
+        let weights = normalized(&log_w);
+        self.stats.ess_final = ess(&weights);
+        self.stats.log_evidence = self.log_norm + log_mean_exp(&log_w);
+        let chosen = draw(&weights, self.rng.next_f64());
+        let mut particles = Vec::with_capacity(self.ps.len());
+        let mut result = None;
+        for (i, (p, w)) in self.ps.into_iter().zip(&weights).enumerate() {
+            let finish = p.done.unwrap_or(FinishReason::Length);
+            let mut pieces = p.pieces;
+            let g = p
+                .decoder
+                .finish_emitting(finish, &mut |e| pieces.push(Piece::of(e)));
+            particles.push(WeightedOutput {
+                text: g.text.clone(),
+                tokens: g.tokens.clone(),
+                finish_reason: finish,
+                weight: *w,
+            });
+            if i == chosen {
+                for piece in &pieces {
+                    piece.emit(out);
+                }
+                result = Some(g);
+            }
+        }
+        let mut g = result.expect("one particle is chosen");
+        g.stats.forward_passes = self.passes;
+        g.stats.smc = Some(self.stats);
+        g.particles = particles;
+        g
+    }
+
+    /// Resamples the particles where their effective sample size fell below the
+    /// threshold (and some are still going).
+    fn resample_if_low(&mut self, lm: &dyn CausalLm) -> Result<(), GenerateError> {
+        let n = self.ps.len();
+        let log_w: Vec<f64> = self.ps.iter().map(|p| p.log_w).collect();
+        if log_w.iter().all(|w| *w == f64::NEG_INFINITY) {
+            return Err(GenerateError::NothingToSample);
+        }
+        let weights = normalized(&log_w);
+        let e = ess(&weights);
+        self.stats.ess_min = self.stats.ess_min.min(e);
+        if e >= self.smc.ess_threshold * n as f64 || self.is_done() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        self.stats.resamples += 1;
+        self.log_norm += log_mean_exp(&log_w);
+        let ancestors = systematic(&weights, self.rng.next_f64());
+        let mut old: Vec<Option<Particle>> =
+            std::mem::take(&mut self.ps).into_iter().map(Some).collect();
+        let mut first_child: Vec<Option<usize>> = vec![None; n];
+        for &a in &ancestors {
+            let child = match (old[a].take(), first_child[a]) {
+                // The first copy takes the particle itself, with its cache.
+                (Some(p), _) => p,
+                (None, Some(f)) => fork(lm, &self.ps[f], self.rng.next_u64()),
+                (None, None) => unreachable!("an ancestor is taken only by its first copy"),
+            };
+            first_child[a].get_or_insert(self.ps.len());
+            self.ps.push(Particle {
+                log_w: 0.0,
+                ..child
+            });
+        }
+        self.stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
+        Ok(())
+    }
+}
+
 /// Generates by SMC with `smc.particles` particles (see the module docs); called by
 /// [`crate::generate_emitting`] when the sampling method asks for it. `out` gets the chosen
 /// particle's output at the end.
@@ -151,7 +372,6 @@ pub(crate) fn generate_smc(
     smc: SmcOptions,
     out: &mut dyn FnMut(Emit<'_>),
 ) -> Result<Generation, GenerateError> {
-    let n = smc.particles;
     let base = Decoder::new(
         space.clone(),
         constraint.cloned(),
@@ -160,12 +380,6 @@ pub(crate) fn generate_smc(
         opts,
     )?
     .with_logit_width(lm.logit_width());
-    let mut rng = Rng::new(opts.sampling.seed);
-    let mut stats = SmcStats {
-        particles: n,
-        ess_min: n as f64,
-        ..SmcStats::default()
-    };
     let t0 = Instant::now();
     let mut root = lm.new_sequence();
     let first = lm
@@ -179,107 +393,28 @@ pub(crate) fn generate_smc(
     let prefill = t0.elapsed();
     let decode_start = Instant::now();
     let mut forward_time = Duration::ZERO;
-    let mut passes = 1;
-    let mut ps = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut p = Particle {
-            decoder: base.fork(rng.next_u64()),
-            sequence: None,
-            feed: Vec::new(),
-            log_w: 0.0,
-            done: None,
-            pieces: Vec::new(),
-        };
-        p.advance(&*first)?;
-        if p.done.is_none() {
-            p.sequence = Some(match lm.copy_prefix(&root, prompt.len()) {
-                Some(sequence) => SeqState {
-                    sequence,
-                    pos: prompt.len(),
-                },
-                None => rerun(lm, &mut p),
-            });
-        }
-        ps.push(p);
-    }
+    let mut ps = Particles::start(
+        lm,
+        &base,
+        smc,
+        opts.sampling.seed,
+        &root,
+        prompt.len(),
+        &*first,
+    )?;
     drop(root);
-    let mut log_norm = 0.0;
-    loop {
-        resample_if_low(lm, &mut ps, smc, &mut rng, &mut stats, &mut log_norm)?;
-        let live: Vec<usize> = (0..n).filter(|&i| ps[i].done.is_none()).collect();
-        if live.is_empty() {
-            break;
-        }
-        // Masks first, in parallel where the batch is large.
-        let mut decoders: Vec<&mut Decoder> = ps
-            .iter_mut()
-            .filter(|p| p.done.is_none())
-            .map(|p| &mut p.decoder)
-            .collect();
-        for r in crate::compute_masks(&mut decoders) {
-            r?;
-        }
+    while !ps.is_done() {
+        ps.compute_masks()?;
         let t = Instant::now();
-        let logits = {
-            let mut items: Vec<BatchItem<'_>> = ps
-                .iter_mut()
-                .filter(|p| p.done.is_none())
-                .map(|p| {
-                    let s = p.sequence.as_mut().expect("a live particle has a sequence");
-                    BatchItem {
-                        tokens: &p.feed,
-                        pos: s.pos,
-                        sequence: &mut s.sequence,
-                    }
-                })
-                .collect();
-            lm.forward_batch(&mut items)?
-        };
+        let logits = lm.forward_batch(&mut ps.batch())?;
         forward_time += t.elapsed();
-        passes += 1;
-        stats.sequence_steps += live.len();
-        for (&i, l) in live.iter().zip(logits) {
-            let p = &mut ps[i];
-            if let Some(s) = p.sequence.as_mut() {
-                s.pos += p.feed.len();
-            }
-            p.advance(&*l)?;
-        }
+        ps.advance(lm, logits)?;
     }
-    let log_w: Vec<f64> = ps.iter().map(|p| p.log_w).collect();
-    let weights = normalized(&log_w);
-    stats.ess_final = ess(&weights);
-    stats.log_evidence = log_norm + log_mean_exp(&log_w);
-    let chosen = draw(&weights, rng.next_f64());
     let decode = decode_start.elapsed();
-    let mut particles = Vec::with_capacity(n);
-    let mut result = None;
-    for (i, (p, w)) in ps.into_iter().zip(&weights).enumerate() {
-        let finish = p.done.unwrap_or(FinishReason::Length);
-        let mut pieces = p.pieces;
-        let g = p
-            .decoder
-            .finish_emitting(finish, &mut |e| pieces.push(Piece::of(e)));
-        particles.push(WeightedOutput {
-            text: g.text.clone(),
-            tokens: g.tokens.clone(),
-            finish_reason: finish,
-            weight: *w,
-        });
-        if i == chosen {
-            for piece in &pieces {
-                piece.emit(out);
-            }
-            result = Some(g);
-        }
-    }
-    let mut g = result.expect("one particle is chosen");
-    g.stats.forward_passes = passes;
+    let mut g = ps.finish(out);
     g.stats.prompt_tok_s = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
     g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
     g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
-    g.stats.smc = Some(stats);
-    g.particles = particles;
     Ok(g)
 }
 
@@ -295,51 +430,6 @@ fn rerun(lm: &dyn CausalLm, p: &mut Particle) -> SeqState {
         sequence: lm.new_sequence(),
         pos: 0,
     }
-}
-
-/// Resamples the particles where their effective sample size fell below the threshold
-/// (and some are still going); `log_norm` gathers the log mean weight each resampling
-/// sets aside, for the evidence.
-fn resample_if_low(
-    lm: &dyn CausalLm,
-    ps: &mut Vec<Particle>,
-    smc: SmcOptions,
-    rng: &mut Rng,
-    stats: &mut SmcStats,
-    log_norm: &mut f64,
-) -> Result<(), GenerateError> {
-    let n = ps.len();
-    let log_w: Vec<f64> = ps.iter().map(|p| p.log_w).collect();
-    if log_w.iter().all(|w| *w == f64::NEG_INFINITY) {
-        return Err(GenerateError::NothingToSample);
-    }
-    let weights = normalized(&log_w);
-    let e = ess(&weights);
-    stats.ess_min = stats.ess_min.min(e);
-    if e >= smc.ess_threshold * n as f64 || ps.iter().all(|p| p.done.is_some()) {
-        return Ok(());
-    }
-    let t = Instant::now();
-    stats.resamples += 1;
-    *log_norm += log_mean_exp(&log_w);
-    let ancestors = systematic(&weights, rng.next_f64());
-    let mut old: Vec<Option<Particle>> = std::mem::take(ps).into_iter().map(Some).collect();
-    let mut first_child: Vec<Option<usize>> = vec![None; n];
-    for &a in &ancestors {
-        let child = match (old[a].take(), first_child[a]) {
-            // The first copy takes the particle itself, with its cache.
-            (Some(p), _) => p,
-            (None, Some(f)) => fork(lm, &ps[f], rng.next_u64()),
-            (None, None) => unreachable!("an ancestor is taken only by its first copy"),
-        };
-        first_child[a].get_or_insert(ps.len());
-        ps.push(Particle {
-            log_w: 0.0,
-            ..child
-        });
-    }
-    stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
-    Ok(())
 }
 
 /// A copy of `p` with its own random state and its own KV cache.

@@ -219,3 +219,100 @@ fn repetition_penalty_lowers_repeated_tokens() {
     );
     assert_eq!(l, vec![1.0, 1.9, -2.0]);
 }
+
+/// vLLM's sampler (its V1 `Sampler.sample` and `apply_top_k_top_p`), written from its
+/// documented order on the same logits: temperature; min-p (tokens whose probability is
+/// below `min_p` times the largest are dropped); top-k (logits below the k-th largest
+/// dropped); top-p (sorted ascending, the tokens whose cumulative probability is at most
+/// `1 - top_p` dropped, the most likely always kept); then the softmax of what is left.
+fn vllm_reference(logits: &[f32], o: &SamplingOptions) -> Vec<(u32, f64)> {
+    let mut l: Vec<f64> = logits
+        .iter()
+        .map(|&x| x as f64 / o.temperature as f64)
+        .collect();
+    let softmax = |l: &[f64]| {
+        let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = l.iter().map(|x| (x - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        e.into_iter().map(|x| x / sum).collect::<Vec<f64>>()
+    };
+    if let Some(m) = o.min_p {
+        let p = softmax(&l);
+        let top = p.iter().copied().fold(0.0, f64::max);
+        for (x, px) in l.iter_mut().zip(&p) {
+            if *px < m as f64 * top {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..l.len()).collect();
+    order.sort_by(|&a, &b| l[a].total_cmp(&l[b]));
+    if let Some(k) = o.top_k {
+        let threshold = l[order[l.len() - k.min(l.len())]];
+        for x in l.iter_mut() {
+            if *x < threshold {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
+    if let Some(p) = o.top_p {
+        let sorted: Vec<f64> = order.iter().map(|&i| l[i]).collect();
+        let probs = softmax(&sorted);
+        let mut cum = 0.0;
+        for (j, &i) in order.iter().enumerate() {
+            cum += probs[j];
+            if cum <= 1.0 - p as f64 && j + 1 < order.len() {
+                l[i] = f64::NEG_INFINITY;
+            }
+        }
+    }
+    let p = softmax(&l);
+    let mut out: Vec<(u32, f64)> = p
+        .into_iter()
+        .enumerate()
+        .filter(|(_, x)| *x > 0.0)
+        .map(|(i, x)| (i as u32, x))
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+#[test]
+fn the_distribution_is_vllms_on_the_same_logits() {
+    let mut rng = Rng::new(3);
+    let settings = [
+        (1.0, None, None, None),
+        (0.7, None, Some(0.95), None),
+        (1.0, Some(40), None, None),
+        (1.3, Some(50), Some(0.9), None),
+        (0.8, None, None, Some(0.05)),
+        (1.0, Some(20), Some(0.8), Some(0.02)),
+        (0.5, None, Some(0.5), Some(0.1)),
+    ];
+    for round in 0..20 {
+        // Distinct logits (no ties, which the two order differently), some far apart.
+        let logits: Vec<f32> = (0..300)
+            .map(|i| (rng.next_f64() * 12.0 - 6.0) as f32 + i as f32 * 1e-4)
+            .collect();
+        for &(temperature, top_k, top_p, min_p) in &settings {
+            let o = SamplingOptions {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                ..SamplingOptions::default()
+            };
+            let ours = Sampler::new(o.clone()).distribution(&logits);
+            let theirs = vllm_reference(&logits, &o);
+            assert_eq!(
+                ours.len(),
+                theirs.len(),
+                "round {round}, {temperature} {top_k:?} {top_p:?} {min_p:?}: tokens kept"
+            );
+            for ((t, p), (u, q)) in ours.iter().zip(&theirs) {
+                assert_eq!(t.0, *u, "round {round}: the same tokens, in order");
+                assert!((p - q).abs() < 1e-5, "round {round}: token {u}: {p} vs {q}");
+            }
+        }
+    }
+}
