@@ -5,7 +5,7 @@
 
 use crate::api::{ChatRequest, Common, CompletionRequest, PromptInput};
 use crate::error::ApiError;
-use crate::fields::{check_model, logprobs, refuse_unserved, sampling};
+use crate::fields::{check_model, logprobs, refuse_unserved, sampler, sampling};
 use crate::metrics::Metrics;
 use crate::structured::{constraint, spec};
 use crate::tools::{self, Tools};
@@ -360,7 +360,8 @@ pub(crate) fn admit(
     let (budget_field, requested) = requested_budget(&c)?;
     refuse_unserved(&c)?;
     let logprobs = logprobs(&c, chat)?;
-    let sampling = sampling(&c, text.space().vocab().len())?;
+    let mut sampling = sampling(&c, text.space().vocab().len())?;
+    sampling.method = sampler(&c, config.max_concurrent, logprobs)?;
     if let Input::Text(p) = &input {
         check_prompt_bytes(text, p.len())?;
     }

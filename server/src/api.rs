@@ -133,6 +133,23 @@ pub struct Common {
     pub parallel_tool_calls: Option<bool>,
     /// Only `["text"]` is served.
     pub modalities: Option<Vec<String>>,
+    /// How the output is drawn: `{"method": "plain"}` (the default) or `{"method": "smc",
+    /// "particles": N, "ess_threshold": F}` (docs/sampling.md). An extension.
+    pub sampler: Option<SamplerField>,
+}
+
+/// `sampler`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplerField {
+    /// `plain` or `smc`.
+    pub method: String,
+    /// SMC's particles: 1 to 64, and at most the server's `max_concurrent` (each particle
+    /// takes a place). Default 8, or `max_concurrent` if that is less.
+    pub particles: Option<u64>,
+    /// SMC resamples when the effective sample size falls below this fraction of the
+    /// particles. Default 0.5.
+    pub ess_threshold: Option<f64>,
 }
 
 /// The fields of each endpoint's request, OpenAI's and this server's extensions: a field
@@ -160,6 +177,7 @@ const COMMON_FIELDS: &[&str] = &[
     "logit_bias",
     "presence_penalty",
     "frequency_penalty",
+    "sampler",
     // Chat's, refused by the completions endpoint with a message of their own.
     "tools",
     "tool_choice",

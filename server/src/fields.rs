@@ -2,9 +2,9 @@
 //! `logit_bias`, `logprobs`, the model's name, and the fields that are refused.
 
 use crate::ServeConfig;
-use crate::api::Common;
+use crate::api::{Common, Stop};
 use crate::error::ApiError;
-use corral_engine::SamplingOptions;
+use corral_engine::{SamplerMethod, SamplingOptions, SmcOptions};
 use corral_trie::TokenId;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -37,6 +37,59 @@ pub(crate) fn sampling(c: &Common, vocab: usize) -> Result<SamplingOptions, ApiE
         seed,
         ..SamplingOptions::default()
     })
+}
+
+/// The `sampler` extension: plain masking (the default) or SMC, whose particles each take
+/// one of the server's `max_concurrent` places. SMC is refused where it cannot apply: with
+/// log-probabilities (each particle has its own) and stop sequences (they would cut the
+/// particles' outputs where the weights do not see); the sampling settings it cannot weigh
+/// (top-p, top-k, min-p, temperature 0) are refused with the others.
+pub(crate) fn sampler(
+    c: &Common,
+    max_concurrent: usize,
+    logprobs: Option<usize>,
+) -> Result<SamplerMethod, ApiError> {
+    let Some(f) = &c.sampler else {
+        return Ok(SamplerMethod::Plain);
+    };
+    let bad = |m: String| Err(ApiError::invalid_param("sampler", m));
+    match f.method.as_str() {
+        "plain" if f.particles.is_none() && f.ess_threshold.is_none() => {
+            return Ok(SamplerMethod::Plain);
+        }
+        "plain" => return bad("particles and ess_threshold need the method smc".into()),
+        "smc" => {}
+        m => return bad(format!("sampler method {m:?}: plain or smc")),
+    }
+    let places = max_concurrent.max(1);
+    let default = SmcOptions::new(8.min(places));
+    let particles = match f.particles {
+        None => default.particles,
+        Some(n) if n >= 1 && n as usize <= places.min(SmcOptions::MAX_PARTICLES) => n as usize,
+        Some(n) => {
+            return bad(format!(
+                "particles is {n}: 1 to {} on this server (each particle takes one of its {places} places)",
+                places.min(SmcOptions::MAX_PARTICLES)
+            ));
+        }
+    };
+    if logprobs.is_some() {
+        return bad(
+            "logprobs do not apply with the smc sampler (each particle has its own)".into(),
+        );
+    }
+    let stops = match &c.stop {
+        Some(Stop::One(_)) => true,
+        Some(Stop::Many(v)) => !v.is_empty(),
+        None => false,
+    };
+    if stops {
+        return bad("stop sequences do not apply with the smc sampler".into());
+    }
+    Ok(SamplerMethod::Smc(SmcOptions {
+        particles,
+        ess_threshold: f.ess_threshold.unwrap_or(default.ess_threshold),
+    }))
 }
 
 /// `logit_bias`: token ids (written as strings, as OpenAI's clients send them) of the

@@ -11,6 +11,11 @@
 //! 4. each of those samples from its logits; the text delta goes to its handler, or the
 //!    end.
 //!
+//! A request under the SMC sampler runs its prompt as one sequence, then becomes a group of
+//! particles ([`Particles`]) that put one row each into every pass; it takes as many of
+//! the `max_concurrent` places as it has particles (each holds a KV cache), and its output
+//! is sent whole when its particles end.
+//!
 //! A long prompt runs [`PREFILL_STEP`] positions per pass, so that the requests beside it
 //! keep decoding between its pieces, and its time limit and its client's departure are
 //! checked between them. A prompt that starts with tokens an earlier prompt ran copies
@@ -21,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::prompt_cache::PromptCache;
 use corral_engine::{
     AdapterError, BatchItem, CausalLm, Decoder, Emit, FinishReason, GenerateError, GenerationStats,
-    Logits, Next, Sequence, TokenLogprob, compute_masks,
+    Logits, Next, Particles, SamplerMethod, Sequence, TokenLogprob, compute_masks,
 };
 use corral_trie::TokenId;
 use std::sync::Arc;
@@ -150,6 +155,24 @@ struct Running {
     sequence: Sequence,
     /// What this pass runs (taken from `feed`).
     piece: Vec<TokenId>,
+    /// Under the SMC sampler, once the prompt has run: the particles (the decoder is their
+    /// template, and `sequence` keeps the prompt's cache).
+    group: Option<Particles>,
+}
+
+impl Running {
+    /// Places of `max_concurrent` it takes: one per particle under the SMC sampler.
+    fn places(&self) -> usize {
+        self.decoder.as_ref().map_or(1, job_places)
+    }
+}
+
+/// Places of `max_concurrent` a request takes (see [`Running::places`]).
+fn job_places(d: &Decoder) -> usize {
+    match d.sampling().method {
+        SamplerMethod::Smc(smc) => smc.particles.max(1),
+        SamplerMethod::Plain => 1,
+    }
 }
 
 /// Runs until the queue's senders are gone and nothing runs. The prompt cache keeps at
@@ -164,19 +187,29 @@ pub fn run(
 ) {
     let mut running: Vec<Running> = Vec::new();
     let mut cache = PromptCache::new(prompt_cache_bytes);
+    // A job taken from the queue that waits for places (an SMC request's particles).
+    let mut waiting: Option<Job> = None;
+    let max = max_concurrent.max(1);
     loop {
-        while running.len() < max_concurrent.max(1) {
-            let job = if running.is_empty() {
-                match queue.recv() {
+        loop {
+            let used: usize = running.iter().map(Running::places).sum();
+            let job = match waiting.take() {
+                Some(j) => j,
+                None if running.is_empty() => match queue.recv() {
                     Ok(j) => j,
                     Err(_) => return,
-                }
-            } else {
-                match queue.try_recv() {
+                },
+                None => match queue.try_recv() {
                     Ok(j) => j,
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+                },
             };
+            // Admission refuses more particles than places, so a job waits only for
+            // others to end.
+            if used + job_places(&job.decoder) > max && !running.is_empty() {
+                waiting = Some(job);
+                break;
+            }
             Metrics::sub(&metrics.queued, 1);
             if job.events.is_closed() {
                 Metrics::add(&metrics.cancelled, 1);
@@ -206,6 +239,7 @@ pub fn run(
                 sound: true,
                 sequence,
                 piece: Vec::new(),
+                group: None,
             });
         }
         running.retain_mut(|r| {
@@ -305,10 +339,24 @@ fn pass(
         let rest = r.feed.split_off(take);
         r.piece = std::mem::replace(&mut r.feed, rest);
     }
+    // A group's masks, before the pass; one that cannot be computed ends its request.
+    let mut ended_early = vec![false; running.len()];
+    for (r, ended) in running.iter_mut().zip(ended_early.iter_mut()) {
+        if let Some(Err(e)) = r.group.as_mut().map(Particles::compute_masks) {
+            *ended = !settle_group(r, Err(e), metrics);
+        }
+    }
     // Requests whose prompt waits for a later pass (the budget is spent) sit this one out.
     let mut items = Vec::with_capacity(running.len());
     let mut sampling = Vec::new();
-    for r in running.iter_mut().filter(|r| !r.piece.is_empty()) {
+    for r in running.iter_mut() {
+        if let Some(g) = r.group.as_mut() {
+            items.extend(g.batch());
+            continue;
+        }
+        if r.piece.is_empty() {
+            continue;
+        }
         let Running {
             decoder,
             sequence,
@@ -361,25 +409,82 @@ fn pass(
         }
     };
     let mut logits = logits.into_iter();
+    let lm: &dyn CausalLm = lm;
     running
         .iter_mut()
-        .map(|r| {
+        .zip(ended_early)
+        .map(|(r, ended)| {
+            if ended {
+                return true;
+            }
+            if let Some(g) = r.group.as_mut() {
+                let rows: Vec<Box<dyn Logits>> = logits.by_ref().take(g.live()).collect();
+                let stepped = g.advance(lm, rows);
+                return !settle_group(r, stepped, metrics);
+            }
             if r.piece.is_empty() {
                 return false;
             }
             let logits = logits.next().expect("one per request that ran");
             r.pos += r.piece.len();
             // More of the prompt to run first.
-            r.feed.is_empty() && !advance(r, &*logits, metrics)
+            r.feed.is_empty() && !advance(r, &*logits, lm, metrics)
         })
         .collect()
 }
 
-/// The decoder's step from `logits`, its text sent on; false when the request ended.
-fn advance(r: &mut Running, logits: &dyn Logits, metrics: &Metrics) -> bool {
+/// After a group's step: false when the request ended (its error, or its output, sent on).
+fn settle_group(r: &mut Running, stepped: Result<(), GenerateError>, metrics: &Metrics) -> bool {
+    if let Err(e) = stepped {
+        Metrics::add(&metrics.failed, 1);
+        let _ = r.events.send(Event::Failed(generation_error(e)));
+        r.group = None;
+        r.decoder = None;
+        return false;
+    }
+    let Some(group) = r.group.take_if(|g| g.is_done()) else {
+        return true;
+    };
+    r.decoder = None;
+    let mut out = Vec::new();
+    let generation = group.finish(&mut |e| Emitted::push(&mut out, e));
+    let tokens = generation.tokens.len();
+    Metrics::add(&metrics.generated_tokens, tokens as u64);
+    if !out.is_empty() {
+        let _ = r.events.send(Event::Delta {
+            out,
+            tokens,
+            logprobs: Vec::new(),
+        });
+    }
+    let st = generation.stats;
+    Metrics::add(&metrics.masks, st.masks as u64);
+    Metrics::add(&metrics.mask_us, (st.mask_us_mean * st.masks as f64) as u64);
+    Metrics::add(&metrics.completed, 1);
+    let _ = r.events.send(Event::Done {
+        finish: generation.finish_reason,
+        stats: st,
+    });
+    false
+}
+
+/// The decoder's step from `logits`, its text sent on; false when the request ended. Under
+/// the SMC sampler, the prompt's logits start the particles instead.
+fn advance(r: &mut Running, logits: &dyn Logits, lm: &dyn CausalLm, metrics: &Metrics) -> bool {
     let Some(decoder) = r.decoder.as_mut() else {
         return false;
     };
+    if let SamplerMethod::Smc(smc) = decoder.sampling().method {
+        let seed = decoder.sampling().seed;
+        let started = Particles::start(lm, decoder, smc, seed, &r.sequence, r.pos, logits);
+        return match started {
+            Ok(g) => {
+                r.group = Some(g);
+                settle_group(r, Ok(()), metrics)
+            }
+            Err(e) => settle_group(r, Err(e), metrics),
+        };
+    }
     let mut out = Vec::new();
     let before = decoder.tokens().len();
     let next = decoder.advance_emitting(logits, &mut |e| Emitted::push(&mut out, e));

@@ -902,3 +902,133 @@ fn a_reasoning_model_reasons_freely_then_answers_under_the_schema() {
         .unwrap_or("");
     assert!(reasoning.len() < 60, "{v}");
 }
+
+/// The `sampler` extension: SMC requests give outputs of the grammar, beside a plain one
+/// (each particle takes one of `max_concurrent` places, so the plain request waits for
+/// them), streamed whole at the end; what SMC cannot apply to is refused, naming the field.
+#[test]
+#[ignore = "needs scripts/fetch-assets"]
+fn smc_sampler_requests_are_served_or_refused() {
+    let s = Server::start(ServeConfig {
+        max_concurrent: 4,
+        ..ServeConfig::default()
+    });
+    let colours =
+        r#"root ::= "red" | "blue" | "green" | "turquoise" | "dark purple" | "light orange""#;
+    let ok = |t: &str| {
+        [
+            "red",
+            "blue",
+            "green",
+            "turquoise",
+            "dark purple",
+            "light orange",
+        ]
+        .contains(&t)
+    };
+    let smc = json!({"method": "smc", "particles": 4});
+    std::thread::scope(|sc| {
+        let plain = sc.spawn(|| {
+            s.post(
+                "/v1/chat/completions",
+                &chat("Name a colour.", json!({"grammar": colours, "seed": 1})),
+            )
+        });
+        for seed in 0..3 {
+            let (code, v) = s.post(
+                "/v1/chat/completions",
+                &chat(
+                    "Name a colour.",
+                    json!({"grammar": colours, "sampler": smc, "seed": seed, "temperature": 1}),
+                ),
+            );
+            assert_eq!(code, 200, "{v}");
+            assert!(ok(content(&v)), "{v}");
+            assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        }
+        let (code, v) = plain.join().unwrap();
+        assert_eq!(code, 200, "{v}");
+        assert!(ok(content(&v)), "{v}");
+    });
+    // Streamed: the chosen particle's text arrives whole, then the end.
+    let body = chat(
+        "Name a colour.",
+        json!({"grammar": colours, "sampler": smc, "stream": true, "temperature": 1}),
+    );
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.base))
+        .send_string(&body.to_string())
+        .expect("200");
+    let text: String = BufReader::new(r.into_reader())
+        .lines()
+        .map(|l| l.expect("line"))
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+        .filter(|d| d != "[DONE]")
+        .filter_map(|d| {
+            let c: Value = serde_json::from_str(&d).expect("JSON chunk");
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(ok(&text), "{text:?}");
+    for (extra, field, says) in [
+        (
+            json!({"sampler": {"method": "smc", "particles": 5}}),
+            "sampler",
+            "1 to 4",
+        ),
+        (
+            json!({"sampler": {"method": "smc", "particles": 0}}),
+            "sampler",
+            "1 to 4",
+        ),
+        (
+            json!({"sampler": {"method": "beam"}}),
+            "sampler",
+            "plain or smc",
+        ),
+        (
+            json!({"sampler": {"method": "plain", "particles": 2}}),
+            "sampler",
+            "need the method smc",
+        ),
+        (
+            json!({"sampler": smc, "logprobs": true}),
+            "sampler",
+            "logprobs",
+        ),
+        (json!({"sampler": smc, "stop": ["x"]}), "sampler", "stop"),
+        (json!({"sampler": smc, "top_p": 0.9}), "top_p", "smc"),
+        (
+            json!({"sampler": smc, "temperature": 0}),
+            "temperature",
+            "smc",
+        ),
+        (
+            json!({"sampler": {"method": "smc", "particle": 2}}),
+            "",
+            "particle",
+        ),
+    ] {
+        let mut e = extra.clone();
+        e["grammar"] = json!(colours);
+        if e.get("temperature").is_none() {
+            e["temperature"] = json!(1);
+        }
+        let (code, v) = s.post("/v1/chat/completions", &chat("Name a colour.", e));
+        assert_eq!(code, 400, "{extra}: {v}");
+        assert!(error_message(&v).contains(says), "{extra}: {v}");
+        if !field.is_empty() {
+            assert_eq!(v["error"]["param"], field, "{extra}: {v}");
+        }
+    }
+    // Still serving.
+    let (code, v) = s.post(
+        "/v1/chat/completions",
+        &chat(
+            "Name a colour.",
+            json!({"grammar": colours, "sampler": smc, "temperature": 1}),
+        ),
+    );
+    assert_eq!(code, 200, "{v}");
+}
