@@ -4,8 +4,8 @@ use crate::Failure;
 use crate::source::ConstraintArgs;
 use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
-use corral::engine::SamplingOptions;
 use corral::engine::Scope;
+use corral::engine::{SamplerMethod, SamplingOptions, SmcOptions};
 use corral::split::{
     Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
 };
@@ -44,8 +44,10 @@ pub struct GenerateArgs {
     /// 0 for greedy decoding.
     #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     temperature: f32,
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
-    top_p: f32,
+    /// Default 0.95 (off with --sampler smc, which samples the whole tempered
+    /// distribution).
+    #[arg(long, allow_negative_numbers = true)]
+    top_p: Option<f32>,
     #[arg(long)]
     top_k: Option<usize>,
     #[arg(long, allow_negative_numbers = true)]
@@ -54,6 +56,18 @@ pub struct GenerateArgs {
     repeat_penalty: f32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// How the output is drawn: `plain` (each token under the mask) or `smc` (sequential
+    /// Monte Carlo: the model's own distribution restricted to the grammar; see
+    /// docs/sampling.md).
+    #[arg(long, value_enum, default_value = "plain")]
+    sampler: SamplerArg,
+    /// With --sampler smc: particles (1 to 64, default 8), decoded as one batch.
+    #[arg(long)]
+    particles: Option<usize>,
+    /// With --sampler smc: resample when the effective sample size falls below this
+    /// fraction of the particles (default 0.5).
+    #[arg(long, allow_negative_numbers = true)]
+    ess_threshold: Option<f64>,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -90,6 +104,14 @@ pub struct GenerateArgs {
     /// forced.
     #[arg(long)]
     reasoning_budget: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SamplerArg {
+    /// Each token from the masked, renormalized distribution.
+    Plain,
+    /// Sequential Monte Carlo over --particles particles.
+    Smc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -309,16 +331,44 @@ fn stats_json(
         "finish_reason": out.finish_reason.as_str(),
         "model": model.name(),
         "constrained": constrained,
+        "sampler": s.smc.as_ref().map(|m| serde_json::json!({
+            "method": "smc",
+            "particles": m.particles,
+            "resamples": m.resamples,
+            "ess_min": round2(m.ess_min),
+            "ess_final": round2(m.ess_final),
+            "sequence_steps": m.sequence_steps,
+            "fork_ms": round2(m.fork_ms),
+            "log_evidence": m.log_evidence,
+        })),
     })
 }
 
 /// The sampling settings of the command line, checked.
 fn sampling_options(args: &GenerateArgs) -> anyhow::Result<SamplingOptions> {
+    let (method, default_top_p) = match args.sampler {
+        SamplerArg::Plain => {
+            if args.particles.is_some() || args.ess_threshold.is_some() {
+                anyhow::bail!("--particles and --ess-threshold need --sampler smc");
+            }
+            (SamplerMethod::Plain, 0.95)
+        }
+        SamplerArg::Smc => {
+            let d = SmcOptions::new(8);
+            let smc = SmcOptions {
+                particles: args.particles.unwrap_or(d.particles),
+                ess_threshold: args.ess_threshold.unwrap_or(d.ess_threshold),
+            };
+            (SamplerMethod::Smc(smc), 1.0)
+        }
+    };
+    let top_p = args.top_p.unwrap_or(default_top_p);
     let sampling = SamplingOptions {
         temperature: args.temperature,
         top_k: args.top_k,
         // 1 is off; anything else is checked (a top-p of 2 or NaN is an error).
-        top_p: (args.top_p != 1.0).then_some(args.top_p),
+        top_p: (top_p != 1.0).then_some(top_p),
+        method,
         min_p: args.min_p,
         repetition_penalty: args.repeat_penalty,
         seed: args.seed,
