@@ -26,3 +26,26 @@ def apply_token_bitmask_inplace(logits, bitmask, indices=None):
         idx = torch.as_tensor(indices, device=rows.device)
         rows[idx] = rows[idx].masked_fill(~allowed[: len(idx)], float("-inf"))
     return logits
+
+
+def masked_logsumexp(logits, bitmask):
+    """``log(sum(exp(logits)))`` over the tokens the bitmask allows, per row: one tensor
+    operation on the logits' device (minus infinity for a row that allows nothing).
+    ``logits``: ``[batch, V]`` (or ``[V]``); ``bitmask``: int32 ``[batch, ceil(V / 32)]``.
+
+    The SMC weight increment of a step (docs/sampling.md) at temperature ``T`` is
+    ``masked_logsumexp(logits / T, bitmask) - torch.logsumexp(logits / T, -1)``: the log of
+    the probability mass the mask kept, which :func:`mask_log_mass` computes."""
+    squeeze = logits.dim() == 1
+    rows = logits.unsqueeze(0) if squeeze else logits
+    allowed = unpack_bitmask(torch.as_tensor(bitmask).to(rows.device), rows.shape[-1])
+    out = torch.logsumexp(rows.masked_fill(~allowed[: rows.shape[0]], float("-inf")), dim=-1)
+    return out[0] if squeeze else out
+
+
+def mask_log_mass(logits, bitmask, temperature=1.0):
+    """The log of the probability the mask keeps at ``temperature``, per row: the weight
+    increment of sequential Monte Carlo over masked particles (the model's probability of
+    the token drawn over the masked distribution's)."""
+    scaled = logits.float() / temperature
+    return masked_logsumexp(scaled, bitmask) - torch.logsumexp(scaled, dim=-1)

@@ -89,3 +89,36 @@ def test_beam_search(model_and_tokenizer):
     batch = [cases(8, start=900)[4], cases(8, start=900)[6]]
     results = generate(model, tok, [c[3] for c in batch], [compiled(c) for c in batch], do_sample=False, num_beams=3)
     check_all(batch, results)
+
+
+def pack(allowed):
+    """A bool ``[batch, V]`` tensor as corral's int32 bitmask ``[batch, ceil(V / 32)]``."""
+    rows, width = allowed.shape
+    words = (width + 31) // 32
+    padded = torch.zeros(rows, words * 32, dtype=torch.int64)
+    padded[:, :width] = allowed.to(torch.int64)
+    weights = torch.tensor([1 << k for k in range(32)], dtype=torch.int64)
+    w = (padded.reshape(rows, words, 32) * weights).sum(-1)
+    return (((w + (1 << 31)) % (1 << 32)) - (1 << 31)).to(torch.int32)
+
+
+def test_masked_logsumexp_is_the_log_of_the_mass_the_mask_keeps():
+    from corral.torch import mask_log_mass, masked_logsumexp
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 70, generator=g) * 4
+    allowed = torch.rand(4, 70, generator=g) < 0.3
+    allowed[2] = False
+    allowed[2, 69] = True  # one token, in the last word's high bits
+    allowed[3, 31] = True  # the sign bit of a word
+    bitmask = pack(allowed)
+    for t in (1.0, 0.7):
+        scaled = logits / t
+        kept = (torch.softmax(scaled, -1) * allowed).sum(-1).log()
+        assert torch.allclose(mask_log_mass(logits, bitmask, t), kept, atol=1e-5)
+        brute = torch.tensor([torch.logsumexp(scaled[i][allowed[i]], 0) for i in range(4)])
+        assert torch.allclose(masked_logsumexp(scaled, bitmask), brute, atol=1e-5)
+    # One row, and a row that allows nothing.
+    assert torch.allclose(masked_logsumexp(logits[0], bitmask[0]), torch.logsumexp(logits[0][allowed[0]], 0))
+    none = torch.zeros(1, 3, dtype=torch.int32)
+    assert masked_logsumexp(logits[:1], none).item() == float("-inf")

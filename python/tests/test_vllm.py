@@ -267,3 +267,112 @@ def test_speculative_decoding_accepts_then_rolls_back_once(llm, tokenizer):
     g.fill_bitmask(masks, 0)
     assert torch.equal(masks[0], first)
     assert g.accept_tokens("r", text + [eos]) and g.is_terminated()
+
+
+def ks_two_sample(a, b):
+    """The two-sample Kolmogorov-Smirnov statistic and its asymptotic p-value."""
+    import math
+
+    a, b = sorted(a), sorted(b)
+    d, i, j = 0.0, 0, 0
+    for x in sorted(set(a) | set(b)):
+        while i < len(a) and a[i] <= x:
+            i += 1
+        while j < len(b) and b[j] <= x:
+            j += 1
+        d = max(d, abs(i / len(a) - j / len(b)))
+    ne = len(a) * len(b) / (len(a) + len(b))
+    lam = (math.sqrt(ne) + 0.12 + 0.11 / math.sqrt(ne)) * d
+    p = 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam) for k in range(1, 101))
+    return d, min(1.0, max(0.0, p))
+
+
+PARITY_SAMPLES = 300
+PARITY_MAX_TOKENS = 48
+
+
+def corral_unconstrained(prompt):
+    """PARITY_SAMPLES completions of `prompt` from `corral serve` (the GGUF the vLLM model was
+    made from), 8 at a time: (output tokens, finish reason) each."""
+    import concurrent.futures
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    gguf = ROOT / "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    binary = ROOT / "target/release/corral"
+    need(gguf)
+    need(binary)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(ROOT / "target/corral-parity-serve.log", "w")
+    server = subprocess.Popen(
+        [str(binary), "serve", "--model", str(gguf), "--port", str(port), "--max-concurrent", "8"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=5)
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise RuntimeError("corral serve did not start: see target/corral-parity-serve.log")
+                time.sleep(0.5)
+
+        def one(seed):
+            body = {
+                "prompt": prompt, "parse_special": True, "temperature": 1.0,
+                "max_tokens": PARITY_MAX_TOKENS, "seed": seed,
+            }
+            req = urllib.request.Request(
+                base + "/v1/completions", data=json.dumps(body).encode(),
+                headers={"content-type": "application/json"},
+            )
+            r = json.load(urllib.request.urlopen(req, timeout=600))
+            return r["usage"]["completion_tokens"], r["choices"][0]["finish_reason"]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            return list(pool.map(one, range(PARITY_SAMPLES)))
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
+def test_unconstrained_outputs_end_as_often_as_in_vllm(llm, tokenizer):
+    """Sampler parity: the same unconstrained prompt at temperature 1 (no other setting), 300
+    samples from vLLM and from corral: the distributions of output lengths (end tokens not
+    counted) and of end reasons do not differ (two-sample KS test at 0.01)."""
+    prompt = chat_prompt(tokenizer, "Say hello.")
+    outs = llm.generate(
+        [prompt] * PARITY_SAMPLES,
+        [params(temperature=1.0, max_tokens=PARITY_MAX_TOKENS, seed=i) for i in range(PARITY_SAMPLES)],
+        use_tqdm=False,
+    )
+    eos = {tokenizer.eos_token_id}
+    vllm = []
+    for o in outs:
+        c = o.outputs[0]
+        ids = list(c.token_ids)
+        if c.finish_reason == "stop" and ids and ids[-1] in eos:
+            ids = ids[:-1]
+        vllm.append((len(ids), c.finish_reason))
+    ours = corral_unconstrained(prompt)
+    d, p = ks_two_sample([n for n, _ in vllm], [n for n, _ in ours])
+    ended = lambda xs: sum(r == "stop" for _, r in xs) / len(xs)
+    # An end reason is a length's other face: `length` exactly at the budget, `stop` below.
+    d_end, p_end = ks_two_sample([r == "stop" for _, r in vllm], [r == "stop" for _, r in ours])
+    report = (
+        f"lengths KS D={d:.3f} p={p:.3f}; ended vLLM {ended(vllm):.3f} corral {ended(ours):.3f} "
+        f"(KS D={d_end:.3f} p={p_end:.3f}); mean length vLLM "
+        f"{sum(n for n, _ in vllm) / len(vllm):.1f} corral {sum(n for n, _ in ours) / len(ours):.1f}"
+    )
+    print(report)
+    (ROOT / "target/sampler-parity.txt").write_text(report + "\n")
+    assert all(r in ("stop", "length") for _, r in vllm + ours), report
+    assert p > 0.01 and p_end > 0.01, report
