@@ -8,15 +8,17 @@
 //! `m` is the mass the mask kept, and so over-weights prefixes from which little mass
 //! finishes inside the grammar.
 //!
-//! Each of N particles is a [`Decoder`] with a KV cache of its own. A step proposes each
-//! particle's next token from `q` and multiplies its weight by `p_T / q = m`. When the
-//! effective sample size `(sum w)^2 / sum w^2` falls below `ess_threshold * N`, the
-//! particles are resampled (systematic resampling): each is replaced by copies of
-//! particles drawn in proportion to their weights, its decoder forked (a clone with a new
-//! random state) and its KV cache copied ([`CausalLm::copy_prefix`], or the tokens run
-//! again on a new sequence where the model cannot copy). Particles that end wait for the
-//! others. The output is one particle drawn by final weight; every particle comes back
-//! with its weight in [`Generation::particles`].
+//! Each of N particles is a [`Decoder`] with a KV cache. A step proposes each particle's
+//! next token from `q` and multiplies its weight by `p_T / q = m`. When the effective
+//! sample size `(sum w)^2 / sum w^2` falls below `ess_threshold * N`, the particles are
+//! resampled (systematic resampling): each is replaced by copies of particles drawn in
+//! proportion to their weights, its decoder forked (a clone with a new random state).
+//! Particles whose tokens are the same share one KV cache and one row of each pass, so a
+//! copy costs nothing until it draws a token its ancestor's other copies did not; the
+//! cache is copied then ([`CausalLm::copy_prefix`], or the tokens run again on a new
+//! sequence where the model cannot copy). Particles that end wait for the others. The
+//! output is one particle drawn by final weight; every particle comes back with its weight
+//! in [`Generation::particles`].
 //!
 //! Every token comes from a distribution (no jump-forward); a budget's completion is
 //! appended one token a step and weighed by its probability, so near the budget's end the
@@ -55,10 +57,11 @@ pub struct SmcStats {
     pub ess_min: f64,
     /// The effective sample size of the final weights.
     pub ess_final: f64,
-    /// Sequence steps run: each particle's forward passes, added up (a batched pass runs
-    /// one per particle still going).
+    /// Rows run, over all passes: one per distinct sequence a pass runs (particles with the
+    /// same tokens share a row and a KV cache).
     pub sequence_steps: usize,
-    /// Milliseconds spent forking particles at resampling (decoders and KV caches).
+    /// Milliseconds spent forking particles: decoders at resampling, KV caches where
+    /// particles that shared one go apart.
     pub fork_ms: f64,
     /// The log of the estimated normalizer: the mean weight's log, an estimate of the
     /// log-probability that the model's own output (at this temperature) is in the
@@ -104,20 +107,32 @@ impl Piece {
 #[derive(Debug)]
 struct Particle {
     decoder: Decoder,
-    /// Its KV cache; `None` once it ended (or before it is given one).
-    sequence: Option<SeqState>,
-    /// Tokens to run next on its sequence.
+    /// The slot of its KV cache, shared with the particles whose tokens are the same
+    /// (copies not yet apart); `None` once it ended.
+    slot: Option<usize>,
+    /// Tokens to run next on its cache.
     feed: Vec<TokenId>,
     log_w: f64,
     done: Option<FinishReason>,
     pieces: Vec<Piece>,
 }
 
-/// A particle's KV cache and the positions it holds.
+/// A KV cache and the positions it holds; `prefix`: tokens to run before the next feed (a
+/// cache the model could not copy starts over and runs everything again).
 #[derive(Debug)]
-struct SeqState {
+struct Slot {
     sequence: Sequence,
     pos: usize,
+    prefix: Vec<TokenId>,
+}
+
+/// One row of the next pass: a slot, the tokens it runs, the particles that take its
+/// logits.
+#[derive(Debug)]
+struct Row {
+    slot: usize,
+    tokens: Vec<TokenId>,
+    members: Vec<usize>,
 }
 
 impl Particle {
@@ -132,7 +147,7 @@ impl Particle {
             Next::Feed(f) => self.feed = f,
             Next::Done(r) => {
                 self.done = Some(r);
-                self.sequence = None;
+                self.slot = None;
             }
         }
         Ok(())
@@ -145,9 +160,17 @@ impl Particle {
 /// per step [`Particles::compute_masks`], one forward pass over [`Particles::batch`], and
 /// [`Particles::advance`] with its logits, until [`Particles::is_done`]; then
 /// [`Particles::finish`].
+///
+/// Particles whose tokens are the same (the copies resampling makes, and particles that
+/// drew the same tokens) share one KV cache and one row of the pass: their next-token
+/// distributions are the same. A cache is copied only where particles sharing it feed
+/// different tokens (copy on write).
 #[derive(Debug)]
 pub struct Particles {
     ps: Vec<Particle>,
+    slots: Vec<Option<Slot>>,
+    /// The rows of the pass [`Particles::batch`] gave, until [`Particles::advance`].
+    rows: Vec<Row>,
     smc: SmcOptions,
     rng: Rng,
     stats: SmcStats,
@@ -160,7 +183,7 @@ pub struct Particles {
 impl Particles {
     /// `smc.particles` particles, each a fork of `base` (a decoder for the output after a
     /// prompt of `prompt_len` tokens, made with the SMC method in its options), each taking
-    /// its first token from the prompt's `logits` and a copy of `prompt`'s cache (the
+    /// its first token from the prompt's `logits`, sharing a copy of `prompt`'s cache (the
     /// sequence the prompt ran on). Seeded from `seed`.
     pub fn start(
         lm: &dyn CausalLm,
@@ -173,30 +196,35 @@ impl Particles {
     ) -> Result<Particles, GenerateError> {
         let mut rng = Rng::new(seed);
         let n = smc.particles;
+        let slot = match lm.copy_prefix(prompt, prompt_len) {
+            Some(sequence) => Slot {
+                sequence,
+                pos: prompt_len,
+                prefix: Vec::new(),
+            },
+            None => Slot {
+                sequence: lm.new_sequence(),
+                pos: 0,
+                prefix: base.history().to_vec(),
+            },
+        };
         let mut ps = Vec::with_capacity(n);
         for _ in 0..n {
             let mut p = Particle {
                 decoder: base.fork(rng.next_u64()),
-                sequence: None,
+                slot: Some(0),
                 feed: Vec::new(),
                 log_w: 0.0,
                 done: None,
                 pieces: Vec::new(),
             };
             p.advance(logits)?;
-            if p.done.is_none() {
-                p.sequence = Some(match lm.copy_prefix(prompt, prompt_len) {
-                    Some(sequence) => SeqState {
-                        sequence,
-                        pos: prompt_len,
-                    },
-                    None => rerun(lm, &mut p),
-                });
-            }
             ps.push(p);
         }
         let mut particles = Particles {
             ps,
+            slots: vec![Some(slot)],
+            rows: Vec::new(),
             smc,
             rng,
             stats: SmcStats {
@@ -207,7 +235,8 @@ impl Particles {
             log_norm: 0.0,
             passes: 1,
         };
-        particles.resample_if_low(lm)?;
+        particles.release_slots();
+        particles.resample_if_low()?;
         Ok(particles)
     }
 
@@ -216,9 +245,10 @@ impl Particles {
         self.ps.iter().all(|p| p.done.is_some())
     }
 
-    /// The particles still going: how many rows the next pass has.
-    pub fn live(&self) -> usize {
-        self.ps.iter().filter(|p| p.done.is_none()).count()
+    /// Rows of the pass [`Particles::batch`] gave last: how many logits
+    /// [`Particles::advance`] takes.
+    pub fn rows(&self) -> usize {
+        self.rows.len()
     }
 
     /// Computes the live particles' masks for their next tokens (in parallel where there
@@ -233,15 +263,53 @@ impl Particles {
         crate::compute_masks(&mut decoders).into_iter().collect()
     }
 
-    /// The next pass's items: one per live particle, in order.
-    pub fn batch(&mut self) -> Vec<BatchItem<'_>> {
-        self.ps
-            .iter_mut()
-            .filter(|p| p.done.is_none())
-            .map(|p| {
-                let s = p.sequence.as_mut().expect("a live particle has a sequence");
+    /// The next pass's items: one per distinct (cache, tokens) of the live particles.
+    /// Particles that share a cache but feed different tokens get copies of it first.
+    pub fn batch(&mut self, lm: &dyn CausalLm) -> Vec<BatchItem<'_>> {
+        let t = Instant::now();
+        let mut rows: Vec<Row> = Vec::new();
+        for i in 0..self.ps.len() {
+            let p = &self.ps[i];
+            let Some(slot) = p.slot else { continue };
+            if let Some(r) = rows
+                .iter_mut()
+                .find(|r| r.slot == slot && r.tokens == p.feed)
+            {
+                r.members.push(i);
+                continue;
+            }
+            // The slot's first row runs on it; another feed on the same slot gets a copy.
+            let slot = if rows.iter().any(|r| r.slot == slot) {
+                let copy = self.copy_slot(lm, slot, i);
+                self.slots.push(Some(copy));
+                self.slots.len() - 1
+            } else {
+                slot
+            };
+            self.ps[i].slot = Some(slot);
+            rows.push(Row {
+                slot,
+                tokens: self.ps[i].feed.clone(),
+                members: vec![i],
+            });
+        }
+        self.stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
+        for r in &mut rows {
+            let s = self.slots[r.slot].as_mut().expect("a row's slot is held");
+            if !s.prefix.is_empty() {
+                let mut all = std::mem::take(&mut s.prefix);
+                all.append(&mut r.tokens);
+                r.tokens = all;
+            }
+        }
+        self.rows = rows;
+        let mut seqs: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Option::as_mut).collect();
+        self.rows
+            .iter()
+            .map(|r| {
+                let s = seqs[r.slot].take().expect("one row per slot");
                 BatchItem {
-                    tokens: &p.feed,
+                    tokens: &r.tokens,
                     pos: s.pos,
                     sequence: &mut s.sequence,
                 }
@@ -249,36 +317,71 @@ impl Particles {
             .collect()
     }
 
-    /// Each live particle's step from its logits (in [`Particles::batch`]'s order), then
+    /// A copy of `slot`'s cache for particle `i` to go apart on: copied by the model, or
+    /// started over with everything before `i`'s feed to run again.
+    fn copy_slot(&self, lm: &dyn CausalLm, slot: usize, i: usize) -> Slot {
+        let s = self.slots[slot]
+            .as_ref()
+            .expect("a particle's slot is held");
+        if s.prefix.is_empty()
+            && let Some(sequence) = lm.copy_prefix(&s.sequence, s.pos)
+        {
+            return Slot {
+                sequence,
+                pos: s.pos,
+                prefix: Vec::new(),
+            };
+        }
+        let history = self.ps[i].decoder.history();
+        Slot {
+            sequence: lm.new_sequence(),
+            pos: 0,
+            prefix: history[..history.len() - self.ps[i].feed.len()].to_vec(),
+        }
+    }
+
+    /// Each row's particles step from its logits (in [`Particles::batch`]'s order), then
     /// resampling where the effective sample size fell below the threshold.
-    pub fn advance(
-        &mut self,
-        lm: &dyn CausalLm,
-        logits: Vec<Box<dyn Logits>>,
-    ) -> Result<(), GenerateError> {
+    pub fn advance(&mut self, logits: Vec<Box<dyn Logits>>) -> Result<(), GenerateError> {
+        if logits.len() != self.rows.len() {
+            return Err(GenerateError::Model(crate::model::ModelError::Backend(
+                "the pass returned logits for another number of rows".into(),
+            )));
+        }
         self.passes += 1;
         self.stats.sequence_steps += logits.len();
-        let mut logits = logits.into_iter();
-        for p in self.ps.iter_mut().filter(|p| p.done.is_none()) {
-            let l =
-                logits
-                    .next()
-                    .ok_or(GenerateError::Model(crate::model::ModelError::Backend(
-                        "fewer logits than particles".into(),
-                    )))?;
-            if let Some(s) = p.sequence.as_mut() {
-                s.pos += p.feed.len();
+        for (r, l) in std::mem::take(&mut self.rows).into_iter().zip(logits) {
+            if let Some(s) = self.slots[r.slot].as_mut() {
+                s.pos += r.tokens.len();
             }
-            p.advance(&*l)?;
+            for i in r.members {
+                self.ps[i].advance(&*l)?;
+            }
         }
-        self.resample_if_low(lm)
+        self.release_slots();
+        self.resample_if_low()
+    }
+
+    /// Drops the caches no live particle holds.
+    fn release_slots(&mut self) {
+        let mut held = vec![false; self.slots.len()];
+        for p in &self.ps {
+            if let Some(s) = p.slot {
+                held[s] = true;
+            }
+        }
+        for (s, h) in self.slots.iter_mut().zip(held) {
+            if !h {
+                *s = None;
+            }
+        }
     }
 
     /// The KV cache bytes the particles hold, where the model counts them.
     pub fn sequence_bytes(&self, lm: &dyn CausalLm) -> Option<usize> {
-        self.ps
+        self.slots
             .iter()
-            .filter_map(|p| p.sequence.as_ref())
+            .flatten()
             .map(|s| lm.sequence_bytes(&s.sequence))
             .sum()
     }
@@ -322,8 +425,8 @@ impl Particles {
     }
 
     /// Resamples the particles where their effective sample size fell below the
-    /// threshold (and some are still going).
-    fn resample_if_low(&mut self, lm: &dyn CausalLm) -> Result<(), GenerateError> {
+    /// threshold (and some are still going). A copy shares its ancestor's cache.
+    fn resample_if_low(&mut self) -> Result<(), GenerateError> {
         let n = self.ps.len();
         let log_w: Vec<f64> = self.ps.iter().map(|p| p.log_w).collect();
         if log_w.iter().all(|w| *w == f64::NEG_INFINITY) {
@@ -344,9 +447,9 @@ impl Particles {
         let mut first_child: Vec<Option<usize>> = vec![None; n];
         for &a in &ancestors {
             let child = match (old[a].take(), first_child[a]) {
-                // The first copy takes the particle itself, with its cache.
+                // The first copy takes the particle itself.
                 (Some(p), _) => p,
-                (None, Some(f)) => fork(lm, &self.ps[f], self.rng.next_u64()),
+                (None, Some(f)) => self.ps[f].fork(self.rng.next_u64()),
                 (None, None) => unreachable!("an ancestor is taken only by its first copy"),
             };
             first_child[a].get_or_insert(self.ps.len());
@@ -355,8 +458,23 @@ impl Particles {
                 ..child
             });
         }
+        self.release_slots();
         self.stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
         Ok(())
+    }
+}
+
+impl Particle {
+    /// A copy with its own random state, sharing this particle's cache.
+    fn fork(&self, seed: u64) -> Particle {
+        Particle {
+            decoder: self.decoder.fork(seed),
+            slot: self.slot,
+            feed: self.feed.clone(),
+            log_w: self.log_w,
+            done: self.done,
+            pieces: self.pieces.clone(),
+        }
     }
 }
 
@@ -406,9 +524,9 @@ pub(crate) fn generate_smc(
     while !ps.is_done() {
         ps.compute_masks()?;
         let t = Instant::now();
-        let logits = lm.forward_batch(&mut ps.batch())?;
+        let logits = lm.forward_batch(&mut ps.batch(lm))?;
         forward_time += t.elapsed();
-        ps.advance(lm, logits)?;
+        ps.advance(logits)?;
     }
     let decode = decode_start.elapsed();
     let mut g = ps.finish(out);
@@ -416,42 +534,6 @@ pub(crate) fn generate_smc(
     g.stats.decode_tok_s = g.tokens.len() as f64 / decode.as_secs_f64().max(1e-9);
     g.stats.decode_forward_ms = forward_time.as_secs_f64() * 1e3;
     Ok(g)
-}
-
-/// A new sequence for a particle whose cache the model cannot copy: everything it was fed
-/// runs again, from position 0.
-fn rerun(lm: &dyn CausalLm, p: &mut Particle) -> SeqState {
-    let history = p.decoder.history();
-    // The tokens still to feed are the history's last ones: run the rest before them.
-    let mut all = history[..history.len() - p.feed.len()].to_vec();
-    all.append(&mut p.feed);
-    p.feed = all;
-    SeqState {
-        sequence: lm.new_sequence(),
-        pos: 0,
-    }
-}
-
-/// A copy of `p` with its own random state and its own KV cache.
-fn fork(lm: &dyn CausalLm, p: &Particle, seed: u64) -> Particle {
-    let mut child = Particle {
-        decoder: p.decoder.fork(seed),
-        sequence: None,
-        feed: p.feed.clone(),
-        log_w: p.log_w,
-        done: p.done,
-        pieces: p.pieces.clone(),
-    };
-    if let Some(s) = &p.sequence {
-        child.sequence = Some(match lm.copy_prefix(&s.sequence, s.pos) {
-            Some(sequence) => SeqState {
-                sequence,
-                pos: s.pos,
-            },
-            None => rerun(lm, &mut child),
-        });
-    }
-    child
 }
 
 /// Weights that sum to 1 from log weights (all equal where every one is minus infinity).

@@ -351,7 +351,7 @@ fn pass(
     let mut sampling = Vec::new();
     for r in running.iter_mut() {
         if let Some(g) = r.group.as_mut() {
-            items.extend(g.batch());
+            items.extend(g.batch(&*lm));
             continue;
         }
         if r.piece.is_empty() {
@@ -418,8 +418,8 @@ fn pass(
                 return true;
             }
             if let Some(g) = r.group.as_mut() {
-                let rows: Vec<Box<dyn Logits>> = logits.by_ref().take(g.live()).collect();
-                let stepped = g.advance(lm, rows);
+                let rows: Vec<Box<dyn Logits>> = logits.by_ref().take(g.rows()).collect();
+                let stepped = g.advance(rows);
                 return !settle_group(r, stepped, metrics);
             }
             if r.piece.is_empty() {
