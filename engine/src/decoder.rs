@@ -235,6 +235,24 @@ impl Decoder {
         Ok(d)
     }
 
+    /// [`Decoder::new`] for `lm`: its context, and masks as wide as its logits.
+    pub(crate) fn for_model(
+        lm: &dyn crate::model::CausalLm,
+        space: &Arc<TokenSpace>,
+        constraint: Option<&Arc<Constraint>>,
+        prompt: &[TokenId],
+        opts: &GenerateOptions,
+    ) -> Result<Decoder, GenerateError> {
+        Ok(Decoder::new(
+            space.clone(),
+            constraint.cloned(),
+            prompt,
+            lm.max_positions(),
+            opts,
+        )?
+        .with_logit_width(lm.logit_width()))
+    }
+
     /// Grows the masks to the model's logit width (when it exceeds the vocabulary's).
     pub fn with_logit_width(mut self, width: usize) -> Decoder {
         if self.mask.len() < width {

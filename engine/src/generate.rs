@@ -222,14 +222,7 @@ pub fn generate_emitting(
     if let SamplerMethod::Smc(smc) = opts.sampling.method {
         return crate::smc::generate_smc(lm, space, constraint, prompt, opts, smc, on_delta);
     }
-    let mut d = Decoder::new(
-        space.clone(),
-        constraint.cloned(),
-        prompt,
-        lm.max_positions(),
-        opts,
-    )?
-    .with_logit_width(lm.logit_width());
+    let mut d = Decoder::for_model(lm, space, constraint, prompt, opts)?;
     let t0 = Instant::now();
     let mut logits = lm.forward(prompt, 0)?;
     let prefill = t0.elapsed();

@@ -94,6 +94,22 @@ pub trait CausalLm: Send {
         &mut self,
         items: &mut [BatchItem<'_>],
     ) -> Result<Vec<Box<dyn Logits>>, ModelError>;
+    /// Runs `tokens` on `sequence` from `pos` ([`CausalLm::forward_batch`] with one item)
+    /// and returns the logits of the last.
+    fn forward_sequence(
+        &mut self,
+        sequence: &mut Sequence,
+        tokens: &[TokenId],
+        pos: usize,
+    ) -> Result<Box<dyn Logits>, ModelError> {
+        self.forward_batch(&mut [BatchItem {
+            tokens,
+            pos,
+            sequence,
+        }])?
+        .pop()
+        .ok_or(ModelError::NoTokens)
+    }
     /// A new sequence holding a copy of the first `positions` positions of `sequence`'s
     /// cache (at most the positions it holds), sized to them, so that a prompt sharing
     /// those tokens runs only the rest; `None` where the model cannot copy its caches (the

@@ -490,24 +490,10 @@ pub(crate) fn generate_smc(
     smc: SmcOptions,
     out: &mut dyn FnMut(Emit<'_>),
 ) -> Result<Generation, GenerateError> {
-    let base = Decoder::new(
-        space.clone(),
-        constraint.cloned(),
-        prompt,
-        lm.max_positions(),
-        opts,
-    )?
-    .with_logit_width(lm.logit_width());
+    let base = Decoder::for_model(lm, space, constraint, prompt, opts)?;
     let t0 = Instant::now();
     let mut root = lm.new_sequence();
-    let first = lm
-        .forward_batch(&mut [BatchItem {
-            tokens: prompt,
-            pos: 0,
-            sequence: &mut root,
-        }])?
-        .pop()
-        .ok_or(GenerateError::Model(crate::model::ModelError::NoTokens))?;
+    let first = lm.forward_sequence(&mut root, prompt, 0)?;
     let prefill = t0.elapsed();
     let decode_start = Instant::now();
     let mut forward_time = Duration::ZERO;

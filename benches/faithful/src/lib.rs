@@ -70,14 +70,7 @@ pub fn greedy_mass(
     let mut mask = FixedBitSet::with_capacity(lm.logit_width().max(space.width()));
     let (mut feed, mut pos, mut logp) = (prompt.to_vec(), 0, 0.0);
     for _ in 0..256 {
-        let l = lm
-            .forward_batch(&mut [BatchItem {
-                tokens: &feed,
-                pos,
-                sequence: &mut seq,
-            }])?
-            .pop()
-            .expect("one item, one result");
+        let l = lm.forward_sequence(&mut seq, &feed, pos)?;
         pos += feed.len();
         let v = l.to_masked_vec(None)?;
         let lse = log_sum_exp(&v);
@@ -117,14 +110,7 @@ pub fn exact(
     };
     let mut by_text: BTreeMap<String, f64> = BTreeMap::new();
     let mut root = lm.new_sequence();
-    let logits = lm
-        .forward_batch(&mut [BatchItem {
-            tokens: prompt,
-            pos: 0,
-            sequence: &mut root,
-        }])?
-        .pop()
-        .expect("one item, one result");
+    let logits = lm.forward_sequence(&mut root, prompt, 0)?;
     let mut stack = Vec::new();
     let mut mask = FixedBitSet::with_capacity(lm.logit_width().max(space.width()));
     let mut expand = |adapter: &mut RobustConstrainedAdapter,
@@ -253,14 +239,7 @@ impl<'a> PromptCached<'a> {
     /// Runs `prompt` on `lm` once.
     pub fn new(lm: &'a mut dyn CausalLm, prompt: &[TokenId]) -> Result<Self, ModelError> {
         let mut cached = lm.new_sequence();
-        let l = lm
-            .forward_batch(&mut [BatchItem {
-                tokens: prompt,
-                pos: 0,
-                sequence: &mut cached,
-            }])?
-            .pop()
-            .ok_or(ModelError::NoTokens)?;
+        let l = lm.forward_sequence(&mut cached, prompt, 0)?;
         let own = lm.new_sequence();
         Ok(PromptCached {
             logits: l.to_masked_vec(None)?,
@@ -299,13 +278,9 @@ impl CausalLm for PromptCached<'_> {
             return Ok(Box::new(Stored(self.logits.clone())));
         }
         let mut own = std::mem::replace(&mut self.own, self.lm.new_sequence());
-        let r = self.lm.forward_batch(&mut [BatchItem {
-            tokens,
-            pos,
-            sequence: &mut own,
-        }]);
+        let r = self.lm.forward_sequence(&mut own, tokens, pos);
         self.own = own;
-        r?.pop().ok_or(ModelError::NoTokens)
+        r
     }
     fn logit_width(&self) -> usize {
         self.lm.logit_width()
