@@ -13,7 +13,7 @@ use crate::generate::{FinishReason, GenerateError, GenerateOptions, Generation, 
 use crate::logprobs::{TokenLogprob, log_sum_exp, token_logprob};
 use crate::model::{Logits, ModelError, apply_mask_in_place};
 use crate::replay::stats;
-use crate::sampling::{Sampler, SamplerMethod};
+use crate::sampling::{Sampler, SamplerMethod, SamplingError};
 use crate::scope::{Scope, TriggerWatch};
 use crate::utf8::Utf8Stream;
 use corral_trie::{FixedBitSet, TokenId, TokenSpace};
@@ -178,6 +178,16 @@ impl Decoder {
         }
         let width = space.width();
         let weighted = matches!(opts.sampling.method, SamplerMethod::Smc(_));
+        if weighted && opts.scope != Scope::Whole {
+            // The free text before a trigger and the trigger the engine appends would go
+            // unweighed: the target would not be the one SMC promises.
+            return Err(SamplingError {
+                name: "sampler",
+                value: "smc".into(),
+                expected: "plain where the grammar applies after reasoning or to tool calls (smc weighs a grammar over the whole output)",
+            }
+            .into());
+        }
         let mut d = Decoder {
             weighted,
             log_weight: 0.0,
@@ -399,11 +409,11 @@ impl Decoder {
             true => self.step_constraint(tok, out)?,
             false => Stepped::Kept,
         };
+        // A draw weighs the mass the mask kept, whatever the budget does with the token; a
+        // token the budget puts in its place weighs its own probability.
+        self.weigh_drawn(full.as_ref(), &v);
         let (tok, named) = match stepped {
-            Stepped::Kept => {
-                self.weigh_drawn(full.as_ref(), &v);
-                (tok, named)
-            }
+            Stepped::Kept => (tok, named),
             Stepped::Completed => return Ok(Next::Done(FinishReason::BudgetCompleted)),
             Stepped::Replaced { token, named } => {
                 self.weigh_forced(full.as_ref(), token);

@@ -130,6 +130,9 @@ struct Slot {
 /// logits.
 #[derive(Debug)]
 struct Row {
+    /// The slot its particles held before this pass (copied for this row if another row
+    /// runs on it).
+    origin: usize,
     slot: usize,
     tokens: Vec<TokenId>,
     members: Vec<usize>,
@@ -273,21 +276,22 @@ impl Particles {
             let Some(slot) = p.slot else { continue };
             if let Some(r) = rows
                 .iter_mut()
-                .find(|r| r.slot == slot && r.tokens == p.feed)
+                .find(|r| r.origin == slot && r.tokens == p.feed)
             {
                 r.members.push(i);
                 continue;
             }
             // The slot's first row runs on it; another feed on the same slot gets a copy.
-            let slot = if rows.iter().any(|r| r.slot == slot) {
-                let copy = self.copy_slot(lm, slot, i);
+            let origin = slot;
+            let slot = if rows.iter().any(|r| r.origin == origin) {
+                let copy = self.copy_slot(lm, origin, i);
                 self.slots.push(Some(copy));
                 self.slots.len() - 1
             } else {
-                slot
+                origin
             };
-            self.ps[i].slot = Some(slot);
             rows.push(Row {
+                origin,
                 slot,
                 tokens: self.ps[i].feed.clone(),
                 members: vec![i],
@@ -295,6 +299,9 @@ impl Particles {
         }
         self.stats.fork_ms += t.elapsed().as_secs_f64() * 1e3;
         for r in &mut rows {
+            for &m in &r.members {
+                self.ps[m].slot = Some(r.slot);
+            }
             let s = self.slots[r.slot].as_mut().expect("a row's slot is held");
             if !s.prefix.is_empty() {
                 let mut all = std::mem::take(&mut s.prefix);
@@ -490,7 +497,9 @@ pub(crate) fn generate_smc(
     smc: SmcOptions,
     out: &mut dyn FnMut(Emit<'_>),
 ) -> Result<Generation, GenerateError> {
-    let base = Decoder::for_model(lm, space, constraint, prompt, opts)?;
+    let mut base = Decoder::for_model(lm, space, constraint, prompt, opts)?;
+    // The first mask once, for every particle's copy.
+    base.prepare_mask()?;
     let t0 = Instant::now();
     let mut root = lm.new_sequence();
     let first = lm.forward_sequence(&mut root, prompt, 0)?;
@@ -571,6 +580,10 @@ fn systematic(w: &[f64], u: f64) -> Vec<usize> {
         while point >= acc && i + 1 < n {
             i += 1;
             acc += w[i];
+        }
+        // Rounding may leave the last points past the sum: never a particle of weight 0.
+        if w[i] == 0.0 {
+            i = w.iter().rposition(|&x| x > 0.0).unwrap_or(i);
         }
         out.push(i);
     }

@@ -377,6 +377,10 @@ fn pass(
         });
     }
     let n = items.len();
+    if n == 0 {
+        // Every request that would have run ended before the pass.
+        return ended_early;
+    }
     // The masks depend only on the tokens so far: computed while the pass runs. An error
     // stays in its decoder (sticky) and is reported by its own step, so the results are
     // not read here.
@@ -400,8 +404,8 @@ fn pass(
     let logits = match logits {
         Ok(l) => l,
         Err(e) => {
-            Metrics::add(&metrics.failed, running.len() as u64);
-            for r in running.iter_mut() {
+            for (r, _) in running.iter_mut().zip(&ended_early).filter(|(_, e)| !**e) {
+                Metrics::add(&metrics.failed, 1);
                 r.sound = false;
                 let _ = r.events.send(Event::Failed(ApiError::internal(e.clone())));
             }

@@ -1009,9 +1009,16 @@ fn smc_sampler_requests_are_served_or_refused() {
             "",
             "particle",
         ),
+        (
+            json!({"sampler": smc, "tools": weather_tools()}),
+            "sampler",
+            "whole output",
+        ),
     ] {
         let mut e = extra.clone();
-        e["grammar"] = json!(colours);
+        if e.get("tools").is_none() {
+            e["grammar"] = json!(colours);
+        }
         if e.get("temperature").is_none() {
             e["temperature"] = json!(1);
         }
