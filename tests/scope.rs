@@ -4,13 +4,13 @@
 //! A vocabulary of single bytes plus the markers as whole tokens.
 
 use corral::engine::{
-    BatchItem, CausalLm, Constraint, FinishReason, GenerateOptions, Logits, ModelError,
+    BatchItem, CausalLm, Constraint, CpuLogits, FinishReason, GenerateOptions, Logits, ModelError,
     SamplingOptions, Scope, Sequence, generate,
 };
 use corral::grammar::{CompileOptions, compile_gbnf};
 use corral::scope;
 use corral::split::{Format, GenericParser, split_all};
-use corral::trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
+use corral::trie::{TokenId, TokenSpace, Vocabulary};
 use std::sync::Arc;
 
 const MARKERS: &[&str] = &["<think>", "</think>", "<tool_call>", "</tool_call>"];
@@ -55,18 +55,6 @@ struct Scripted {
     space: Arc<TokenSpace>,
 }
 
-struct OneHot(Vec<f32>);
-
-impl Logits for OneHot {
-    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
-        let mut v = self.0.clone();
-        if let Some(m) = mask {
-            corral::engine::apply_mask_in_place(&mut v, m);
-        }
-        Ok(v)
-    }
-}
-
 impl CausalLm for Scripted {
     fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
         if pos == 0 {
@@ -83,7 +71,7 @@ impl CausalLm for Scripted {
         let rest =
             String::from_utf8_lossy(&script[self.out.len().min(script.len())..]).into_owned();
         v[tokenize(&rest)[0] as usize] = 10.0;
-        Ok(Box::new(OneHot(v)))
+        Ok(Box::new(CpuLogits(v)))
     }
     fn logit_width(&self) -> usize {
         WIDTH

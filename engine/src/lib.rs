@@ -69,7 +69,7 @@ pub use generate::{
 };
 pub use logprobs::TokenLogprob;
 pub use model::{
-    BackendError, BatchItem, CausalLm, Logits, ModelError, Sequence, apply_mask_in_place,
+    BackendError, BatchItem, CausalLm, CpuLogits, Logits, ModelError, Sequence, apply_mask_in_place,
 };
 pub use sampling::{
     Rng, Sampler, SamplerMethod, SamplingError, SamplingOptions, SmcOptions, argmax,

@@ -171,6 +171,20 @@ pub trait Logits: Send {
     fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError>;
 }
 
+/// Logits already on the CPU, as a vector: a caller's own model's, or a test's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuLogits(pub Vec<f32>);
+
+impl Logits for CpuLogits {
+    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
+        let mut v = self.0.clone();
+        if let Some(m) = mask {
+            apply_mask_in_place(&mut v, m);
+        }
+        Ok(v)
+    }
+}
+
 /// Sets the logits of tokens outside `mask` to minus infinity, in place (the CPU path).
 pub fn apply_mask_in_place(logits: &mut [f32], mask: &FixedBitSet) {
     let blocks = mask.as_slice();

@@ -4,11 +4,11 @@
 //! has the last word; the fallback is the highest allowed id).
 
 use corral_engine::{
-    Constraint, Decoder, Emit, FinishReason, Forced, GenerateOptions, Logits, ModelError, Next,
-    SamplingOptions, Scope, apply_mask_in_place,
+    Constraint, CpuLogits, Decoder, Emit, FinishReason, Forced, GenerateOptions, Next,
+    SamplingOptions, Scope,
 };
 use corral_grammar::{CompileOptions, compile_gbnf};
-use corral_trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
+use corral_trie::{TokenId, TokenSpace, Vocabulary};
 use std::sync::Arc;
 
 const SPECIALS: [&str; 7] = [
@@ -52,18 +52,6 @@ fn tokens(text: &str) -> Vec<u32> {
     out
 }
 
-struct Proposed(Vec<f32>);
-
-impl Logits for Proposed {
-    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
-        let mut v = self.0.clone();
-        if let Some(m) = mask {
-            apply_mask_in_place(&mut v, m);
-        }
-        Ok(v)
-    }
-}
-
 /// What a run emitted: text pieces joined, control tokens as `[name]` (`[=name]` where the
 /// grammar named it), and how it finished.
 fn run(script: &str, grammar: Option<&str>, scope: Scope) -> (String, FinishReason) {
@@ -93,7 +81,7 @@ fn run(script: &str, grammar: Option<&str>, scope: Scope) -> (String, FinishReas
         let mut v: Vec<f32> = (0..WIDTH).map(|i| i as f32 / 1000.0 - 1.0).collect();
         let at = d.tokens().len();
         v[*script.get(at).unwrap_or(&id("<|return|>")) as usize] = 10.0;
-        match d.advance_emitting(&Proposed(v), &mut out).expect("a step") {
+        match d.advance_emitting(&CpuLogits(v), &mut out).expect("a step") {
             Next::Feed(_) => {}
             Next::Done(f) => break f,
         }
@@ -232,7 +220,7 @@ fn ignore_eos_leaves_an_end_token_the_grammar_names() {
     let mut text = String::new();
     let finish = loop {
         match d
-            .advance(&Proposed(v.clone()), &mut |t| text.push_str(t))
+            .advance(&CpuLogits(v.clone()), &mut |t| text.push_str(t))
             .unwrap()
         {
             Next::Feed(_) => {}

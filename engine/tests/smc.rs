@@ -8,11 +8,11 @@
 //! left, and takes all the mass).
 
 use corral_engine::{
-    BatchItem, CausalLm, Constraint, GenerateOptions, Logits, ModelError, SamplerMethod,
-    SamplingOptions, Sequence, SmcOptions, apply_mask_in_place, generate,
+    BatchItem, CausalLm, Constraint, CpuLogits, GenerateOptions, Logits, ModelError, SamplerMethod,
+    SamplingOptions, Sequence, SmcOptions, generate,
 };
 use corral_grammar::{CompileOptions, compile_gbnf};
-use corral_trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
+use corral_trie::{TokenId, TokenSpace, Vocabulary};
 use std::sync::Arc;
 
 const EOS: u32 = 4;
@@ -38,18 +38,6 @@ fn next(out: &[u32]) -> [f32; WIDTH] {
     }
 }
 
-struct Table(Vec<f32>);
-
-impl Logits for Table {
-    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
-        let mut v = self.0.clone();
-        if let Some(m) = mask {
-            apply_mask_in_place(&mut v, m);
-        }
-        Ok(v)
-    }
-}
-
 /// The table as a model; each sequence holds its tokens. `copies`: whether it copies
 /// caches (otherwise the sampler runs a fork's tokens again).
 struct TableLm {
@@ -60,7 +48,7 @@ struct TableLm {
 
 fn logits(seq: &[u32]) -> Box<dyn Logits> {
     let out = &seq[PROMPT.len().min(seq.len())..];
-    Box::new(Table(next(out).iter().map(|p| p.ln()).collect()))
+    Box::new(CpuLogits(next(out).iter().map(|p| p.ln()).collect()))
 }
 
 impl CausalLm for TableLm {

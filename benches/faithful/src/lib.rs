@@ -10,8 +10,8 @@
 //! Sequences are then grouped by their text (tokenizations marginalized) and normalized.
 
 use corral::engine::{
-    BatchItem, CausalLm, Constraint, Logits, ModelError, RobustConstrainedAdapter, Sequence,
-    apply_mask_in_place,
+    BatchItem, CausalLm, Constraint, CpuLogits, Logits, ModelError, RobustConstrainedAdapter,
+    Sequence,
 };
 use corral::trie::{FixedBitSet, TokenId};
 use std::collections::BTreeMap;
@@ -258,24 +258,11 @@ impl<'a> PromptCached<'a> {
     }
 }
 
-/// Logits kept on the CPU.
-struct Stored(Vec<f32>);
-
-impl Logits for Stored {
-    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
-        let mut v = self.0.clone();
-        if let Some(m) = mask {
-            apply_mask_in_place(&mut v, m);
-        }
-        Ok(v)
-    }
-}
-
 impl CausalLm for PromptCached<'_> {
     fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
         if let Some(s) = self.start(tokens, pos) {
             self.own = s;
-            return Ok(Box::new(Stored(self.logits.clone())));
+            return Ok(Box::new(CpuLogits(self.logits.clone())));
         }
         let mut own = std::mem::replace(&mut self.own, self.lm.new_sequence());
         let r = self.lm.forward_sequence(&mut own, tokens, pos);
@@ -304,7 +291,7 @@ impl CausalLm for PromptCached<'_> {
             match self.start(it.tokens, it.pos) {
                 Some(s) => {
                     *it.sequence = s;
-                    out.push(Some(Box::new(Stored(self.logits.clone()))));
+                    out.push(Some(Box::new(CpuLogits(self.logits.clone()))));
                 }
                 None => {
                     out.push(None);

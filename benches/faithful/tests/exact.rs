@@ -2,11 +2,9 @@
 //! `a`, `b`, `c`, `bc` and an end, whose next-token probabilities depend on the text so far,
 //! under the grammar `"a" | "bc"` (where `bc` has two tokenizations).
 
-use corral::engine::{
-    BatchItem, CausalLm, Constraint, Logits, ModelError, Sequence, apply_mask_in_place,
-};
+use corral::engine::{BatchItem, CausalLm, Constraint, CpuLogits, Logits, ModelError, Sequence};
 use corral::grammar::{CompileOptions, compile_gbnf};
-use corral::trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary};
+use corral::trie::{TokenId, TokenSpace, Vocabulary};
 use corral_faithful::{PromptCached, exact, greedy_mass};
 use std::sync::Arc;
 
@@ -22,18 +20,6 @@ fn next(text: &str) -> [f32; WIDTH] {
         "b" => [0.0, 0.0, 0.01, 0.0, 0.99],
         "bc" => [0.0, 0.0, 0.0, 0.5, 0.5],
         _ => [0.2; WIDTH],
-    }
-}
-
-struct Table(Vec<f32>);
-
-impl Logits for Table {
-    fn to_masked_vec(&self, mask: Option<&FixedBitSet>) -> Result<Vec<f32>, ModelError> {
-        let mut v = self.0.clone();
-        if let Some(m) = mask {
-            apply_mask_in_place(&mut v, m);
-        }
-        Ok(v)
     }
 }
 
@@ -66,7 +52,7 @@ impl CausalLm for TableLm {
                 seq.extend(it.tokens.iter().map(|t| t.0));
                 let text: String = seq[1..].iter().map(|&t| WORDS[t as usize]).collect();
                 let l = next(&text).iter().map(|p| p.ln()).collect();
-                Ok(Box::new(Table(l)) as Box<dyn Logits>)
+                Ok(Box::new(CpuLogits(l)) as Box<dyn Logits>)
             })
             .collect()
     }
