@@ -158,7 +158,7 @@ impl Particle {
 }
 
 /// An SMC generation's particles, stepped by a caller that runs the model (the server's
-/// scheduler), as [`Decoder`] is for one sequence; [`generate_smc`] drives one with one
+/// scheduler), as [`Decoder`] is for one sequence; [`crate::generate()`] drives one with one
 /// model. After the prompt ran on a sequence: [`Particles::start`] with its logits, then
 /// per step [`Particles::compute_masks`], one forward pass over [`Particles::batch`], and
 /// [`Particles::advance`] with its logits, until [`Particles::is_done`]; then
