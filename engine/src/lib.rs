@@ -67,7 +67,7 @@ pub use generate::{
     Decoder, Emit, FinishReason, GenerateError, GenerateOptions, Generation, GenerationStats, Next,
     Utf8Stream, generate, generate_emitting,
 };
-pub use logprobs::TokenLogprob;
+pub use logprobs::{TokenLogprob, log_sum_exp};
 pub use model::{
     BackendError, BatchItem, CausalLm, CpuLogits, Logits, ModelError, Sequence, apply_mask_in_place,
 };

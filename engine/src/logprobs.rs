@@ -22,7 +22,7 @@ pub struct TokenLogprob {
 /// The natural log of the sum of `exp(l * scale)` over the finite logits `l` (minus
 /// infinity where there are none): the log of a softmax's normalizer at temperature
 /// `1 / scale`.
-pub(crate) fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
+pub fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
     let max = logits
         .iter()
         .copied()

@@ -11,7 +11,7 @@
 
 use corral::engine::{
     BatchItem, CausalLm, Constraint, CpuLogits, Logits, ModelError, RobustConstrainedAdapter,
-    Sequence,
+    Sequence, log_sum_exp,
 };
 use corral::trie::{FixedBitSet, TokenId};
 use std::collections::BTreeMap;
@@ -73,7 +73,7 @@ pub fn greedy_mass(
         let l = lm.forward_sequence(&mut seq, &feed, pos)?;
         pos += feed.len();
         let v = l.to_masked_vec(None)?;
-        let lse = log_sum_exp(&v);
+        let lse = log_sum_exp(&v, 1.0);
         mask.clear();
         adapter.compute_mask(&mut mask)?;
         let best = mask
@@ -123,7 +123,7 @@ pub fn exact(
                       out: &mut Exact|
      -> anyhow::Result<()> {
         let v = logits.to_masked_vec(None)?;
-        let lse = log_sum_exp(&v);
+        let lse = log_sum_exp(&v, 1.0);
         mask.clear();
         adapter.compute_mask(&mut mask)?;
         for t in mask.ones() {
@@ -323,21 +323,6 @@ impl CausalLm for PromptCached<'_> {
     fn sequence_bytes(&self, sequence: &Sequence) -> Option<usize> {
         self.lm.sequence_bytes(sequence)
     }
-}
-
-/// The natural log of the sum of the exponentials of the finite logits.
-pub fn log_sum_exp(v: &[f32]) -> f64 {
-    let max = v
-        .iter()
-        .copied()
-        .filter(|l| l.is_finite())
-        .fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = v
-        .iter()
-        .filter(|l| l.is_finite())
-        .map(|&l| (l as f64 - max).exp())
-        .sum();
-    max + sum.ln()
 }
 
 /// Total variation distance between `p` and the empirical distribution of `samples`.
