@@ -493,21 +493,60 @@ impl Decoder {
     /// whole distribution over its probability under `v` is the mass `v` kept.
     fn weigh_drawn(&mut self, full: Option<&Full>, v: &[f32]) {
         if let Some(f) = full {
-            self.log_weight += log_sum_exp(v, self.inverse_temperature()) - f.lse;
+            self.log_weight += self.drawn_log_weight(f, v);
         }
+    }
+
+    fn drawn_log_weight(&self, full: &Full, v: &[f32]) -> f64 {
+        log_sum_exp(v, self.inverse_temperature()) - full.lse
     }
 
     /// Weighs a token the engine chose (a budget's completion): drawn with probability 1,
     /// so its weight is its probability under the whole distribution.
     fn weigh_forced(&mut self, full: Option<&Full>, t: TokenId) {
         if let Some(f) = full {
-            let l = f
-                .logits
-                .get(t.index())
-                .copied()
-                .unwrap_or(f32::NEG_INFINITY);
-            self.log_weight += l as f64 * self.inverse_temperature() as f64 - f.lse;
+            self.log_weight += self.forced_log_weight(f, t);
         }
+    }
+
+    fn forced_log_weight(&self, full: &Full, t: TokenId) -> f64 {
+        let l = full
+            .logits
+            .get(t.index())
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY);
+        l as f64 * self.inverse_temperature() as f64 - full.lse
+    }
+
+    /// Under the SMC sampler, the part of the next step's log weight that does not depend
+    /// on the token drawn, from the logits [`Decoder::advance_emitting`] will take: the
+    /// mass the mask keeps, the next token's probability where a budget's completion is
+    /// being appended, the end's where the grammar is complete. The particles are resampled
+    /// on it before they draw ([`crate::smc`]); a drawn token a budget replaces adds its
+    /// replacement's probability in the step itself. 0 where nothing is weighed.
+    pub(crate) fn step_log_weight(&mut self, logits: &dyn Logits) -> Result<f64, GenerateError> {
+        if !self.weighted || self.tokens.len() >= self.max_tokens {
+            return Ok(0.0);
+        }
+        self.prepare_mask()?;
+        let masked = match &self.phase {
+            Phase::Constrained(a) => {
+                let eos = self.space.eos();
+                let complete =
+                    a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32)));
+                if complete && self.opts.ignore_eos {
+                    return Ok(0.0);
+                }
+                true
+            }
+            _ => false,
+        };
+        let (v, full) = self.step_logits(logits, masked)?;
+        let Some(full) = full else { return Ok(0.0) };
+        Ok(match self.completing.last() {
+            Some(&t) => self.forced_log_weight(&full, t),
+            None => self.drawn_log_weight(&full, &v),
+        })
     }
 
     /// Records `tok`'s log-probability under `v`, if asked for.

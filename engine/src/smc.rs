@@ -113,6 +113,10 @@ struct Particle {
     /// Tokens to run next on its cache.
     feed: Vec<TokenId>,
     log_w: f64,
+    /// Within a step: the row whose logits it draws from, and the part of the step's log
+    /// weight already in `log_w` ([`Decoder::step_log_weight`]).
+    row: Option<usize>,
+    pre: f64,
     done: Option<FinishReason>,
     pieces: Vec<Piece>,
 }
@@ -139,13 +143,19 @@ struct Row {
 }
 
 impl Particle {
-    /// One step from `logits`: the token drawn, its weight, what to run next.
+    /// One step from `logits`: the token drawn, its weight (what `pre` did not already
+    /// add), what to run next.
     fn advance(&mut self, logits: &dyn Logits) -> Result<(), GenerateError> {
         let pieces = &mut self.pieces;
         let next = self
             .decoder
             .advance_emitting(logits, &mut |e| pieces.push(Piece::of(e)))?;
-        self.log_w += self.decoder.take_log_weight();
+        let step = self.decoder.take_log_weight();
+        let pre = std::mem::take(&mut self.pre);
+        // A particle whose weight is already 0 stays so.
+        if step != pre && pre != f64::NEG_INFINITY {
+            self.log_w += step - pre;
+        }
         match next {
             Next::Feed(f) => self.feed = f,
             Next::Done(r) => {
@@ -218,6 +228,8 @@ impl Particles {
                 slot: Some(0),
                 feed: Vec::new(),
                 log_w: 0.0,
+                row: None,
+                pre: 0.0,
                 done: None,
                 pieces: Vec::new(),
             };
@@ -347,8 +359,11 @@ impl Particles {
         }
     }
 
-    /// Each row's particles step from its logits (in [`Particles::batch`]'s order), then
-    /// resampling where the effective sample size fell below the threshold.
+    /// Each row's particles step from its logits (in [`Particles::batch`]'s order). The
+    /// part of the step's weight that does not depend on the token drawn (the mass the
+    /// mask keeps, the same for a row's particles) is added first, and the particles are
+    /// resampled on it where the effective sample size fell below the threshold; then
+    /// each draws, so copies of one particle draw apart rather than repeat its token.
     pub fn advance(&mut self, logits: Vec<Box<dyn Logits>>) -> Result<(), GenerateError> {
         if logits.len() != self.rows.len() {
             return Err(GenerateError::Model(crate::model::ModelError::Backend(
@@ -357,16 +372,28 @@ impl Particles {
         }
         self.passes += 1;
         self.stats.sequence_steps += logits.len();
-        for (r, l) in std::mem::take(&mut self.rows).into_iter().zip(logits) {
+        for (ri, r) in std::mem::take(&mut self.rows).into_iter().enumerate() {
             if let Some(s) = self.slots[r.slot].as_mut() {
                 s.pos += r.tokens.len();
             }
+            let pre = self.ps[r.members[0]]
+                .decoder
+                .step_log_weight(&*logits[ri])?;
             for i in r.members {
-                self.ps[i].advance(&*l)?;
+                let p = &mut self.ps[i];
+                p.log_w += pre;
+                p.pre = pre;
+                p.row = Some(ri);
+            }
+        }
+        self.resample_if_low()?;
+        for p in &mut self.ps {
+            if let Some(ri) = p.row.take() {
+                p.advance(&*logits[ri])?;
             }
         }
         self.release_slots();
-        self.resample_if_low()
+        Ok(())
     }
 
     /// Drops the caches no live particle holds.
@@ -479,6 +506,8 @@ impl Particle {
             slot: self.slot,
             feed: self.feed.clone(),
             log_w: self.log_w,
+            row: self.row,
+            pre: self.pre,
             done: self.done,
             pieces: self.pieces.clone(),
         }

@@ -38,24 +38,37 @@ fn next(out: &[u32]) -> [f32; WIDTH] {
     }
 }
 
-/// The table as a model; each sequence holds its tokens. `copies`: whether it copies
-/// caches (otherwise the sampler runs a fork's tokens again).
+/// A table of next-token probabilities as a model; each sequence holds its tokens.
+/// `copies`: whether it copies caches (otherwise the sampler runs a fork's tokens again).
 struct TableLm {
+    table: fn(&[u32]) -> [f32; WIDTH],
     copies: bool,
     /// The cache `forward` runs on.
     own: Vec<u32>,
 }
 
-fn logits(seq: &[u32]) -> Box<dyn Logits> {
-    let out = &seq[PROMPT.len().min(seq.len())..];
-    Box::new(CpuLogits(next(out).iter().map(|p| p.ln()).collect()))
+impl TableLm {
+    fn new(copies: bool) -> TableLm {
+        TableLm {
+            table: next,
+            copies,
+            own: Vec::new(),
+        }
+    }
+
+    fn logits(&self, seq: &[u32]) -> Box<dyn Logits> {
+        let out = &seq[PROMPT.len().min(seq.len())..];
+        Box::new(CpuLogits(
+            (self.table)(out).iter().map(|p| p.ln()).collect(),
+        ))
+    }
 }
 
 impl CausalLm for TableLm {
     fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
         self.own.truncate(pos);
         self.own.extend(tokens.iter().map(|t| t.0));
-        Ok(logits(&self.own))
+        Ok(self.logits(&self.own))
     }
     fn logit_width(&self) -> usize {
         WIDTH
@@ -77,7 +90,7 @@ impl CausalLm for TableLm {
                 let seq = it.sequence.downcast_mut::<Vec<u32>>().unwrap();
                 assert_eq!(seq.len(), it.pos, "the sampler feeds at the positions held");
                 seq.extend(it.tokens.iter().map(|t| t.0));
-                Ok(logits(seq))
+                Ok(self.logits(seq))
             })
             .collect()
     }
@@ -93,10 +106,7 @@ fn share_of_a(method: SamplerMethod, runs: u64, copies: bool) -> (f64, f64) {
     let space = space();
     let g = compile_gbnf(r#"root ::= "a" | "bc""#, &CompileOptions::default()).unwrap();
     let c = Constraint::new(g, space.clone());
-    let mut lm = TableLm {
-        copies,
-        own: Vec::new(),
-    };
+    let mut lm = TableLm::new(copies);
     let mut a = 0;
     let mut evidence = 0.0;
     for seed in 0..runs {
@@ -143,15 +153,72 @@ fn smc_draws_from_the_model_restricted_to_the_grammar() {
     }
 }
 
+/// First `a` or `b` (even); then `c` or `d`: even after `a`, `c` 0.99 after `b`; then the
+/// end. Under `"a" ("c" | "d") | "bd"`, the mask after `b` keeps 0.01 of the mass.
+fn fork_in_two(out: &[u32]) -> [f32; WIDTH] {
+    match out {
+        [] => [0.5, 0.5, 0.0, 0.0, 0.0],
+        [0] => [0.0, 0.0, 0.5, 0.5, 0.0],
+        [1] => [0.0, 0.0, 0.99, 0.01, 0.0],
+        _ => [0.0, 0.0, 0.0, 0.0, 1.0],
+    }
+}
+
+#[test]
+fn particles_resampled_on_a_step_draw_its_token_apart() {
+    // The mass a step's mask keeps is known before its token is drawn, so resampling on it
+    // comes first and each copy of an `a` particle draws its second token itself. Were the
+    // copies made after the draw, they would repeat their ancestors' tokens: all eight
+    // would end alike in about 2 * 0.75^8 = 0.2 of the runs, rather than 2 * 0.5^8.
+    let space = space();
+    let g = compile_gbnf(
+        r#"root ::= "a" ("c" | "d") | "bd""#,
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let c = Constraint::new(g, space.clone());
+    let mut lm = TableLm {
+        table: fork_in_two,
+        ..TableLm::new(true)
+    };
+    let runs = 200;
+    let mut alike = 0;
+    for seed in 0..runs {
+        let opts = GenerateOptions {
+            max_tokens: 8,
+            sampling: SamplingOptions {
+                temperature: 1.0,
+                top_p: None,
+                seed,
+                method: SamplerMethod::Smc(SmcOptions {
+                    particles: 8,
+                    ess_threshold: 1.0,
+                }),
+                ..SamplingOptions::default()
+            },
+            ..GenerateOptions::default()
+        };
+        let out = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap();
+        let texts: Vec<&str> = out.particles.iter().map(|p| p.text.as_str()).collect();
+        assert!(
+            texts.iter().all(|t| ["ac", "ad", "bd"].contains(t)),
+            "{texts:?}"
+        );
+        let a: Vec<&&str> = texts.iter().filter(|t| t.starts_with('a')).collect();
+        alike += usize::from(a.len() == 8 && a.iter().all(|t| *t == a[0]));
+    }
+    assert!(
+        alike < 10,
+        "{alike} of {runs} runs had eight `a` particles that ended alike"
+    );
+}
+
 #[test]
 fn smc_refuses_cuts_it_cannot_weigh() {
     let space = space();
     let g = compile_gbnf(r#"root ::= "a" | "bc""#, &CompileOptions::default()).unwrap();
     let c = Constraint::new(g, space.clone());
-    let mut lm = TableLm {
-        copies: true,
-        own: Vec::new(),
-    };
+    let mut lm = TableLm::new(true);
     let smc = SamplerMethod::Smc(SmcOptions::new(4));
     for (sampling, field) in [
         (
