@@ -9,10 +9,12 @@
 //! finishes inside the grammar.
 //!
 //! Each of N particles is a [`Decoder`] with a KV cache. A step proposes each particle's
-//! next token from `q` and multiplies its weight by `p_T / q = m`. When the effective
-//! sample size `(sum w)^2 / sum w^2` falls below `ess_threshold * N`, the particles are
-//! resampled (systematic resampling): each is replaced by copies of particles drawn in
-//! proportion to their weights, its decoder forked (a clone with a new random state).
+//! next token from `q` and multiplies its weight by `p_T / q = m`. `m` depends only on the
+//! prefix, so it is weighed before the draw, and when the effective sample size
+//! `(sum w)^2 / sum w^2` falls below `ess_threshold * N`, the particles are resampled then
+//! (systematic resampling): each is replaced by copies of particles drawn in proportion to
+//! their weights, its decoder forked (a clone with a new random state), and the copies draw
+//! their tokens apart.
 //! Particles whose tokens are the same share one KV cache and one row of each pass, so a
 //! copy costs nothing until it draws a token its ancestor's other copies did not; the
 //! cache is copied then ([`CausalLm::copy_prefix`], or the tokens run again on a new
