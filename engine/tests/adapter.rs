@@ -430,3 +430,52 @@ fn a_completion_far_past_the_budget_is_measured_not_spelled() {
         Completion::Impossible
     );
 }
+
+/// A lexeme that can go on (a number) ending at a node with a large subtree below it (every
+/// token of up to four digits starting with `1`), and tokens that go past a longer end of it
+/// (`10,`, `123,4`, `15],`): the mask equals brute force at every step. The walk hands the
+/// subtree below `1` to the parser with the number closed there, and must take the longer
+/// ends from the nodes below.
+#[test]
+fn tokens_past_a_longer_end_below_a_large_subtree() {
+    let grammar = r#"
+root ::= list
+list ::= "[" item ("," item)* "]"
+item ::= [0-9]+ | list
+"#;
+    let mut words: Vec<Vec<u8>> = ["[", "]", ","]
+        .iter()
+        .map(|w| w.as_bytes().to_vec())
+        .collect();
+    words.extend((0..10).map(|d| d.to_string().into_bytes()));
+    for n in (10..20).chain(100..200).chain(1000..2000) {
+        words.push(n.to_string().into_bytes());
+    }
+    for w in [
+        "1,", "10,", "123,4", "1]", "15],", "1,[", "19,1", "2,", "1999]",
+    ] {
+        words.push(w.as_bytes().to_vec());
+    }
+    let eos = words.len() as u32;
+    let vocab = Vocabulary::from_parts(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (TokenId(i as u32), w.clone())),
+        [(TokenId(eos), "</s>".to_string())],
+    );
+    let width = words.len() + 1;
+    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
+    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
+    let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
+    let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);
+    let path = [
+        "[", "10,", "1", "123,4", ",", "1,[", "1999", ",", "15],", "2", "]",
+    ];
+    for (i, w) in path.iter().enumerate() {
+        let brute: Vec<u32> = brute_force_mask(&a).ones().map(|t| t as u32).collect();
+        assert_eq!(mask(&mut a), brute, "after {:?}", &path[..i]);
+        a.step_with_token(id(w)).unwrap();
+    }
+    assert!(a.is_accepting());
+}

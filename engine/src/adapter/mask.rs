@@ -36,7 +36,18 @@ impl ByteRecognizer for Walker<'_> {
 /// Puts the recognizer just after `run`'s lexeme ends in `end_state`; false if that is
 /// not possible (or failed: the error is kept in the walker).
 fn push_end(walker: &mut Walker<'_>, run: Run, end_state: StateId) -> bool {
-    match walker.rec.push_lexeme_end(run, end_state) {
+    let pushed = walker.rec.push_lexeme_end(run, end_state);
+    checked(walker, pushed)
+}
+
+/// [`push_end`] with the lexeme closed there ([`Recognizer::push_lexeme_closed`]).
+fn push_closed(walker: &mut Walker<'_>, run: Run, end_state: StateId) -> bool {
+    let pushed = walker.rec.push_lexeme_closed(run, end_state);
+    checked(walker, pushed)
+}
+
+fn checked(walker: &mut Walker<'_>, pushed: Result<bool, RecognizeError>) -> bool {
+    match pushed {
         Ok(ok) => ok,
         Err(e) => {
             walker.error.get_or_insert(e);
@@ -80,8 +91,9 @@ fn generic_run(
             .iter()
             .take_while(|e| e.0 == end_state)
             .count();
-        // What the walk below a node finds depends only on where the lexeme started, the
-        // lexeme, and its end state: remembered across masks.
+        // The lexeme ends at the node and does not go on (where it could, the nodes below
+        // the walk took it on). What the walk below a node finds depends only on where the
+        // lexeme started, the lexeme, and its end state: remembered across masks.
         let from = walker.rec.set_uid(run.set);
         let mut pushed = None;
         for &(_, node) in &sets.subtrees[k..group_end] {
@@ -96,7 +108,7 @@ fn generic_run(
                 tokens.iter().for_each(|&t| mask.insert(t.index()));
                 continue;
             }
-            if *pushed.get_or_insert_with(|| push_end(walker, run, end_state)) {
+            if *pushed.get_or_insert_with(|| push_closed(walker, run, end_state)) {
                 let (lo, n) = (node.index(), nodes[node.index()]);
                 let mut tokens = Vec::new();
                 trie.walk_range_tokens(

@@ -211,7 +211,12 @@ fn walk_generic_into(
         let mut in_subtree = [false; 256];
         for &(byte, first) in trie.root_children() {
             let next = dfa.next(start, byte);
-            if next.is_accepting() && nodes[first as usize].subtree > MERGE_SUBTREE {
+            // (Only where the lexeme cannot go on: the tokens below are run whole here,
+            // not walked node by node for longer ends.)
+            if next.is_accepting()
+                && !next.can_continue()
+                && nodes[first as usize].subtree > MERGE_SUBTREE
+            {
                 in_subtree[byte as usize] = true;
                 subtrees.push((next, NodeId(first)));
             }
@@ -283,9 +288,16 @@ fn walk_generic_into(
             }
             let mut here = ended;
             if here == NONE && next.is_accepting() {
-                here = i as u32;
-                if n.subtree > MERGE_SUBTREE {
+                if n.subtree <= MERGE_SUBTREE {
+                    here = i as u32;
+                } else {
+                    // The parser walks the subtree after the lexeme closed here; where it
+                    // can go on (a number's digit), the nodes below are walked on for its
+                    // longer ends, as if it had not ended yet.
                     subtrees.push((next, NodeId(i as u32)));
+                    if !next.can_continue() {
+                        here = i as u32;
+                    }
                 }
             }
             trie.mark(i, inside);

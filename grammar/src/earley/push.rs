@@ -51,10 +51,31 @@ impl Recognizer {
         run: Run,
         end_state: StateId,
     ) -> Result<bool, RecognizeError> {
+        self.push_end_of(run, end_state, true)
+    }
+
+    /// [`Recognizer::push_lexeme_end`] with the lexeme closed there: `run` does not go on,
+    /// so what follows is the next lexemes' only. The mask computation walks a large
+    /// subtree below a node where a lexeme that could go on ends (a number's digit) so,
+    /// and takes the longer lexemes from the nodes below.
+    pub fn push_lexeme_closed(
+        &mut self,
+        run: Run,
+        end_state: StateId,
+    ) -> Result<bool, RecognizeError> {
+        self.push_end_of(run, end_state, false)
+    }
+
+    fn push_end_of(
+        &mut self,
+        run: Run,
+        end_state: StateId,
+        going_on: bool,
+    ) -> Result<bool, RecognizeError> {
         let top = *self.c.frames.last().expect("at least one frame");
         let new_start = self.c.runs.len();
         debug_assert!(end_state.is_accepting());
-        if end_state.can_continue() {
+        if going_on && end_state.can_continue() {
             self.c.runs.push(Run {
                 state: end_state,
                 ..run
