@@ -101,6 +101,21 @@ impl CausalLm for TableLm {
     }
 }
 
+/// Temperature 1, nothing cut, at most 8 tokens.
+fn options(method: SamplerMethod, seed: u64) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: 8,
+        sampling: SamplingOptions {
+            temperature: 1.0,
+            top_p: None,
+            seed,
+            method,
+            ..SamplingOptions::default()
+        },
+        ..GenerateOptions::default()
+    }
+}
+
 /// How often `a` comes out of `runs` generations, and the mean of the evidence estimates.
 fn share_of_a(method: SamplerMethod, runs: u64, copies: bool) -> (f64, f64) {
     let space = space();
@@ -110,18 +125,15 @@ fn share_of_a(method: SamplerMethod, runs: u64, copies: bool) -> (f64, f64) {
     let mut a = 0;
     let mut evidence = 0.0;
     for seed in 0..runs {
-        let opts = GenerateOptions {
-            max_tokens: 8,
-            sampling: SamplingOptions {
-                temperature: 1.0,
-                top_p: None,
-                seed,
-                method,
-                ..SamplingOptions::default()
-            },
-            ..GenerateOptions::default()
-        };
-        let out = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap();
+        let out = generate(
+            &mut lm,
+            &space,
+            Some(&c),
+            &PROMPT,
+            &options(method, seed),
+            &mut |_| {},
+        )
+        .unwrap();
         assert!(out.text == "a" || out.text == "bc", "{:?}", out.text);
         a += usize::from(out.text == "a");
         if let Some(s) = &out.stats.smc {
@@ -183,21 +195,12 @@ fn particles_resampled_on_a_step_draw_its_token_apart() {
     };
     let runs = 200;
     let mut alike = 0;
+    let method = SamplerMethod::Smc(SmcOptions {
+        particles: 8,
+        ess_threshold: 1.0,
+    });
     for seed in 0..runs {
-        let opts = GenerateOptions {
-            max_tokens: 8,
-            sampling: SamplingOptions {
-                temperature: 1.0,
-                top_p: None,
-                seed,
-                method: SamplerMethod::Smc(SmcOptions {
-                    particles: 8,
-                    ess_threshold: 1.0,
-                }),
-                ..SamplingOptions::default()
-            },
-            ..GenerateOptions::default()
-        };
+        let opts = options(method, seed);
         let out = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap();
         let texts: Vec<&str> = out.particles.iter().map(|p| p.text.as_str()).collect();
         assert!(
