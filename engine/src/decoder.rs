@@ -531,10 +531,7 @@ impl Decoder {
         self.prepare_mask()?;
         let masked = match &self.phase {
             Phase::Constrained(a) => {
-                let eos = self.space.eos();
-                let complete =
-                    a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32)));
-                if complete && self.opts.ignore_eos {
+                if only_end_left(a, &self.mask, self.space.eos()) && self.opts.ignore_eos {
                     return Ok(0.0);
                 }
                 true
@@ -679,8 +676,7 @@ impl Decoder {
         let Phase::Constrained(a) = &mut self.phase else {
             return Ok(Sampling::Free);
         };
-        let eos = self.space.eos();
-        if a.is_accepting() && self.mask.ones().all(|t| eos.contains(&TokenId(t as u32))) {
+        if only_end_left(a, &self.mask, self.space.eos()) {
             if !matches!(self.opts.scope, Scope::Each { .. }) {
                 return Ok(Sampling::Done(FinishReason::GrammarComplete));
             }
@@ -696,6 +692,12 @@ impl Decoder {
         }
         Ok(Sampling::Masked)
     }
+}
+
+/// Whether the grammar is complete and `mask` (its next mask) allows nothing but an end
+/// token: the output ends here.
+fn only_end_left(a: &RobustConstrainedAdapter, mask: &FixedBitSet, eos: &[TokenId]) -> bool {
+    a.is_accepting() && mask.ones().all(|t| eos.contains(&TokenId(t as u32)))
 }
 
 /// A decoder in a batch of masks ([`crate::compute_masks`]): its mask for the next token,
