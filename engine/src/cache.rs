@@ -14,7 +14,7 @@
 use crate::classes::StateClasses;
 use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
 use corral_grammar::{LexemeDfa, StateId};
-use corral_trie::{Alphabet, TokenSpace};
+use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -80,6 +80,9 @@ impl Key {
     }
 }
 
+/// Suffix walks of one slice for one [`Prefix`], by DFA state.
+type Walks = RwLock<FxHashMap<Key, Arc<SuffixWalk>>>;
+
 /// DFAs whose state classes are kept at once (then they start over).
 const CLASS_TABLES: usize = 256;
 
@@ -89,8 +92,8 @@ pub struct MaskCache {
     space: Arc<TokenSpace>,
     limits: MaskCacheLimits,
     generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
-    /// Per [`Alphabet`]: walks of its slice's suffix trie.
-    walks: [RwLock<FxHashMap<Key, Arc<SuffixWalk>>>; 2],
+    /// Per [`Alphabet`] and [`Prefix`]: walks of its slice's suffix trie.
+    walks: [[Walks; 3]; 2],
     /// Per DFA (key, numbering): the classes of its states.
     classes: Mutex<FxHashMap<(Arc<str>, u64), StateClasses>>,
     /// The longest token's bytes: how far ahead a state's class looks.
@@ -144,6 +147,7 @@ impl MaskCache {
             + self
                 .walks
                 .iter()
+                .flatten()
                 .map(|w| w.read().map_or(0, |m| m.len()))
                 .sum::<usize>();
         MaskCacheStats {
@@ -162,7 +166,7 @@ impl MaskCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        for w in &self.walks {
+        for w in self.walks.iter().flatten() {
             w.write().unwrap_or_else(|e| e.into_inner()).clear();
         }
         self.classes
@@ -194,17 +198,19 @@ impl MaskCache {
         })
     }
 
-    /// What the DFA named `key` does with the suffixes of `alphabet`'s slice from `state`.
+    /// What the DFA named `key` does with the suffixes of `alphabet`'s slice from `state`,
+    /// for their tokens of kind `want`.
     pub(crate) fn walk(
         &self,
         key: &Arc<str>,
         dfa: &LexemeDfa,
         state: StateId,
-        alphabet: Alphabet,
+        (alphabet, want): (Alphabet, Prefix),
     ) -> Arc<SuffixWalk> {
         let k = Key::state(key, dfa, state);
-        self.get_or(&self.walks[alphabet.index()], k, || {
-            let w = walk_suffixes(dfa, state, self.space.slice_of(alphabet), self.depth);
+        self.get_or(&self.walks[alphabet.index()][want.index()], k, || {
+            let slice = self.space.slice_of(alphabet);
+            let w = walk_suffixes(dfa, state, (slice, want), self.depth);
             let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
             (Arc::new(w), bytes)
         })

@@ -9,7 +9,7 @@ use crate::tokens::{
 };
 use corral_grammar::ast::{TokenAst, TokenTarget};
 use corral_grammar::{Grammar, LexemeId, StateId, TokenRefId};
-use corral_trie::{Alphabet, TokenId, TokenSpace};
+use corral_trie::{Alphabet, Prefix, TokenId, TokenSpace};
 use std::sync::{Arc, OnceLock};
 
 /// A grammar bound to a token space, with the token sets of its lexeme states (from a
@@ -259,8 +259,18 @@ impl Constraint {
                 } else {
                     reach.min(WALKED_PREFIXES - 1) + 1
                 };
+                // Walk `n` serves the tokens with a prefix of `n` characters, but one walk
+                // serves them all where the chain loops.
                 let walks = (0..walked)
-                    .map(|n| self.cache.walk(&lex.key, lex.dfa(), ch.state(n), alphabet))
+                    .map(|n| {
+                        let want = if ch.self_loop {
+                            Prefix::Any
+                        } else {
+                            Prefix::of_length(n)
+                        };
+                        self.cache
+                            .walk(&lex.key, lex.dfa(), ch.state(n), (alphabet, want))
+                    })
                     .collect();
                 Arc::new(StateTokens::Sliced {
                     alphabet,

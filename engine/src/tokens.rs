@@ -14,7 +14,11 @@
 //!   tokenizer; of the other tokens (a prefix of `n` slice characters, then a suffix), those
 //!   with `n <= r` whose suffix the DFA takes from the `n`-th state of that chain: a walk of
 //!   the small trie of suffixes (`SuffixWalk`) for short prefixes, a direct run for the
-//!   few tokens with long ones. No walk of the vocabulary at all. The same holds for a
+//!   few tokens with long ones. No walk of the vocabulary at all. The walk from `s_0`
+//!   serves the tokens that are a suffix alone, and those from `s_1`, `s_2`, ... only the
+//!   suffixes that follow a prefix ([`corral_trie::Prefix`]): on Llama-3.1's words slice,
+//!   514 nodes of the suffix trie's 214,052, so a counted chain (whose states all differ)
+//!   costs one large walk per state, not one per state and prefix length. The same holds for a
 //!   second alphabet, ASCII letters and digits ([`Alphabet::Words`]): the letters and
 //!   digits of an e-mail address, a host name or an identifier, where every letter and
 //!   digit leads one way. Its suffixes include every token that starts with another byte,
@@ -30,7 +34,8 @@
 //!   the others are run. A state after `\u00e` thus costs a pass over the tokens that
 //!   start with a hex digit, not a DFA step per trie node below them. The suffix walks of
 //!   the sliced states jump the same way, over the suffix trie's own tails (after `.` in
-//!   an e-mail address's local part, say).
+//!   an e-mail address's local part, say), also below a counted run's state far enough
+//!   from its bound for the rest (`Loops::room`).
 //!
 //! States are taken by their representative ([`LexemeDfa::representative`]): in a
 //! counted repetition, a count that reaches neither bound within the longest token behaves
@@ -54,7 +59,7 @@ pub use generic::LexTokens;
 pub(crate) use generic::walk_generic;
 
 use corral_grammar::{DEAD, LexemeDfa, StateId};
-use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, SuffixId};
+use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, Prefix, SuffixId};
 
 /// Suffix walks are kept for tokens with a prefix shorter than this; the few with longer
 /// ones are run one by one.
@@ -357,14 +362,16 @@ pub(crate) struct SuffixWalk {
     pub endings: Vec<(StateId, NodeId)>,
 }
 
-/// Walks the slice's suffix trie with `dfa` from `start`. Below a node where the DFA
-/// reaches a state that loops on the slice's characters, after an ASCII byte, the suffixes
-/// whose rest is such characters stay alive without a walk (as in [`walk_generic`]), and
-/// the others are run one by one.
+/// Walks the slice's suffix trie with `dfa` from `start`, for the suffixes with tokens of
+/// kind `want` (the others' subtrees are skipped). Below a node where the DFA reaches a
+/// state with room for the slice's characters (see [`Loops::room`]: a loop, or a counted
+/// run far enough from its bound), after an ASCII byte, the suffixes whose rest is at most
+/// that many such characters stay alive without a walk (as in [`walk_generic`]), and the
+/// others are run one by one.
 pub(crate) fn walk_suffixes(
     dfa: &LexemeDfa,
     start: StateId,
-    slice: &CharSlice,
+    (slice, want): (&CharSlice, Prefix),
     depth: usize,
 ) -> SuffixWalk {
     const NONE: u32 = u32::MAX;
@@ -379,6 +386,11 @@ pub(crate) fn walk_suffixes(
     let mut i = 1;
     while i < nodes.len() {
         let n = nodes[i];
+        if !slice.subtree_serves(i, want) {
+            // No suffix below has tokens this walk is for.
+            i += n.subtree as usize;
+            continue;
+        }
         let d = n.depth as usize;
         let next = dfa.next(path[d - 1].0, n.byte);
         if next == DEAD {
@@ -392,16 +404,25 @@ pub(crate) fn walk_suffixes(
             endings.push((next, NodeId(i as u32)));
         }
         trie.mark(i, &mut alive);
-        if here == NONE && n.byte < 0x80 && n.subtree > 1 && loops.test(dfa, next) {
+        let room = if here == NONE && n.byte < 0x80 && n.subtree > 1 {
+            loops.room(dfa, next)
+        } else {
+            0
+        };
+        if room >= Loops::MIN_ROOM {
             let end = i + n.subtree as usize;
             let (first, tails) = slice.suffix_tails(i + 1, end);
             for (k, &tail) in tails.iter().enumerate() {
                 let sid = SuffixId(first.0 + k as u32);
-                if tail as usize <= d {
-                    alive.insert(sid.index());
+                if !slice.suffix_serves(sid, want) {
                     continue;
                 }
                 let bytes = slice.suffix(sid);
+                // The rest is characters of the alphabet, no more than the state takes.
+                if tail as usize <= d && bytes.len() - d <= room as usize {
+                    alive.insert(sid.index());
+                    continue;
+                }
                 match run_suffix(dfa, next, &bytes[d..]) {
                     Outcome::Alive => alive.insert(sid.index()),
                     Outcome::Dead => {}
@@ -472,11 +493,20 @@ struct Loops {
     beyond_loops: bool,
     /// By state: a walk meets few, and a table by index would be as big as a large DFA.
     known: rustc_hash::FxHashMap<StateId, bool>,
+    /// The last answers, by the low bits of the state's index, ahead of `known`: a walk
+    /// asks at nearly every node of a trie, about the same few states.
+    recent: [(StateId, bool); Loops::RECENT],
+    /// [`Loops::room`] by state, and the last answers as for `recent`.
+    rooms: rustc_hash::FxHashMap<StateId, u32>,
+    recent_rooms: [(StateId, u32); Loops::RECENT],
 }
 
 impl Loops {
     /// At most this many states are looked at for one state's answer; past them, false.
     const MAX_REACHED: usize = 1024;
+
+    /// Slots of [`Loops::recent`] (a power of two).
+    const RECENT: usize = 64;
 
     fn new(alphabet: Alphabet, depth: usize, beyond_loops: bool) -> Loops {
         Loops {
@@ -484,10 +514,97 @@ impl Loops {
             depth,
             beyond_loops,
             known: Default::default(),
+            recent: [(DEAD, false); Loops::RECENT],
+            rooms: Default::default(),
+            recent_rooms: [(DEAD, 0); Loops::RECENT],
         }
     }
 
+    /// A walk jumps below a state with at least this much [`Loops::room`]: with less, most
+    /// rests of the alphabet's characters would be run one by one.
+    const MIN_ROOM: u32 = 8;
+
+    /// Room is counted up to this many characters (more than any suffix has).
+    const MAX_ROOM: u32 = 256;
+
+    /// How many characters of the alphabet `s` takes in a row, whichever they are, with
+    /// every state on the way alive and not accepting: `u32::MAX` for a loop (see
+    /// [`Loops::test`]), else the length of the chain of uniform shifts from `s` (a counted
+    /// run's characters left before its bound: an e-mail address's local part, a
+    /// `[a-z]{1,32}`), up to [`Loops::MAX_ROOM`]; chains are followed only for
+    /// [`Alphabet::Words`], whose shifts are a few ASCII bytes. A rest of at most that many such
+    /// characters keeps the lexeme alive.
+    fn room(&mut self, dfa: &LexemeDfa, s: StateId) -> u32 {
+        let slot = s.index() & (Loops::RECENT - 1);
+        // `DEAD` marks an empty slot: no walk asks about it.
+        if s != DEAD && self.recent_rooms[slot].0 == s {
+            return self.recent_rooms[slot].1;
+        }
+        let room = self.room_of(dfa, s);
+        self.recent_rooms[slot] = (s, room);
+        room
+    }
+
+    fn room_of(&mut self, dfa: &LexemeDfa, s: StateId) -> u32 {
+        if let Some(&r) = self.rooms.get(&s) {
+            return r;
+        }
+        if s.is_accepting() {
+            return 0;
+        }
+        if self.test(dfa, s) {
+            self.rooms.insert(s, u32::MAX);
+            return u32::MAX;
+        }
+        if self.alphabet != Alphabet::Words {
+            // A shift of all of Unicode costs too much to follow a long chain of them.
+            return 0;
+        }
+        // The chain from `s`, until a state whose room is known or one that does not
+        // shift uniformly to a live state that does not accept.
+        let mut chain = vec![s];
+        let mut last = 0;
+        while chain.len() <= Loops::MAX_ROOM as usize {
+            let cur = chain[chain.len() - 1];
+            match shift(dfa, cur, self.alphabet) {
+                Shift::To(t) if t == cur => {
+                    last = u32::MAX;
+                    break;
+                }
+                Shift::To(t) if !t.is_accepting() => {
+                    if let Some(&r) = self.rooms.get(&t) {
+                        last = r.saturating_add(1);
+                        break;
+                    }
+                    chain.push(t);
+                }
+                _ => break,
+            }
+        }
+        // `last` is the room of the chain's last state; each one before has one more.
+        for (k, &t) in chain.iter().rev().enumerate() {
+            let r = if last == u32::MAX {
+                u32::MAX
+            } else {
+                last.saturating_add(k as u32).min(Loops::MAX_ROOM)
+            };
+            self.rooms.insert(t, r);
+        }
+        self.rooms[&s]
+    }
+
     fn test(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
+        let slot = s.index() & (Loops::RECENT - 1);
+        // `DEAD` marks an empty slot: no walk asks about it.
+        if s != DEAD && self.recent[slot].0 == s {
+            return self.recent[slot].1;
+        }
+        let answer = self.answer(dfa, s);
+        self.recent[slot] = (s, answer);
+        answer
+    }
+
+    fn answer(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
         if let Some(&known) = self.known.get(&s) {
             return known;
         }

@@ -479,3 +479,60 @@ item ::= [0-9]+ | list
     }
     assert!(a.is_accepting());
 }
+
+/// A counted run of letters, digits and hyphens (an e-mail address's local part): below a
+/// hyphen, tokens whose rest is letters stay alive only while the count has room for them,
+/// and tokens that run from letters into a hyphen or `@` come from the walks for a prefix.
+/// Every mask on the way to the bound is checked against brute force.
+#[test]
+fn counted_runs_take_rests_only_within_their_room() {
+    let grammar = r#"root ::= [A-Za-z0-9-]{1,20} "@" [a-z]+ "." [a-z]{2,4}"#;
+    let mut words: Vec<Vec<u8>> = (b'a'..=b'z').map(|b| vec![b]).collect();
+    words.extend((b'0'..=b'9').map(|b| vec![b]));
+    for w in [
+        "-",
+        "@",
+        ".",
+        "com",
+        "ex",
+        "ab",
+        "abcd",
+        "abcdefgh",
+        "abcdefghijklmnop",
+        "-ab",
+        "-abcde",
+        "-abcdefghij",
+        "-abcdefghijklmno",
+        "--------",
+        "ab-cd",
+        "abc@ex",
+        "x@y.com",
+        "b-",
+        "ab@",
+        "a.com",
+    ] {
+        words.push(w.as_bytes().to_vec());
+    }
+    let eos = words.len() as u32;
+    let vocab = Vocabulary::from_parts(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (TokenId(i as u32), w.clone())),
+        [(TokenId(eos), "</s>".to_string())],
+    );
+    let width = words.len() + 1;
+    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
+    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
+    let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
+    let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);
+    let path = [
+        "abcd", "-ab", "abcdefgh", "-ab", "b-", "@", "ex", ".", "com",
+    ];
+    for (i, w) in path.iter().enumerate() {
+        let brute: Vec<u32> = brute_force_mask(&a).ones().map(|t| t as u32).collect();
+        assert_eq!(mask(&mut a), brute, "after {:?}", &path[..i]);
+        a.step_with_token(id(w)).unwrap();
+    }
+    assert!(a.is_accepting());
+}

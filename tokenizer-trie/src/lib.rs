@@ -41,7 +41,7 @@ pub mod trie;
 pub mod vocab;
 
 pub use fixedbitset::FixedBitSet;
-pub use slice::{Alphabet, CharSlice, SuffixId, Tail, is_slice_char};
+pub use slice::{Alphabet, CharSlice, Prefix, SuffixId, Tail, is_slice_char};
 pub use space::{SortedTokens, TokenSpace};
 pub use token::TokenId;
 pub use trie::{ByteRecognizer, Node, NodeId, TokenTrie};

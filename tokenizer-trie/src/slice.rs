@@ -81,6 +81,37 @@ impl SuffixId {
     }
 }
 
+/// Which tokens of a suffix a walk of the suffix trie is for, by their prefix of slice
+/// characters: a sliced state's own walk serves the tokens that are the suffix alone, the
+/// walks of the states a prefix leads to serve the others. Most suffixes serve only
+/// the first kind (a token that starts with a byte that is not a slice character); few
+/// tokens run from letters into punctuation, so a walk for a prefix is small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prefix {
+    /// Tokens with no prefix.
+    Empty = 1,
+    /// Tokens with a prefix of at least one character.
+    NonEmpty = 2,
+    /// Both.
+    Any = 3,
+}
+
+impl Prefix {
+    /// The kind a walk for tokens with a prefix of `n` characters serves.
+    pub fn of_length(n: u32) -> Prefix {
+        if n == 0 {
+            Prefix::Empty
+        } else {
+            Prefix::NonEmpty
+        }
+    }
+
+    /// 0, 1, 2 (for tables by kind).
+    pub fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
 /// The vocabulary sliced by string characters. See the module docs.
 #[derive(Clone, Debug)]
 pub struct CharSlice {
@@ -110,6 +141,8 @@ pub struct CharSlice {
     suffix_tails: Vec<u16>,
     /// Per suffix-trie node (and one past the last): the first suffix id at or after it.
     suffixes_at: Vec<u32>,
+    /// Per suffix-trie node: the [`Prefix`] bits of the tokens of its subtree's suffixes.
+    node_prefixes: Vec<u8>,
     /// The tokens of the main trie in its order (a subtree's are a range), each with its
     /// tail (see [`CharSlice::subtree_tails`]); empty until [`CharSlice::index_trie`].
     tails: Vec<Tail>,
@@ -236,6 +269,41 @@ fn tail(bytes: &[u8], alphabet: Alphabet) -> usize {
     tail
 }
 
+/// The [`Prefix`] bits of a suffix's tokens (sorted by prefix length).
+fn prefix_bits(tokens: &[(u32, TokenId)]) -> u8 {
+    let empty = tokens.first().is_some_and(|&(p, _)| p == 0);
+    let non_empty = tokens.last().is_some_and(|&(p, _)| p > 0);
+    (if empty { Prefix::Empty as u8 } else { 0 })
+        | if non_empty { Prefix::NonEmpty as u8 } else { 0 }
+}
+
+/// Per node of the suffix trie: the [`Prefix`] bits of every suffix in its subtree.
+fn subtree_prefixes(
+    trie: &TokenTrie,
+    ranges: &[(u32, u32)],
+    by_suffix: &[(u32, TokenId)],
+) -> Vec<u8> {
+    let nodes = trie.nodes();
+    let mut bits = vec![0u8; nodes.len()];
+    // Each node's parent: the last node seen one level up.
+    let mut parent = vec![0u32; nodes.len()];
+    let mut path: Vec<u32> = vec![0];
+    for (i, n) in nodes.iter().enumerate().skip(1) {
+        let d = n.depth as usize;
+        path.truncate(d);
+        parent[i] = path[d - 1];
+        path.push(i as u32);
+        if let Some(sid) = n.token() {
+            let (a, b) = ranges[sid.index()];
+            bits[i] = prefix_bits(&by_suffix[a as usize..b as usize]);
+        }
+    }
+    for i in (1..nodes.len()).rev() {
+        bits[parent[i] as usize] |= bits[i];
+    }
+    bits
+}
+
 impl CharSlice {
     /// Slices the text tokens of `vocab` by string characters; masks are `width` bits wide.
     pub fn new(vocab: &Vocabulary, width: usize) -> CharSlice {
@@ -312,11 +380,13 @@ impl CharSlice {
             }
         }
         suffixes_at.push(next);
+        let node_prefixes = subtree_prefixes(&suffixes, &ranges, &by_suffix);
         CharSlice {
             upto,
             long,
             suffixes,
             suffixes_at,
+            node_prefixes,
             ranges,
             by_suffix,
             by_prefix,
@@ -534,6 +604,19 @@ impl CharSlice {
         (SuffixId(a as u32), &self.suffix_tails[a..b])
     }
 
+    /// Whether the subtree of suffix-trie node `node` holds a suffix with tokens of kind
+    /// `p`.
+    #[inline]
+    pub fn subtree_serves(&self, node: usize, p: Prefix) -> bool {
+        self.node_prefixes[node] & p as u8 != 0
+    }
+
+    /// Whether suffix `sid` has tokens of kind `p`.
+    #[inline]
+    pub fn suffix_serves(&self, sid: SuffixId, p: Prefix) -> bool {
+        prefix_bits(self.tokens_of(sid)) & p as u8 != 0
+    }
+
     /// The longest prefix, in characters, of a token with a suffix.
     pub fn max_prefix(&self) -> u32 {
         self.max_prefix
@@ -554,6 +637,7 @@ impl CharSlice {
             + self.by_id.len() * 2
             + self.suffix_tails.len() * 2
             + self.suffixes_at.len() * 4
+            + self.node_prefixes.len()
             + self.tails.len() * std::mem::size_of::<Tail>()
             + self.tail_bytes.len()
             + self
@@ -660,5 +744,19 @@ mod tests {
         let comma = s.suffixes().prefixes_of(b"\",");
         let sid = SuffixId(comma.last().unwrap().0.0);
         assert_eq!(s.tokens_of(sid), &[(0, TokenId(2)), (1, TokenId(3))]);
+        // `",` serves both kinds, `"` and `\n` only tokens that are the suffix alone.
+        assert!(s.suffix_serves(sid, Prefix::Empty) && s.suffix_serves(sid, Prefix::NonEmpty));
+        let quote = SuffixId(s.suffixes().prefixes_of(b"\"").last().unwrap().0.0);
+        let newline = SuffixId(s.suffixes().prefixes_of(b"\\n").last().unwrap().0.0);
+        for sid in [quote, newline] {
+            assert!(s.suffix_serves(sid, Prefix::Empty));
+            assert!(!s.suffix_serves(sid, Prefix::NonEmpty));
+            assert!(s.suffix_serves(sid, Prefix::Any));
+        }
+        // Subtrees: the one below `"` holds `",`; the one below `\` does not.
+        let node = |b: &[u8]| s.suffixes().node_of(b).unwrap().0 as usize;
+        assert!(s.subtree_serves(node(b"\""), Prefix::NonEmpty));
+        assert!(!s.subtree_serves(node(b"\\"), Prefix::NonEmpty));
+        assert!(s.subtree_serves(0, Prefix::NonEmpty));
     }
 }
