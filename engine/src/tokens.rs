@@ -163,10 +163,14 @@ fn char_paths(
 /// Calls `step` on every state one character of `alphabet` (but those that start with a
 /// byte of `except`, or are one) leads to from `s` (`false`) and on every state inside a
 /// multi-byte one (`true`); stops at its first `false`, with the character's first byte.
+/// A state after a lead byte that is in `led` (with its sequence) was followed from
+/// another state before, and is not followed again: a search that visits many states
+/// (the prefixes of many names) sees their multi-byte characters meet there.
 fn each_char_step(
     dfa: &LexemeDfa,
     s: StateId,
     (alphabet, except): (Alphabet, &[u8]),
+    led: &mut rustc_hash::FxHashSet<(StateId, usize)>,
     step: &mut dyn FnMut(StateId, bool) -> bool,
 ) -> Result<(), Option<u8>> {
     let mut asked = [false; 256];
@@ -184,7 +188,7 @@ fn each_char_step(
         return Ok(());
     }
     // Multi-byte characters, by lead byte (to name the one that leaves).
-    for seq in MULTIBYTE {
+    for (k, seq) in MULTIBYTE.iter().enumerate() {
         let (&(lo, hi), rest) = seq.split_first().expect("sequences are not empty");
         let mut asked = [false; 256];
         let mut seen: Vec<StateId> = Vec::new();
@@ -199,7 +203,9 @@ fn each_char_step(
                 continue;
             }
             seen.push(t);
-            if !step(t, true) || (t != DEAD && !char_paths(dfa, t, rest, step)) {
+            if !step(t, true)
+                || (t != DEAD && led.insert((t, k)) && !char_paths(dfa, t, rest, step))
+            {
                 return Err(Some(lead));
             }
         }
@@ -231,11 +237,12 @@ fn search_inside(
     // States reached, each with the index of the one it was reached from.
     let mut reached: Vec<(StateId, usize)> = vec![(s, usize::MAX)];
     let mut seen: rustc_hash::FxHashSet<StateId> = [s].into_iter().collect();
+    let mut led = rustc_hash::FxHashSet::default();
     let mut next = 0;
     while next < reached.len() {
         let from = reached[next].0;
         let mut known_to_leave = false;
-        let stepped = each_char_step(dfa, from, (alphabet, except), &mut |t, within| {
+        let stepped = each_char_step(dfa, from, (alphabet, except), &mut led, &mut |t, within| {
             if t == DEAD || t.is_accepting() {
                 return false;
             }
@@ -496,9 +503,21 @@ struct Loops {
     /// The last answers, by the low bits of the state's index, ahead of `known`: a walk
     /// asks at nearly every node of a trie, about the same few states.
     recent: [(StateId, bool); Loops::RECENT],
+    /// How the search from a state that does not stay inside ended (see
+    /// [`Loops::stays_inside`]).
+    left: rustc_hash::FxHashMap<StateId, Left>,
     /// [`Loops::room`] by state, and the last answers as for `recent`.
     rooms: rustc_hash::FxHashMap<StateId, u32>,
     recent_rooms: [(StateId, u32); Loops::RECENT],
+}
+
+/// How a search of the states from one state found that it does not stay inside.
+#[derive(Clone, Copy, Debug)]
+enum Left {
+    /// A character leaves (one that starts with this byte, where known).
+    By(Option<u8>),
+    /// The search gave up (past [`Loops::MAX_REACHED`] states).
+    TooMany,
 }
 
 impl Loops {
@@ -515,6 +534,7 @@ impl Loops {
             beyond_loops,
             known: Default::default(),
             recent: [(DEAD, false); Loops::RECENT],
+            left: Default::default(),
             rooms: Default::default(),
             recent_rooms: [(DEAD, 0); Loops::RECENT],
         }
@@ -636,13 +656,17 @@ impl Loops {
                 });
                 true
             }
-            Search::Leaves(_, way) => {
+            Search::Leaves(byte, way) => {
                 way.into_iter().for_each(|t| {
                     self.known.insert(t, false);
                 });
+                self.left.insert(s, Left::By(byte));
                 false
             }
-            Search::TooMany => false,
+            Search::TooMany => {
+                self.left.insert(s, Left::TooMany);
+                false
+            }
         }
     }
 
@@ -659,8 +683,14 @@ impl Loops {
         if !self.beyond_loops {
             return None;
         }
-        let none = rustc_hash::FxHashMap::default();
+        // What the search of `test` found: no need to search again for that.
         let mut except = Vec::new();
+        match self.left.get(&s) {
+            Some(Left::TooMany) => return None,
+            Some(&Left::By(Some(b))) => except.push(b),
+            _ => {}
+        }
+        let none = rustc_hash::FxHashMap::default();
         loop {
             match search_inside(dfa, s, (self.alphabet, &except, self.depth), &none) {
                 Search::Inside(_) => return Some(except),
