@@ -8,13 +8,22 @@ const UNKNOWN: u32 = u32::MAX;
 
 /// A transition table of states by `(state index, class)`, their tagged ids stored
 /// complemented so that zeroed memory (a fresh allocation the system has not even backed
-/// yet) reads as [`UNKNOWN`], an entry not computed yet. Flat for DFAs whose number of states is known (built or composed); in
+/// yet) reads as [`UNKNOWN`], an entry not computed yet. Flat for DFAs whose number of states is known (built or composed), paged where that is large; in
 /// buckets of doubling size for lazily built ones, which grow without moving what readers
 /// may be reading (bucket `k` holds states `2^k - 1 .. 2^(k+1) - 1`).
+/// A large table of known size is kept in pages of this many states, each allocated when
+/// first written: a counted repetition of thousands is composed into as many states, of
+/// which a walk touches a few (and zeroing the whole table would cost more than the walk).
+const PAGE_STATES: usize = 64;
+
+/// Tables of known size with more entries than this are paged.
+const MAX_FLAT: usize = 1 << 14;
+
 #[derive(Debug)]
 pub(super) enum Table {
     Flat(Box<[AtomicU32]>, usize),
     Grow(Box<[OnceLock<Box<[AtomicU32]>>]>, usize),
+    Paged(Box<[OnceLock<Box<[AtomicU32]>>]>, usize),
 }
 
 /// Zeroed atomics.
@@ -28,7 +37,11 @@ pub(super) fn zeroed(n: usize) -> Box<[AtomicU32]> {
 impl Table {
     /// `states` rows of `stride` entries, all unknown.
     pub(super) fn unknown(states: usize, stride: usize) -> Table {
-        Table::Flat(zeroed(states * stride), stride)
+        if states * stride <= MAX_FLAT {
+            return Table::Flat(zeroed(states * stride), stride);
+        }
+        let pages = states.div_ceil(PAGE_STATES);
+        Table::Paged((0..pages).map(|_| OnceLock::new()).collect(), stride)
     }
 
     /// A table that grows as states are added.
@@ -56,6 +69,10 @@ impl Table {
                     None => UNKNOWN,
                 }
             }
+            Table::Paged(pages, stride) => match pages[s / PAGE_STATES].get() {
+                Some(p) => !p[(s % PAGE_STATES) * stride + c].load(Relaxed),
+                None => UNKNOWN,
+            },
         };
         (bits != UNKNOWN).then_some(StateId::from_bits(bits))
     }
@@ -70,6 +87,10 @@ impl Table {
                 let b = buckets[k].get_or_init(|| zeroed((1 << k) * stride));
                 b[(i - (1 << k)) * stride + c].store(!t, Relaxed)
             }
+            Table::Paged(pages, stride) => {
+                let p = pages[s / PAGE_STATES].get_or_init(|| zeroed(PAGE_STATES * stride));
+                p[(s % PAGE_STATES) * stride + c].store(!t, Relaxed)
+            }
         }
     }
 
@@ -77,7 +98,7 @@ impl Table {
     pub(super) fn allocated(&self) -> usize {
         match self {
             Table::Flat(t, _) => t.len(),
-            Table::Grow(buckets, _) => buckets
+            Table::Grow(buckets, _) | Table::Paged(buckets, _) => buckets
                 .iter()
                 .filter_map(|b| b.get())
                 .map(|b| b.len())
@@ -89,18 +110,19 @@ impl Table {
 impl Clone for Table {
     fn clone(&self) -> Table {
         let copy = |t: &[AtomicU32]| t.iter().map(|x| AtomicU32::new(x.load(Relaxed))).collect();
+        let copy_all = |buckets: &[OnceLock<Box<[AtomicU32]>>]| {
+            buckets
+                .iter()
+                .map(|b| match b.get() {
+                    Some(b) => OnceLock::from(copy(b)),
+                    None => OnceLock::new(),
+                })
+                .collect()
+        };
         match self {
             Table::Flat(t, stride) => Table::Flat(copy(t), *stride),
-            Table::Grow(buckets, stride) => Table::Grow(
-                buckets
-                    .iter()
-                    .map(|b| match b.get() {
-                        Some(b) => OnceLock::from(copy(b)),
-                        None => OnceLock::new(),
-                    })
-                    .collect(),
-                *stride,
-            ),
+            Table::Grow(buckets, stride) => Table::Grow(copy_all(buckets), *stride),
+            Table::Paged(pages, stride) => Table::Paged(copy_all(pages), *stride),
         }
     }
 }
@@ -142,4 +164,31 @@ impl Clone for Lazy {
 /// guarded construction state is consistent between its operations.
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_table_allocates_the_pages_it_writes() {
+        let (states, stride) = (10_000, 40);
+        let t = Table::unknown(states, stride);
+        assert!(matches!(t, Table::Paged(..)));
+        assert_eq!(t.allocated(), 0);
+        let a = StateId::new(7, true, false);
+        let b = StateId::new(9_999, false, true);
+        t.set(5, 3, a);
+        t.set(9_999, 39, b);
+        assert_eq!(t.get(5, 3), Some(a));
+        assert_eq!(t.get(9_999, 39), Some(b));
+        assert_eq!(t.get(5, 4), None);
+        assert_eq!(t.get(6_000, 0), None, "a page never written");
+        assert_eq!(t.allocated(), 2 * PAGE_STATES * stride);
+        let copy = t.clone();
+        assert_eq!(copy.get(9_999, 39), Some(b));
+        assert_eq!(copy.allocated(), t.allocated());
+        // Small tables stay flat.
+        assert!(matches!(Table::unknown(10, 40), Table::Flat(..)));
+    }
 }
