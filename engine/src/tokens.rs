@@ -500,15 +500,39 @@ struct Loops {
     beyond_loops: bool,
     /// By state: a walk meets few, and a table by index would be as big as a large DFA.
     known: rustc_hash::FxHashMap<StateId, bool>,
-    /// The last answers, by the low bits of the state's index, ahead of `known`: a walk
-    /// asks at nearly every node of a trie, about the same few states.
-    recent: [(StateId, bool); Loops::RECENT],
+    /// The last answers, ahead of `known`.
+    recent: Recent<bool>,
     /// How the search from a state that does not stay inside ended (see
     /// [`Loops::stays_inside`]).
     left: rustc_hash::FxHashMap<StateId, Left>,
     /// [`Loops::room`] by state, and the last answers as for `recent`.
     rooms: rustc_hash::FxHashMap<StateId, u32>,
-    recent_rooms: [(StateId, u32); Loops::RECENT],
+    recent_rooms: Recent<u32>,
+}
+
+/// The last answers about states, by the low bits of their index: a walk asks at nearly
+/// every node of a trie, about the same few states.
+struct Recent<T>([(StateId, T); 64]);
+
+impl<T: Copy + Default> Default for Recent<T> {
+    fn default() -> Recent<T> {
+        // `DEAD` marks an empty slot: no walk asks about it.
+        Recent([(DEAD, T::default()); 64])
+    }
+}
+
+impl<T: Copy> Recent<T> {
+    #[inline]
+    fn get(&self, s: StateId) -> Option<T> {
+        let (at, v) = self.0[s.index() % self.0.len()];
+        (s != DEAD && at == s).then_some(v)
+    }
+
+    #[inline]
+    fn put(&mut self, s: StateId, v: T) {
+        let n = self.0.len();
+        self.0[s.index() % n] = (s, v);
+    }
 }
 
 /// How a search of the states from one state found that it does not stay inside.
@@ -524,19 +548,16 @@ impl Loops {
     /// At most this many states are looked at for one state's answer; past them, false.
     const MAX_REACHED: usize = 1024;
 
-    /// Slots of [`Loops::recent`] (a power of two).
-    const RECENT: usize = 64;
-
     fn new(alphabet: Alphabet, depth: usize, beyond_loops: bool) -> Loops {
         Loops {
             alphabet,
             depth,
             beyond_loops,
             known: Default::default(),
-            recent: [(DEAD, false); Loops::RECENT],
+            recent: Recent::default(),
             left: Default::default(),
             rooms: Default::default(),
-            recent_rooms: [(DEAD, 0); Loops::RECENT],
+            recent_rooms: Recent::default(),
         }
     }
 
@@ -555,13 +576,11 @@ impl Loops {
     /// [`Alphabet::Words`], whose shifts are a few ASCII bytes. A rest of at most that many such
     /// characters keeps the lexeme alive.
     fn room(&mut self, dfa: &LexemeDfa, s: StateId) -> u32 {
-        let slot = s.index() & (Loops::RECENT - 1);
-        // `DEAD` marks an empty slot: no walk asks about it.
-        if s != DEAD && self.recent_rooms[slot].0 == s {
-            return self.recent_rooms[slot].1;
+        if let Some(room) = self.recent_rooms.get(s) {
+            return room;
         }
         let room = self.room_of(dfa, s);
-        self.recent_rooms[slot] = (s, room);
+        self.recent_rooms.put(s, room);
         room
     }
 
@@ -614,13 +633,11 @@ impl Loops {
     }
 
     fn test(&mut self, dfa: &LexemeDfa, s: StateId) -> bool {
-        let slot = s.index() & (Loops::RECENT - 1);
-        // `DEAD` marks an empty slot: no walk asks about it.
-        if s != DEAD && self.recent[slot].0 == s {
-            return self.recent[slot].1;
+        if let Some(answer) = self.recent.get(s) {
+            return answer;
         }
         let answer = self.answer(dfa, s);
-        self.recent[slot] = (s, answer);
+        self.recent.put(s, answer);
         answer
     }
 

@@ -431,6 +431,30 @@ fn a_completion_far_past_the_budget_is_measured_not_spelled() {
     );
 }
 
+/// Steps `path` (tokens of `words`, with an end token after them) through `grammar`,
+/// comparing every mask on the way with brute force; the grammar must accept the path.
+fn masks_along(grammar: &str, words: &[Vec<u8>], path: &[&str]) {
+    let eos = words.len() as u32;
+    let vocab = Vocabulary::from_parts(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (TokenId(i as u32), w.clone())),
+        [(TokenId(eos), "</s>".to_string())],
+    );
+    let width = words.len() + 1;
+    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
+    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
+    let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
+    let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);
+    for (i, w) in path.iter().enumerate() {
+        let brute: Vec<u32> = brute_force_mask(&a).ones().map(|t| t as u32).collect();
+        assert_eq!(mask(&mut a), brute, "after {:?}", &path[..i]);
+        a.step_with_token(id(w)).unwrap();
+    }
+    assert!(a.is_accepting());
+}
+
 /// A lexeme that can go on (a number) ending at a node with a large subtree below it (every
 /// token of up to four digits starting with `1`), and tokens that go past a longer end of it
 /// (`10,`, `123,4`, `15],`): the mask equals brute force at every step. The walk hands the
@@ -456,28 +480,10 @@ item ::= [0-9]+ | list
     ] {
         words.push(w.as_bytes().to_vec());
     }
-    let eos = words.len() as u32;
-    let vocab = Vocabulary::from_parts(
-        words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (TokenId(i as u32), w.clone())),
-        [(TokenId(eos), "</s>".to_string())],
-    );
-    let width = words.len() + 1;
-    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
-    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
-    let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
-    let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);
     let path = [
         "[", "10,", "1", "123,4", ",", "1,[", "1999", ",", "15],", "2", "]",
     ];
-    for (i, w) in path.iter().enumerate() {
-        let brute: Vec<u32> = brute_force_mask(&a).ones().map(|t| t as u32).collect();
-        assert_eq!(mask(&mut a), brute, "after {:?}", &path[..i]);
-        a.step_with_token(id(w)).unwrap();
-    }
-    assert!(a.is_accepting());
+    masks_along(grammar, &words, &path);
 }
 
 /// A counted run of letters, digits and hyphens (an e-mail address's local part): below a
@@ -513,26 +519,8 @@ fn counted_runs_take_rests_only_within_their_room() {
     ] {
         words.push(w.as_bytes().to_vec());
     }
-    let eos = words.len() as u32;
-    let vocab = Vocabulary::from_parts(
-        words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (TokenId(i as u32), w.clone())),
-        [(TokenId(eos), "</s>".to_string())],
-    );
-    let width = words.len() + 1;
-    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
-    let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
-    let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
-    let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);
     let path = [
         "abcd", "-ab", "abcdefgh", "-ab", "b-", "@", "ex", ".", "com",
     ];
-    for (i, w) in path.iter().enumerate() {
-        let brute: Vec<u32> = brute_force_mask(&a).ones().map(|t| t as u32).collect();
-        assert_eq!(mask(&mut a), brute, "after {:?}", &path[..i]);
-        a.step_with_token(id(w)).unwrap();
-    }
-    assert!(a.is_accepting());
+    masks_along(grammar, &words, &path);
 }
