@@ -572,9 +572,10 @@ impl Loops {
     /// every state on the way alive and not accepting: `u32::MAX` for a loop (see
     /// [`Loops::test`]), else the length of the chain of uniform shifts from `s` (a counted
     /// run's characters left before its bound: an e-mail address's local part, a
-    /// `[a-z]{1,32}`), up to [`Loops::MAX_ROOM`]; chains are followed only for
-    /// [`Alphabet::Words`], whose shifts are a few ASCII bytes. A rest of at most that many such
-    /// characters keeps the lexeme alive.
+    /// `[A-Za-z0-9 .]{1,32}`, where every letter and digit leads one way), up to
+    /// [`Loops::MAX_ROOM`]; chains are followed only for [`Alphabet::Words`], whose shifts
+    /// are a few ASCII bytes. A rest of at most that many such characters keeps the lexeme
+    /// alive.
     fn room(&mut self, dfa: &LexemeDfa, s: StateId) -> u32 {
         if let Some(room) = self.recent_rooms.get(s) {
             return room;
