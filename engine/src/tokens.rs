@@ -652,9 +652,36 @@ impl Loops {
         let looped = rep(dfa.next(s, b'a')) == me
             && !s.is_accepting()
             && matches!(shift(dfa, s, self.alphabet), Shift::To(t) if rep(t) == me);
-        let answer = looped || (self.beyond_loops && self.stays_inside(dfa, s));
+        let answer = looped
+            || (self.beyond_loops
+                && self.ascii_leaving(dfa, s, 0) == 0
+                && self.stays_inside(dfa, s));
         self.known.insert(s, answer);
         answer
+    }
+
+    /// How many ASCII characters of the alphabet lead `s` to a dead or accepting state,
+    /// counted up to `limit + 1`: a state with more than `limit` of them cannot stay inside
+    /// with `limit` bytes set apart, and no search need show it (most states a walk meets,
+    /// in keys, separators and numbers, die on nearly every letter).
+    fn ascii_leaving(&self, dfa: &LexemeDfa, s: StateId, limit: usize) -> usize {
+        // The letters and digits first: most states that leave do so on them.
+        let rest = (0..0x80u8).filter(|b| !b.is_ascii_alphanumeric());
+        let bytes = (b'a'..=b'z')
+            .chain(b'0'..=b'9')
+            .chain(b'A'..=b'Z')
+            .chain(rest);
+        let mut leaving = 0;
+        for b in bytes.filter(|&b| self.alphabet.admits(b as char)) {
+            let t = dfa.next(s, b);
+            if t == DEAD || t.is_accepting() {
+                leaving += 1;
+                if leaving > limit {
+                    break;
+                }
+            }
+        }
+        leaving
     }
 
     /// At most this many bytes are set apart by [`Loops::inside_except`].
@@ -698,7 +725,7 @@ impl Loops {
         if self.test(dfa, s) {
             return Some(Vec::new());
         }
-        if !self.beyond_loops {
+        if !self.beyond_loops || self.ascii_leaving(dfa, s, Loops::MAX_EXCEPT) > Loops::MAX_EXCEPT {
             return None;
         }
         // What the search of `test` found: no need to search again for that.
