@@ -77,14 +77,24 @@ pub struct TokenTrie {
 impl TokenTrie {
     /// The trie of a vocabulary's text tokens.
     pub fn new(vocab: &Vocabulary) -> TokenTrie {
-        TokenTrie::from_entries(vocab.text_tokens().map(|(id, b)| (b.to_vec(), id)))
+        TokenTrie::from_entries(vocab.text_tokens().map(|(id, b)| (b, id)))
     }
 
     /// The trie of arbitrary `(bytes, token id)` entries (empty byte strings are skipped).
-    pub fn from_entries(entries: impl IntoIterator<Item = (Vec<u8>, TokenId)>) -> TokenTrie {
-        let mut entries: Vec<(Vec<u8>, TokenId)> =
-            entries.into_iter().filter(|(b, _)| !b.is_empty()).collect();
-        entries.sort_unstable();
+    /// The bytes may be borrowed (a token's rest after a lexeme ends): nothing is copied
+    /// but into the trie's nodes, and entries already in order are not sorted again.
+    pub fn from_entries<B: AsRef<[u8]>>(
+        entries: impl IntoIterator<Item = (B, TokenId)>,
+    ) -> TokenTrie {
+        let mut entries: Vec<(B, TokenId)> = entries
+            .into_iter()
+            .filter(|(b, _)| !b.as_ref().is_empty())
+            .collect();
+        let order =
+            |a: &(B, TokenId), b: &(B, TokenId)| (a.0.as_ref(), a.1).cmp(&(b.0.as_ref(), b.1));
+        if !entries.is_sorted_by(|a, b| order(a, b).is_le()) {
+            entries.sort_unstable_by(order);
+        }
         let id_bound = entries
             .iter()
             .map(|&(_, id)| id.index() + 1)

@@ -69,14 +69,17 @@ thread_local! {
     static INSIDE: std::cell::RefCell<FixedBitSet> = const { std::cell::RefCell::new(FixedBitSet::new()) };
 }
 
-/// The bytes of a token after a lexeme's end, and the token.
-type Suffix = (Vec<u8>, TokenId);
+/// The bytes of a token after a lexeme's end (borrowed from the token space), and the token.
+type Suffix<'a> = (&'a [u8], TokenId);
 
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
 const MERGE_SUBTREE: u32 = 256;
 
 /// The suffixes of tokens that need the parser after the lexeme ends in `state`.
-fn group(groups: &mut Vec<(StateId, Vec<Suffix>)>, state: StateId) -> &mut Vec<Suffix> {
+fn group<'g, 'a>(
+    groups: &'g mut Vec<(StateId, Vec<Suffix<'a>>)>,
+    state: StateId,
+) -> &'g mut Vec<Suffix<'a>> {
     let g = match groups.iter().position(|g| g.0 == state) {
         Some(g) => g,
         None => {
@@ -89,17 +92,17 @@ fn group(groups: &mut Vec<(StateId, Vec<Suffix>)>, state: StateId) -> &mut Vec<S
 
 /// Runs the rest of a token that leaves a string's body, from `state` there: it stays
 /// (`inside`), dies, or ends the lexeme and needs the parser for what follows (`groups`).
-fn run_leaving(
+fn run_leaving<'a>(
     dfa: &LexemeDfa,
     state: StateId,
-    (token, rest): (TokenId, &[u8]),
+    (token, rest): (TokenId, &'a [u8]),
     inside: &mut FixedBitSet,
-    groups: &mut Vec<(StateId, Vec<Suffix>)>,
+    groups: &mut Vec<(StateId, Vec<Suffix<'a>>)>,
 ) {
     match run_suffix(dfa, state, rest) {
         Outcome::Alive => inside.insert(token.index()),
         Outcome::Dead => {}
-        Outcome::Ending { state, at } => group(groups, state).push((rest[at..].to_vec(), token)),
+        Outcome::Ending { state, at } => group(groups, state).push((&rest[at..], token)),
     }
 }
 
@@ -279,7 +282,7 @@ fn walk_generic_into(
                     for j in i..i + n.subtree as usize {
                         for t in trie.tokens_at(j) {
                             let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
-                            g.push((bytes[k..].to_vec(), t));
+                            g.push((&bytes[k..], t));
                         }
                     }
                 }
@@ -348,7 +351,7 @@ fn walk_generic_into(
 /// The walk's findings as [`LexTokens`].
 fn lex_tokens(
     inside: &FixedBitSet,
-    groups: Vec<(StateId, Vec<Suffix>)>,
+    groups: Vec<(StateId, Vec<Suffix<'_>>)>,
     mut subtrees: Vec<(StateId, NodeId)>,
 ) -> LexTokens {
     subtrees.sort_unstable();
