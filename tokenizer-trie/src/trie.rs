@@ -86,18 +86,30 @@ impl TokenTrie {
     pub fn from_entries<B: AsRef<[u8]>>(
         entries: impl IntoIterator<Item = (B, TokenId)>,
     ) -> TokenTrie {
-        let mut entries: Vec<(B, TokenId)> = entries
+        // Each entry led by its first 8 bytes as a big-endian number (zero-padded), which
+        // orders as the bytes do wherever two of them differ: most comparisons of a sort
+        // read no bytes behind a pointer.
+        let lead = |b: &[u8]| {
+            let mut word = [0u8; 8];
+            let n = b.len().min(8);
+            word[..n].copy_from_slice(&b[..n]);
+            u64::from_be_bytes(word)
+        };
+        let mut entries: Vec<(u64, B, TokenId)> = entries
             .into_iter()
             .filter(|(b, _)| !b.as_ref().is_empty())
+            .map(|(b, id)| (lead(b.as_ref()), b, id))
             .collect();
-        let order =
-            |a: &(B, TokenId), b: &(B, TokenId)| (a.0.as_ref(), a.1).cmp(&(b.0.as_ref(), b.1));
+        let order = |a: &(u64, B, TokenId), b: &(u64, B, TokenId)| {
+            a.0.cmp(&b.0)
+                .then_with(|| (a.1.as_ref(), a.2).cmp(&(b.1.as_ref(), b.2)))
+        };
         if !entries.is_sorted_by(|a, b| order(a, b).is_le()) {
             entries.sort_unstable_by(order);
         }
         let id_bound = entries
             .iter()
-            .map(|&(_, id)| id.index() + 1)
+            .map(|&(_, _, id)| id.index() + 1)
             .max()
             .unwrap_or(0);
         let mut nodes = vec![Node {
@@ -111,7 +123,7 @@ impl TokenTrie {
         // Stack of node indices on the current path; stack[d] is the node at depth d.
         let mut path: Vec<u32> = vec![0];
         let mut prev: &[u8] = &[];
-        for (bytes, id) in &entries {
+        for (_, bytes, id) in &entries {
             let bytes: &[u8] = bytes.as_ref();
             let lcp = prev
                 .iter()
