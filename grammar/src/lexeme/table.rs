@@ -57,7 +57,7 @@ impl Table {
     }
 
     /// The entry of state index `s`, class `c`; `None` if not computed yet.
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&self, s: usize, c: usize) -> Option<StateId> {
         let bits = match self {
             Table::Flat(t, stride) => !t[s * stride + c].load(Relaxed),
