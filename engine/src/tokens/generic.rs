@@ -106,6 +106,53 @@ fn run_leaving<'a>(
     }
 }
 
+/// The ASCII bytes that lead a state that does not accept back to itself, and those that
+/// kill it: a token's leading run of the first changes nothing, so only the rest from
+/// the first other byte needs running, and none where that byte kills. (The tokens a
+/// string's body does not take whole are mostly ASCII text up to a newline, a tab or a
+/// quote.)
+struct AsciiSkip {
+    /// Per ASCII byte: 1 where it leads back, 2 where it kills, 0 otherwise; all 0 for a
+    /// state that accepts (a lexeme may end inside the run).
+    kind: [u8; 128],
+}
+
+impl AsciiSkip {
+    const LOOPS: u8 = 1;
+    const KILLS: u8 = 2;
+
+    fn new(dfa: &LexemeDfa, s: StateId) -> AsciiSkip {
+        let mut kind = [0u8; 128];
+        if !s.is_accepting() {
+            for (b, k) in kind.iter_mut().enumerate() {
+                let t = dfa.next(s, b as u8);
+                *k = if t == s {
+                    AsciiSkip::LOOPS
+                } else if t == DEAD {
+                    AsciiSkip::KILLS
+                } else {
+                    0
+                };
+            }
+        }
+        AsciiSkip { kind }
+    }
+
+    /// The token's bytes from the first that does not lead back (the state is the same
+    /// there), or `None` where that byte kills the state.
+    fn rest<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        let kind = |b: u8| self.kind.get(b as usize).copied().unwrap_or(0);
+        let k = bytes
+            .iter()
+            .position(|&b| kind(b) != AsciiSkip::LOOPS)
+            .unwrap_or(bytes.len());
+        match bytes.get(k) {
+            Some(&b) if kind(b) == AsciiSkip::KILLS => None,
+            _ => Some(&bytes[k..]),
+        }
+    }
+}
+
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 pub(crate) fn walk_generic(
@@ -224,6 +271,7 @@ fn walk_generic_into(
                 subtrees.push((next, NodeId(first)));
             }
         }
+        let skip = AsciiSkip::new(dfa, start);
         for e in others {
             let bytes = slice.tail_bytes(e);
             if in_subtree[bytes[0] as usize] {
@@ -232,7 +280,9 @@ fn walk_generic_into(
                 }
                 continue;
             }
-            run_leaving(dfa, start, (e.token, bytes), inside, &mut groups);
+            if let Some(rest) = skip.rest(bytes) {
+                run_leaving(dfa, start, (e.token, rest), inside, &mut groups);
+            }
         }
         for (k, &b) in except.iter().enumerate() {
             for t in slice
