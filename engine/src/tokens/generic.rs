@@ -73,7 +73,7 @@ thread_local! {
 type Suffix<'a> = (&'a [u8], TokenId);
 
 /// Ending nodes with at most this many nodes below them are merged into suffix tries.
-const MERGE_SUBTREE: u32 = 64;
+const MERGE_SUBTREE: u32 = 256;
 
 /// The suffixes of tokens that need the parser after the lexeme ends in `state`.
 fn group<'g, 'a>(
