@@ -497,4 +497,45 @@ mod tests {
         assert_eq!(listed, vec![0, 1, 7, 3, 4, 5, 6]);
         assert!(r.1.is_empty());
     }
+
+    #[test]
+    fn entries_in_any_order_build_one_trie() {
+        // Pairs that agree on their first eight bytes, a zero byte against a shorter
+        // entry, and a prefix of another: the sort must order them as bytes do.
+        let words: [&[u8]; 8] = [
+            b"abcdefghZ",
+            b"abcdefgh",
+            b"abcdefghA",
+            b"ab\0",
+            b"ab",
+            b"\xff",
+            b"abcdefgh\0",
+            b"b",
+        ];
+        let build = |order: &[usize]| {
+            TokenTrie::from_entries(order.iter().map(|&i| (words[i], TokenId(i as u32))))
+        };
+        let sorted = {
+            let mut order: Vec<usize> = (0..words.len()).collect();
+            order.sort_by_key(|&i| words[i]);
+            order
+        };
+        let expected = build(&sorted);
+        let prefixes: Vec<Vec<u8>> = (1..expected.nodes().len())
+            .map(|i| expected.prefix(i))
+            .collect();
+        let mut listed = prefixes.clone();
+        listed.sort();
+        assert_eq!(prefixes, listed, "nodes are in depth-first byte order");
+        for order in [[7, 6, 5, 4, 3, 2, 1, 0], [2, 0, 6, 1, 4, 3, 7, 5]] {
+            let t = build(&order);
+            assert_eq!(t.nodes(), expected.nodes());
+            for i in 0..t.nodes().len() {
+                assert_eq!(
+                    t.tokens_at(i).collect::<Vec<_>>(),
+                    expected.tokens_at(i).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
 }

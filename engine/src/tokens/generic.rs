@@ -414,3 +414,48 @@ fn lex_tokens(
         subtrees,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::dfa;
+
+    #[test]
+    fn a_skipped_run_changes_no_outcome() {
+        // A key's body, then the quote, blanks and a colon.
+        let d = dfa(r#""[^"\\\x00-\x1f]*" *:"#);
+        let body = d.next(d.start(), b'"');
+        let skip = AsciiSkip::new(&d, body);
+        let tokens: [&[u8]; 7] = [
+            b"abc\":",
+            b"ab\ncd",
+            b"\t",
+            b"a\xc3\xa9\" :x",
+            b"plain",
+            b"\": ",
+            b"x\\n",
+        ];
+        let mut skipped = 0;
+        for token in tokens {
+            let whole = run_suffix(&d, body, token);
+            match skip.rest(token) {
+                None => assert_eq!(whole, Outcome::Dead, "{token:?}"),
+                Some(rest) => {
+                    let k = token.len() - rest.len();
+                    assert_eq!(&token[k..], rest);
+                    skipped += k;
+                    let shifted = match run_suffix(&d, body, rest) {
+                        Outcome::Ending { state, at } => Outcome::Ending { state, at: at + k },
+                        other => other,
+                    };
+                    assert_eq!(shifted, whole, "{token:?}");
+                }
+            }
+        }
+        assert!(skipped > 0 && skip.rest(b"ab\ncd").is_none());
+        // From a state that accepts, nothing is skipped: the lexeme may end in the run.
+        let done = b"\"k\" :".iter().fold(d.start(), |s, &b| d.next(s, b));
+        assert!(done.is_accepting());
+        assert_eq!(AsciiSkip::new(&d, done).rest(b"  x"), Some(&b"  x"[..]));
+    }
+}
