@@ -83,6 +83,8 @@ impl TokenTrie {
     /// The trie of arbitrary `(bytes, token id)` entries (empty byte strings are skipped).
     /// The bytes may be borrowed (a token's rest after a lexeme ends): nothing is copied
     /// but into the trie's nodes, and entries already in order are not sorted again.
+    /// The sort is a stable one, which merges runs already in order: a walk's rests come
+    /// as one sorted run per ended node (the tokens under `1`, then under `2`, ...).
     pub fn from_entries<B: AsRef<[u8]>>(
         entries: impl IntoIterator<Item = (B, TokenId)>,
     ) -> TokenTrie {
@@ -105,7 +107,7 @@ impl TokenTrie {
                 .then_with(|| (a.1.as_ref(), a.2).cmp(&(b.1.as_ref(), b.2)))
         };
         if !entries.is_sorted_by(|a, b| order(a, b).is_le()) {
-            entries.sort_unstable_by(order);
+            entries.sort_by(order);
         }
         let id_bound = entries
             .iter()
