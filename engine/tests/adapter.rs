@@ -16,14 +16,16 @@ const EOS: u32 = 100;
 
 /// Text tokens (ids 0..) plus EOS = 100; logits 128 wide (padded).
 fn space(words: &[&[u8]]) -> Arc<TokenSpace> {
+    space_of(words.iter().map(|w| w.to_vec()), EOS, 128)
+}
+
+/// Text tokens (ids 0..) plus the end token `eos`; logits `width` wide.
+fn space_of(words: impl Iterator<Item = Vec<u8>>, eos: u32, width: usize) -> Arc<TokenSpace> {
     let vocab = Vocabulary::from_parts(
-        words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
-        [(TokenId(EOS), "</s>".to_string())],
+        words.enumerate().map(|(i, w)| (TokenId(i as u32), w)),
+        [(TokenId(eos), "</s>".to_string())],
     );
-    Arc::new(TokenSpace::new(vocab, Some(128), vec![TokenId(EOS)]))
+    Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]))
 }
 
 fn adapter(grammar: &str, words: &[&[u8]]) -> RobustConstrainedAdapter {
@@ -435,15 +437,7 @@ fn a_completion_far_past_the_budget_is_measured_not_spelled() {
 /// comparing every mask on the way with brute force; the grammar must accept the path.
 fn masks_along(grammar: &str, words: &[Vec<u8>], path: &[&str]) {
     let eos = words.len() as u32;
-    let vocab = Vocabulary::from_parts(
-        words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (TokenId(i as u32), w.clone())),
-        [(TokenId(eos), "</s>".to_string())],
-    );
-    let width = words.len() + 1;
-    let space = Arc::new(TokenSpace::new(vocab, Some(width), vec![TokenId(eos)]));
+    let space = space_of(words.iter().cloned(), eos, words.len() + 1);
     let g = compile_gbnf(grammar, &CompileOptions::default()).unwrap();
     let mut a = RobustConstrainedAdapter::new(Constraint::new(g, space));
     let id = |w: &str| TokenId(words.iter().position(|x| x == w.as_bytes()).unwrap() as u32);

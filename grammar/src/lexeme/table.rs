@@ -6,11 +6,6 @@ use super::*;
 /// A table entry not computed yet (no state has this id), as stored: complemented, 0.
 const UNKNOWN: u32 = u32::MAX;
 
-/// A transition table of states by `(state index, class)`, their tagged ids stored
-/// complemented so that zeroed memory (a fresh allocation the system has not even backed
-/// yet) reads as [`UNKNOWN`], an entry not computed yet. Flat for DFAs whose number of states is known (built or composed), paged where that is large; in
-/// buckets of doubling size for lazily built ones, which grow without moving what readers
-/// may be reading (bucket `k` holds states `2^k - 1 .. 2^(k+1) - 1`).
 /// A large table of known size is kept in pages of this many states, each allocated when
 /// first written: a counted repetition of thousands is composed into as many states, of
 /// which a walk touches a few (and zeroing the whole table would cost more than the walk).
@@ -19,6 +14,12 @@ const PAGE_STATES: usize = 64;
 /// Tables of known size with more entries than this are paged.
 const MAX_FLAT: usize = 1 << 14;
 
+/// A transition table of states by `(state index, class)`, their tagged ids stored
+/// complemented so that zeroed memory (a fresh allocation the system has not even backed
+/// yet) reads as [`UNKNOWN`], an entry not computed yet. Flat for DFAs whose number of
+/// states is known (built or composed), in pages where that is large; in buckets of
+/// doubling size for lazily built ones, which grow without moving what readers may be
+/// reading (bucket `k` holds states `2^k - 1 .. 2^(k+1) - 1`).
 #[derive(Debug)]
 pub(super) enum Table {
     Flat(Box<[AtomicU32]>, usize),
