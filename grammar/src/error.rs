@@ -114,11 +114,12 @@ pub enum ErrorKind {
     #[error("the grammar's language is empty: rule '{0}' derives no string")]
     EmptyLanguage(String),
     /// A compile limit of [`Limits`](crate::Limits) was exceeded.
-    #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
+    #[error("limit exceeded: {what} reached {value}, more than {limit_name} = {limit}")]
     Limit {
         /// What was measured, as a phrase for the message.
         what: String,
-        /// Its size (for a lexeme's automaton, sometimes just the limit plus one).
+        /// What it had reached when the limit was found exceeded. Counting stops there, so
+        /// the whole may be larger (a lexeme's automaton reports the limit plus one).
         value: usize,
         /// The [`Limits`](crate::Limits) field that bounds it.
         limit_name: &'static str,

@@ -114,6 +114,12 @@ fn an_error_in_built_rules_is_placed_in_their_printed_text() {
         ),
         "{err}"
     );
+    // The value is where counting stopped, and the message says no more than that.
+    assert!(
+        err.to_string()
+            .contains("expression nesting depth reached 11, more than max_nesting_depth = 10"),
+        "{err}"
+    );
 }
 
 #[test]

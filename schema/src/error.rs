@@ -33,11 +33,12 @@ pub enum SchemaErrorKind {
         reason: String,
     },
     /// A configured limit of [`crate::JsonSchemaOptions`].
-    #[error("limit exceeded: {what} is {value}, more than {limit_name} = {limit}")]
+    #[error("limit exceeded: {what} reached {value}, more than {limit_name} = {limit}")]
     Limit {
         /// What was measured, as a phrase for the message.
         what: String,
-        /// Its size (for `max_schema_depth`, just the limit plus one).
+        /// What it had reached when the limit was found exceeded. Counting stops there, so
+        /// the whole may be larger (`max_schema_depth` reports the limit plus one).
         value: usize,
         /// The [`JsonSchemaOptions`](crate::JsonSchemaOptions) field that bounds it.
         limit_name: &'static str,
