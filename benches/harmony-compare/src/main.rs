@@ -19,9 +19,9 @@
 mod streams;
 mod encoding;
 
-use corral_split::generate::Utf8Stream;
+use corral_engine::Utf8Stream;
 use corral_split::{HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter};
-use corral_trie::Vocabulary;
+use corral_trie::{TokenId, Vocabulary};
 use std::path::Path;
 use std::time::Instant;
 
@@ -53,7 +53,7 @@ fn main() {
         text.truncate(text.len() * 9 / 10);
         ids = tok.encode(text.as_str(), false).unwrap().get_ids().to_vec();
     }
-    let bytes: usize = ids.iter().map(|&i| vocab.token_bytes(i).map_or(0, <[u8]>::len)).sum();
+    let bytes: usize = ids.iter().map(|&i| vocab.token_bytes(TokenId(i)).map_or(0, <[u8]>::len)).sum();
     println!("stream: {} tokens, {} bytes of text", ids.len(), bytes);
 
     let markers = HarmonyMarkers::GPT_OSS;
@@ -80,7 +80,7 @@ fn main() {
         let mut n = 0usize;
         for &id in &ids {
             piece.clear();
-            if let Some(b) = vocab.token_bytes(id) {
+            if let Some(b) = vocab.token_bytes(TokenId(id)) {
                 utf8.push_into(b, &mut piece);
             }
             h.process_token(&markers, id, &piece);
