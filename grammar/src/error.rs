@@ -95,12 +95,12 @@ pub enum ErrorKind {
     #[error("undefined rule '{0}'")]
     UndefinedRule(String),
     /// A rule name defined twice; the span is the second definition's name.
-    #[error("rule '{name}' is defined twice (first definition at line {first_line})")]
+    #[error("rule '{name}' is defined twice{}", first_line.map_or(String::new(), |l| format!(" (first definition at line {l})")))]
     DuplicateRule {
         /// The rule's name.
         name: String,
-        /// 1-based line of the first definition; 0 when the rules have no source text.
-        first_line: usize,
+        /// 1-based line of the first definition; `None` when the rules have no source text.
+        first_line: Option<usize>,
     },
     /// The start rule is not defined (also the error for a grammar with no rules).
     #[error("grammar has no start rule '{name}' (defined rules: {defined})")]

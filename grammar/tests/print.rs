@@ -186,3 +186,35 @@ fn built_rules_the_text_could_not_say_are_refused() {
     // Dropping a deep expression recurses too: leak it (a test only).
     std::mem::forget(r);
 }
+
+#[test]
+fn a_rule_defined_twice_is_placed_by_both_definitions() {
+    let text = "root ::= a\na ::= \"x\"\n\na ::= \"y\"\n";
+    let err = compile_gbnf(text, &CompileOptions::default()).unwrap_err();
+    assert_eq!(
+        err.kind,
+        ErrorKind::DuplicateRule {
+            name: "a".into(),
+            first_line: Some(2)
+        }
+    );
+    let shown = err.to_string();
+    assert!(
+        shown.contains("rule 'a' is defined twice (first definition at line 2)"),
+        "{shown}"
+    );
+    // Built rules are placed in their printed text, where the first definition has a line.
+    let rules = parse(text, "g", 200).unwrap();
+    let err = compile_rules(&rules, &CompileOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err.kind,
+            ErrorKind::DuplicateRule {
+                first_line: Some(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("line 0"), "{err}");
+}

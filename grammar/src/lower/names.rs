@@ -14,9 +14,8 @@ pub(super) fn names_and_references<'r>(
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
     for (i, r) in rules.iter().enumerate() {
         if let Some(&first) = index.get(r.name.as_str()) {
-            let first_line = text.map_or(0, |text| {
-                crate::error::Location::of(text, rules[first].name_span.start).line
-            });
+            let first_line = text
+                .map(|text| crate::error::Location::of(text, rules[first].name_span.start).line);
             return Err(err(
                 ErrorKind::DuplicateRule {
                     name: r.name.clone(),
