@@ -172,11 +172,18 @@ impl Location {
         while !text.is_char_boundary(offset) {
             offset -= 1;
         }
-        let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+        // Lines end at "\n", "\r\n" or a "\r" alone (the GBNF lexer takes all three).
+        let bytes = text.as_bytes();
+        let ends_line =
+            |i: usize| bytes[i] == b'\n' || (bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+        let line_start = (0..offset)
+            .rev()
+            .find(|&i| ends_line(i))
+            .map_or(0, |i| i + 1);
         let line_end = text[offset..]
             .find(['\n', '\r'])
             .map_or(text.len(), |i| offset + i);
-        let line = text[..line_start].matches('\n').count() + 1;
+        let line = (0..line_start).filter(|&i| ends_line(i)).count() + 1;
         let col = text[line_start..offset].chars().count() + 1;
         Location {
             line,
@@ -314,6 +321,19 @@ mod tests {
         assert_eq!((loc.line, loc.col), (2, 5));
         assert_eq!(loc.line_text, "cdé f");
         assert_eq!(loc.caret_lines(), "cdé f\n    ^");
+    }
+
+    #[test]
+    fn location_takes_every_line_ending() {
+        for text in ["ab\ncd f\n", "ab\r\ncd f\r\n", "ab\rcd f\r"] {
+            let loc = Location::of(text, text.find('f').unwrap());
+            assert_eq!((loc.line, loc.col), (2, 4), "{text:?}");
+            assert_eq!(loc.line_text, "cd f", "{text:?}");
+        }
+        // The "\n" of a "\r\n" is on the line it ends.
+        let text = "ab\r\ncd";
+        assert_eq!(Location::of(text, 3).line, 1);
+        assert_eq!(Location::of(text, 4).line, 2);
     }
 
     #[test]
