@@ -122,7 +122,8 @@ pub struct GenerationStats {
     pub prompt_tok_s: f64,
     /// Output tokens per second after the prompt's forward pass (set by [`generate`] only).
     pub decode_tok_s: f64,
-    /// Time in forward passes after the prompt, and in sampling.
+    /// Time in the forward passes after the prompt's. Sampling is not in it; under
+    /// `overlap_mask`, each pass counts until the mask computed beside it is done too.
     pub decode_forward_ms: f64,
     /// Mean microseconds to compute one mask (0 without masks).
     pub mask_us_mean: f64,
