@@ -55,8 +55,8 @@
 
 mod generic;
 
-pub use generic::LexTokens;
 pub(crate) use generic::walk_generic;
+pub use generic::{LexTokens, Rests};
 
 use corral_grammar::{DEAD, LexemeDfa, StateId};
 use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, Prefix, SuffixId};

@@ -4,7 +4,7 @@
 
 use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter, WalkKey};
 use crate::constraint::{Constraint, StateTokens};
-use crate::tokens::{Chain, LexTokens, Outcome, SuffixWalk, run_suffix, suffix_node};
+use crate::tokens::{Chain, LexTokens, Outcome, Rests, SuffixWalk, run_suffix, suffix_node};
 use corral_grammar::{RecognizeError, Recognizer, Run, StateId};
 use corral_trie::{Alphabet, ByteRecognizer, FixedBitSet, NodeId, SuffixId, TokenId};
 use std::sync::Arc;
@@ -75,15 +75,27 @@ fn generic_run(
     sets.inside.union_into(mask);
     // Where the lexeme can end inside a token: continue from there with the recognizer
     // just after the lexeme's end (one push per distinct end state).
-    for (end_state, suffixes) in &sets.suffixes {
-        if push_end(walker, run, *end_state) {
-            suffixes.walk(walker, mask);
-            walker.rec.pop(1);
-        }
-    }
     let space = c.space();
     let trie = space.trie();
     let nodes = trie.nodes();
+    for (end_state, rests) in &sets.suffixes {
+        if push_end(walker, run, *end_state) {
+            match rests {
+                Rests::Trie(rests) => rests.walk(walker, mask),
+                Rests::Below(node) => {
+                    let (lo, n) = (node.index(), nodes[node.index()]);
+                    trie.walk_range(
+                        walker,
+                        mask,
+                        lo + 1,
+                        lo + n.subtree as usize,
+                        n.depth as usize,
+                    );
+                }
+            }
+            walker.rec.pop(1);
+        }
+    }
     let mut k = 0;
     while k < sets.subtrees.len() {
         let end_state = sets.subtrees[k].0;

@@ -12,10 +12,30 @@ pub struct LexTokens {
     /// Tokens whose every byte the DFA takes from this state without dying: the lexeme
     /// is still under way after them (and may end there).
     pub inside: Inside,
-    /// `(end state, trie of the remaining bytes of tokens that need the parser)`.
-    pub suffixes: Vec<(StateId, TokenTrie)>,
+    /// `(end state, the remaining bytes of tokens that need the parser)`.
+    pub suffixes: Vec<(StateId, Rests)>,
     /// `(end state, main-trie node)`: walk the node's subtree in place. Sorted by state.
     pub subtrees: Vec<(StateId, NodeId)>,
+}
+
+/// The remaining bytes of the tokens that need the parser after a lexeme's end.
+#[derive(Debug)]
+pub enum Rests {
+    /// Merged into a trie of their own (the ends of several nodes, or part of a subtree).
+    Trie(TokenTrie),
+    /// Everything below one main-trie node, where a lexeme that cannot go on ends: the
+    /// subtree is walked in place, with nothing copied out of it.
+    Below(NodeId),
+}
+
+impl Rests {
+    /// Heap bytes held.
+    pub fn memory_usage(&self) -> usize {
+        match self {
+            Rests::Trie(t) => t.memory_usage(),
+            Rests::Below(_) => 0,
+        }
+    }
 }
 
 /// The tokens a state keeps its lexeme going with: a list where they are few (most states
@@ -72,14 +92,15 @@ thread_local! {
 /// The bytes of a token after a lexeme's end (borrowed from the token space), and the token.
 type Suffix<'a> = (&'a [u8], TokenId);
 
-/// Ending nodes with at most this many nodes below them are merged into suffix tries.
+/// The suffixes of the tokens that need the parser, by the state the lexeme ended in.
+type Groups<'a> = Vec<(StateId, Vec<Suffix<'a>>)>;
+
+/// Ending nodes with at most this many nodes below them are merged into suffix tries (or,
+/// where the lexeme ends there for good and no other node ends in its state, walked in place).
 const MERGE_SUBTREE: u32 = 256;
 
 /// The suffixes of tokens that need the parser after the lexeme ends in `state`.
-fn group<'g, 'a>(
-    groups: &'g mut Vec<(StateId, Vec<Suffix<'a>>)>,
-    state: StateId,
-) -> &'g mut Vec<Suffix<'a>> {
+fn group<'g, 'a>(groups: &'g mut Groups<'a>, state: StateId) -> &'g mut Vec<Suffix<'a>> {
     let g = match groups.iter().position(|g| g.0 == state) {
         Some(g) => g,
         None => {
@@ -97,7 +118,7 @@ fn run_leaving<'a>(
     state: StateId,
     (token, rest): (TokenId, &'a [u8]),
     inside: &mut FixedBitSet,
-    groups: &mut Vec<(StateId, Vec<Suffix<'a>>)>,
+    groups: &mut Groups<'a>,
 ) {
     match run_suffix(dfa, state, rest) {
         Outcome::Alive => inside.insert(token.index()),
@@ -239,8 +260,10 @@ fn walk_generic_into(
     let mut loops = Loops::new(Alphabet::Strings, depth, true);
     let jumps = slice.indexes_trie();
     let mut subtrees = Vec::new();
+    // (end state, node) where the lexeme ends for good with a small subtree below.
+    let mut below = Vec::new();
     // (end state, (remaining bytes, token)) per group.
-    let mut groups: Vec<(StateId, Vec<Suffix>)> = Vec::new();
+    let mut groups: Groups = Vec::new();
     // Per depth on the current path: the DFA state, the first node below the root where
     // the lexeme could end (NONE if none yet), and the bytes the character under way still
     // needs (`MISALIGNED`: the token began inside one, so no jumps below).
@@ -297,7 +320,7 @@ fn walk_generic_into(
                 }
             }
         }
-        return lex_tokens(inside, groups, subtrees);
+        return lex_tokens(inside, (groups, Vec::new()), subtrees, space);
     }
     let prefilled = prefill_first_bytes(dfa, start, space, &mut loops, inside);
     // The root's children one by one, skipping those the DFA refuses at once (a walk
@@ -339,18 +362,28 @@ fn walk_generic_into(
                 i += n.subtree as usize;
                 continue;
             }
+            if ended == NONE && next.is_accepting() && !next.can_continue() && n.subtree > 1 {
+                // The lexeme ends here for good: every token below needs the parser from
+                // here on, as the whole subtree (walked in place, or merged with the ends
+                // of other nodes in the same state).
+                trie.mark(i, inside);
+                if n.subtree <= MERGE_SUBTREE {
+                    below.push((next, NodeId(i as u32)));
+                } else {
+                    subtrees.push((next, NodeId(i as u32)));
+                }
+                i += n.subtree as usize;
+                continue;
+            }
             let mut here = ended;
             if here == NONE && next.is_accepting() {
                 if n.subtree <= MERGE_SUBTREE {
                     here = i as u32;
                 } else {
-                    // The parser walks the subtree after the lexeme closed here; where it
-                    // can go on (a number's digit), the nodes below are walked on for its
-                    // longer ends, as if it had not ended yet.
+                    // The parser walks the subtree after the lexeme closed here; the nodes
+                    // below are walked on for the lexeme's longer ends (a number's digits),
+                    // as if it had not ended yet.
                     subtrees.push((next, NodeId(i as u32)));
-                    if !next.can_continue() {
-                        here = i as u32;
-                    }
                 }
             }
             trie.mark(i, inside);
@@ -395,22 +428,46 @@ fn walk_generic_into(
             i += 1;
         }
     }
-    lex_tokens(inside, groups, subtrees)
+    lex_tokens(inside, (groups, below), subtrees, space)
 }
 
-/// The walk's findings as [`LexTokens`].
-fn lex_tokens(
+/// The walk's findings as [`LexTokens`]: each group's rests, with those of the whole
+/// subtrees `below` nodes where the lexeme ended for good (walked in place where such a
+/// subtree is all its state has).
+fn lex_tokens<'a>(
     inside: &FixedBitSet,
-    groups: Vec<(StateId, Vec<Suffix<'_>>)>,
+    (mut groups, below): (Groups<'a>, Vec<(StateId, NodeId)>),
     mut subtrees: Vec<(StateId, NodeId)>,
+    space: &'a TokenSpace,
 ) -> LexTokens {
     subtrees.sort_unstable();
+    let mut suffixes = Vec::with_capacity(groups.len() + below.len());
+    for &(state, node) in &below {
+        let alone = !groups.iter().any(|g| g.0 == state)
+            && below.iter().filter(|b| b.0 == state).count() == 1;
+        if alone {
+            suffixes.push((state, Rests::Below(node)));
+            continue;
+        }
+        let (trie, vocab) = (space.trie(), space.vocab());
+        let n = trie.nodes()[node.index()];
+        let d = n.depth as usize;
+        let g = group(&mut groups, state);
+        for j in node.index() + 1..node.index() + n.subtree as usize {
+            for t in trie.tokens_at(j) {
+                let bytes = vocab.token_bytes(t).expect("trie tokens have bytes");
+                g.push((&bytes[d..], t));
+            }
+        }
+    }
+    suffixes.extend(
+        groups
+            .into_iter()
+            .map(|(state, entries)| (state, Rests::Trie(TokenTrie::from_entries(entries)))),
+    );
     LexTokens {
         inside: Inside::take(inside),
-        suffixes: groups
-            .into_iter()
-            .map(|(state, entries)| (state, TokenTrie::from_entries(entries)))
-            .collect(),
+        suffixes,
         subtrees,
     }
 }
@@ -419,6 +476,77 @@ fn lex_tokens(
 mod tests {
     use super::*;
     use crate::testing::dfa;
+    use corral_trie::Vocabulary;
+
+    fn space(words: &[&str]) -> TokenSpace {
+        let vocab = Vocabulary::from_parts(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (TokenId(i as u32), w.as_bytes().to_vec())),
+            [],
+        );
+        TokenSpace::new(vocab, None, Vec::new())
+    }
+
+    /// The rests of a walk's suffixes, per end state, as `(rest, token)` sorted.
+    fn rests(t: &LexTokens, space: &TokenSpace) -> Vec<Vec<(Vec<u8>, u32)>> {
+        t.suffixes
+            .iter()
+            .map(|(_, r)| {
+                // The trie, the range of its nodes that hold the rests, and the depth they
+                // start below.
+                let (trie, lo, hi, base) = match r {
+                    Rests::Trie(trie) => (trie, 1, trie.nodes().len(), 0),
+                    Rests::Below(node) => {
+                        let (i, trie) = (node.index(), space.trie());
+                        let n = trie.nodes()[i];
+                        (trie, i + 1, i + n.subtree as usize, n.depth as usize)
+                    }
+                };
+                let mut out = Vec::new();
+                for j in lo..hi {
+                    for tok in trie.tokens_at(j) {
+                        out.push((trie.prefix(j)[base..].to_vec(), tok.0));
+                    }
+                }
+                out.sort();
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lexeme_that_ends_for_good_leaves_its_subtree_in_place() {
+        let s = space(&["}", "},", "}}", "},\n", "x", "a", "ax", "ay", "b", "bx"]);
+        // `}` ends for good at the first byte: everything below is the parser's, in place.
+        let d = dfa(r"\}");
+        let t = walk_generic(&d, d.start(), &s, 4);
+        assert!(matches!(t.suffixes[..], [(_, Rests::Below(_))]), "{t:?}");
+        assert_eq!(
+            rests(&t, &s),
+            [vec![
+                (b",".to_vec(), 1),
+                (b",\n".to_vec(), 3),
+                (b"}".to_vec(), 2)
+            ]]
+        );
+        let mut inside = FixedBitSet::with_capacity(s.width());
+        t.inside.union_into(&mut inside);
+        assert_eq!(inside.ones().collect::<Vec<_>>(), [0]);
+        // Two nodes that end in the same state: their rests are merged into one trie.
+        let d = dfa("a|b");
+        let t = walk_generic(&d, d.start(), &s, 4);
+        assert!(matches!(t.suffixes[..], [(_, Rests::Trie(_))]), "{t:?}");
+        assert_eq!(
+            rests(&t, &s),
+            [vec![
+                (b"x".to_vec(), 6),
+                (b"x".to_vec(), 9),
+                (b"y".to_vec(), 7)
+            ]]
+        );
+    }
 
     #[test]
     fn a_skipped_run_changes_no_outcome() {
