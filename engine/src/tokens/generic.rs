@@ -516,6 +516,10 @@ mod tests {
             .collect()
     }
 
+    fn owned(rests: &[(&[u8], u32)]) -> Vec<(Vec<u8>, u32)> {
+        rests.iter().map(|&(b, t)| (b.to_vec(), t)).collect()
+    }
+
     #[test]
     fn a_lexeme_that_ends_for_good_leaves_its_subtree_in_place() {
         let s = space(&["}", "},", "}}", "},\n", "x", "a", "ax", "ay", "b", "bx"]);
@@ -523,14 +527,7 @@ mod tests {
         let d = dfa(r"\}");
         let t = walk_generic(&d, d.start(), &s, 4);
         assert!(matches!(t.suffixes[..], [(_, Rests::Below(_))]), "{t:?}");
-        assert_eq!(
-            rests(&t, &s),
-            [vec![
-                (b",".to_vec(), 1),
-                (b",\n".to_vec(), 3),
-                (b"}".to_vec(), 2)
-            ]]
-        );
+        assert_eq!(rests(&t, &s), [owned(&[(b",", 1), (b",\n", 3), (b"}", 2)])]);
         let mut inside = FixedBitSet::with_capacity(s.width());
         t.inside.union_into(&mut inside);
         assert_eq!(inside.ones().collect::<Vec<_>>(), [0]);
@@ -538,14 +535,7 @@ mod tests {
         let d = dfa("a|b");
         let t = walk_generic(&d, d.start(), &s, 4);
         assert!(matches!(t.suffixes[..], [(_, Rests::Trie(_))]), "{t:?}");
-        assert_eq!(
-            rests(&t, &s),
-            [vec![
-                (b"x".to_vec(), 6),
-                (b"x".to_vec(), 9),
-                (b"y".to_vec(), 7)
-            ]]
-        );
+        assert_eq!(rests(&t, &s), [owned(&[(b"x", 6), (b"x", 9), (b"y", 7)])]);
     }
 
     #[test]
