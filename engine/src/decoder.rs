@@ -217,9 +217,10 @@ impl Decoder {
             space,
             constraint,
             opts: GenerateOptions {
-                // Every token from a distribution when log-probabilities or weights are
-                // asked for.
-                jump_forward: opts.jump_forward && opts.logprobs.is_none() && !weighted,
+                // Every token from a distribution when log-probabilities are asked for.
+                // Under weights, a forced span is weighed by its tokens' probabilities,
+                // read from the pass that runs them ([`crate::smc`]).
+                jump_forward: opts.jump_forward && opts.logprobs.is_none(),
                 ..opts.clone()
             },
         };
@@ -438,7 +439,8 @@ impl Decoder {
             self.push(tok);
         }
         let mut feed = vec![tok];
-        if self.opts.jump_forward {
+        // A budget's completion under way appends what follows itself.
+        if self.opts.jump_forward && self.completing.is_empty() {
             self.jump_forward(&mut feed, out)?;
         }
         Ok(self.feed(feed))
@@ -471,6 +473,12 @@ impl Decoder {
     /// The bias and penalties, and under `ignore_eos` no end token but one the grammar
     /// names (`masked`: the grammar applies to this step).
     fn adjust(&self, v: &mut [f32], masked: bool) {
+        self.adjust_at(v, masked, self.tokens.len());
+    }
+
+    /// [`Decoder::adjust`] as it was for the output's token `at` (the penalties see the
+    /// tokens before it).
+    fn adjust_at(&self, v: &mut [f32], masked: bool, at: usize) {
         if self.opts.ignore_eos {
             for &e in self.space.eos() {
                 // An end token the grammar names is the grammar's, not an end to ignore.
@@ -482,7 +490,12 @@ impl Decoder {
                 }
             }
         }
-        self.sampler.adjust(v, &self.history, &self.tokens);
+        let cut = self.tokens.len() - at;
+        self.sampler.adjust(
+            v,
+            &self.history[..self.history.len() - cut],
+            &self.tokens[..at],
+        );
     }
 
     fn inverse_temperature(&self) -> f32 {
@@ -516,6 +529,33 @@ impl Decoder {
             .copied()
             .unwrap_or(f32::NEG_INFINITY);
         l as f64 * self.inverse_temperature() as f64 - full.lse
+    }
+
+    /// Under the SMC sampler, the log-probability of the tokens the engine appended after
+    /// the last one drawn (jump-forward's forced span): the last `logits.len()` tokens of
+    /// the output, each weighed by the logits of the position before it (`logits[0]`: the
+    /// drawn token's). 0 where nothing is weighed.
+    pub(crate) fn appended_log_weight(
+        &self,
+        logits: &[Box<dyn Logits>],
+    ) -> Result<f64, GenerateError> {
+        if !self.weighted || logits.is_empty() {
+            return Ok(0.0);
+        }
+        let first = self.tokens.len().checked_sub(logits.len()).ok_or_else(|| {
+            GenerateError::Model(crate::model::ModelError::Backend(
+                "more logits than tokens appended".into(),
+            ))
+        })?;
+        let mut w = 0.0;
+        for (k, l) in logits.iter().enumerate() {
+            let at = first + k;
+            let mut v = l.to_masked_vec(None)?;
+            self.adjust_at(&mut v, true, at);
+            let lse = log_sum_exp(&v, self.inverse_temperature());
+            w += self.forced_log_weight(&Full { logits: v, lse }, self.tokens[at]);
+        }
+        Ok(w)
     }
 
     /// Under the SMC sampler, the part of the next step's log weight that does not depend

@@ -69,7 +69,8 @@ pub use generate::{
 };
 pub use logprobs::{TokenLogprob, log_sum_exp};
 pub use model::{
-    BackendError, BatchItem, CausalLm, CpuLogits, Logits, ModelError, Sequence, apply_mask_in_place,
+    BackendError, BatchItem, CausalLm, CpuLogits, Logits, ModelError, Sequence,
+    apply_mask_in_place, check_tails,
 };
 pub use sampling::{
     Rng, Sampler, SamplerMethod, SamplingError, SamplingOptions, SmcOptions, argmax,

@@ -94,6 +94,58 @@ pub trait CausalLm: Send {
         &mut self,
         items: &mut [BatchItem<'_>],
     ) -> Result<Vec<Box<dyn Logits>>, ModelError>;
+    /// [`CausalLm::forward_batch`], with the logits of each item's last `tails[i]`
+    /// positions (at least 1, at most its tokens), in order: item 0's positions first to
+    /// last, then item 1's. A sampler that weighs tokens the engine appended (a forced
+    /// span after a drawn token) reads their probabilities so, in the pass that runs them.
+    /// The default runs each item up to its first wanted position in one pass, then the
+    /// rest one position a pass; a model that can returns them all from one pass.
+    fn forward_batch_tails(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        tails: &[usize],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        check_tails(items, tails)?;
+        let heads: Vec<usize> = items
+            .iter()
+            .zip(tails)
+            .map(|(it, &t)| it.tokens.len() + 1 - t)
+            .collect();
+        let mut per_item: Vec<Vec<Box<dyn Logits>>> = Vec::with_capacity(items.len());
+        let mut first: Vec<BatchItem<'_>> = items
+            .iter_mut()
+            .zip(&heads)
+            .map(|(it, &h)| BatchItem {
+                tokens: &it.tokens[..h],
+                pos: it.pos,
+                sequence: &mut *it.sequence,
+            })
+            .collect();
+        for l in self.forward_batch(&mut first)? {
+            per_item.push(vec![l]);
+        }
+        drop(first);
+        let longest = tails.iter().copied().max().unwrap_or(1);
+        for k in 1..longest {
+            let mut at = Vec::new();
+            let mut step: Vec<BatchItem<'_>> = Vec::new();
+            for (i, it) in items.iter_mut().enumerate() {
+                if k < tails[i] {
+                    let j = heads[i] + k - 1;
+                    at.push(i);
+                    step.push(BatchItem {
+                        tokens: &it.tokens[j..j + 1],
+                        pos: it.pos + j,
+                        sequence: &mut *it.sequence,
+                    });
+                }
+            }
+            for (i, l) in at.into_iter().zip(self.forward_batch(&mut step)?) {
+                per_item[i].push(l);
+            }
+        }
+        Ok(per_item.into_iter().flatten().collect())
+    }
     /// Runs `tokens` on `sequence` from `pos` ([`CausalLm::forward_batch`] with one item)
     /// and returns the logits of the last.
     fn forward_sequence(
@@ -151,6 +203,27 @@ impl Sequence {
     pub fn downcast_mut<T: Any>(&mut self) -> Option<&mut T> {
         self.0.downcast_mut()
     }
+}
+
+/// Checks [`CausalLm::forward_batch_tails`]'s `tails`: one per item, each from 1 to the
+/// item's tokens.
+pub fn check_tails(items: &[BatchItem<'_>], tails: &[usize]) -> Result<(), ModelError> {
+    if tails.len() != items.len() {
+        return Err(ModelError::Backend(
+            "forward_batch_tails: one tail per item is needed".into(),
+        ));
+    }
+    for (it, &t) in items.iter().zip(tails) {
+        if it.tokens.is_empty() {
+            return Err(ModelError::NoTokens);
+        }
+        if t == 0 || t > it.tokens.len() {
+            return Err(ModelError::Backend(
+                "forward_batch_tails: a tail is from 1 to the item's tokens".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One sequence's part of [`CausalLm::forward_batch`].

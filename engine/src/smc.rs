@@ -22,9 +22,12 @@
 //! output is one particle drawn by final weight; every particle comes back with its weight
 //! in [`Generation::particles`].
 //!
-//! Every token comes from a distribution (no jump-forward); a budget's completion is
-//! appended one token a step and weighed by its probability, so near the budget's end the
-//! target is the grammar's outputs that fit in it.
+//! A span the grammar forces after a drawn token (jump-forward) is appended in the
+//! engine's tokenization and weighed by its tokens' probabilities, read from the pass that
+//! runs them ([`CausalLm::forward_batch_tails`]): the target's outputs take those tokens
+//! for a forced span. A budget's completion is appended one token a step and weighed by
+//! its probability, so near the budget's end the target is the grammar's outputs that fit
+//! in it.
 
 use crate::constraint::Constraint;
 use crate::decoder::{Decoder, Emit, Next};
@@ -141,6 +144,9 @@ struct Row {
     origin: usize,
     slot: usize,
     tokens: Vec<TokenId>,
+    /// Positions whose logits the row needs: its particles' feed (the drawn token, then
+    /// any the engine appended after it).
+    tail: usize,
     members: Vec<usize>,
 }
 
@@ -262,10 +268,10 @@ impl Particles {
         self.ps.iter().all(|p| p.done.is_some())
     }
 
-    /// Rows of the pass [`Particles::batch`] gave last: how many logits
-    /// [`Particles::advance`] takes.
-    pub fn rows(&self) -> usize {
-        self.rows.len()
+    /// Logits [`Particles::advance`] takes: those of the pass [`Particles::batch`] gave
+    /// last, the tails it asked for.
+    pub fn logits_wanted(&self) -> usize {
+        self.rows.iter().map(|r| r.tail).sum()
     }
 
     /// Computes the live particles' masks for their next tokens (in parallel where there
@@ -280,9 +286,11 @@ impl Particles {
         crate::compute_masks(&mut decoders).into_iter().collect()
     }
 
-    /// The next pass's items: one per distinct (cache, tokens) of the live particles.
-    /// Particles that share a cache but feed different tokens get copies of it first.
-    pub fn batch(&mut self, lm: &dyn CausalLm) -> Vec<BatchItem<'_>> {
+    /// The next pass's items, one per distinct (cache, tokens) of the live particles, and
+    /// how many of each one's last positions' logits [`Particles::advance`] needs (for
+    /// [`CausalLm::forward_batch_tails`]). Particles that share a cache but feed different
+    /// tokens get copies of it first.
+    pub fn batch(&mut self, lm: &dyn CausalLm) -> (Vec<BatchItem<'_>>, Vec<usize>) {
         let t = Instant::now();
         let mut rows: Vec<Row> = Vec::new();
         for i in 0..self.ps.len() {
@@ -308,6 +316,7 @@ impl Particles {
                 origin,
                 slot,
                 tokens: self.ps[i].feed.clone(),
+                tail: self.ps[i].feed.len(),
                 members: vec![i],
             });
         }
@@ -324,8 +333,10 @@ impl Particles {
             }
         }
         self.rows = rows;
+        let tails = self.rows.iter().map(|r| r.tail).collect();
         let mut seqs: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Option::as_mut).collect();
-        self.rows
+        let items = self
+            .rows
             .iter()
             .map(|r| {
                 let s = seqs[r.slot].take().expect("one row per slot");
@@ -335,7 +346,8 @@ impl Particles {
                     sequence: &mut s.sequence,
                 }
             })
-            .collect()
+            .collect();
+        (items, tails)
     }
 
     /// A copy of `slot`'s cache for particle `i` to go apart on: copied by the model, or
@@ -361,29 +373,37 @@ impl Particles {
         }
     }
 
-    /// Each row's particles step from its logits (in [`Particles::batch`]'s order). The
-    /// part of the step's weight that does not depend on the token drawn (the mass the
-    /// mask keeps, the same for a row's particles) is added first, and the particles are
-    /// resampled on it where the effective sample size fell below the threshold; then
-    /// each draws, so copies of one particle draw apart rather than repeat its token.
+    /// Each row's particles step from its logits (in [`Particles::batch`]'s order, each
+    /// row's tail of positions). The part of the step's weight that does not depend on the
+    /// token drawn (the probability of the tokens the engine appended after the last draw,
+    /// and the mass the next mask keeps: the same for a row's particles) is added first,
+    /// and the particles are resampled on it where the effective sample size fell below
+    /// the threshold; then each draws, so copies of one particle draw apart rather than
+    /// repeat its token.
     pub fn advance(&mut self, logits: Vec<Box<dyn Logits>>) -> Result<(), GenerateError> {
-        if logits.len() != self.rows.len() {
+        if logits.len() != self.logits_wanted() {
             return Err(GenerateError::Model(crate::model::ModelError::Backend(
-                "the pass returned logits for another number of rows".into(),
+                "the pass returned logits for another number of positions".into(),
             )));
         }
         self.passes += 1;
-        self.stats.sequence_steps += logits.len();
-        for (ri, r) in std::mem::take(&mut self.rows).into_iter().enumerate() {
+        self.stats.sequence_steps += self.rows.len();
+        let mut logits = logits.into_iter();
+        let mut last = Vec::with_capacity(self.rows.len());
+        for r in std::mem::take(&mut self.rows) {
             if let Some(s) = self.slots[r.slot].as_mut() {
                 s.pos += r.tokens.len();
             }
-            let pre = self.ps[r.members[0]]
-                .decoder
-                .step_log_weight(&*logits[ri])?;
+            let mut tail: Vec<Box<dyn Logits>> = logits.by_ref().take(r.tail).collect();
+            let step = tail.pop().expect("a row's tail is at least one position");
+            let d = &mut self.ps[r.members[0]].decoder;
+            let appended = d.appended_log_weight(&tail[..])?;
+            let pre = d.step_log_weight(&*step)?;
+            let ri = last.len();
+            last.push(step);
             for i in r.members {
                 let p = &mut self.ps[i];
-                p.log_w += pre;
+                p.log_w += appended + pre;
                 p.pre = pre;
                 p.row = Some(ri);
             }
@@ -391,7 +411,7 @@ impl Particles {
         self.resample_if_low()?;
         for p in &mut self.ps {
             if let Some(ri) = p.row.take() {
-                p.advance(&*logits[ri])?;
+                p.advance(&*last[ri])?;
             }
         }
         self.release_slots();
@@ -550,7 +570,9 @@ pub(crate) fn generate_smc(
     while !ps.is_done() {
         ps.compute_masks()?;
         let t = Instant::now();
-        let logits = lm.forward_batch(&mut ps.batch(lm))?;
+        let (mut items, tails) = ps.batch(lm);
+        let logits = lm.forward_batch_tails(&mut items, &tails)?;
+        drop(items);
         forward_time += t.elapsed();
         ps.advance(logits)?;
     }

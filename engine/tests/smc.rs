@@ -9,7 +9,7 @@
 
 use corral_engine::{
     BatchItem, CausalLm, Constraint, CpuLogits, GenerateOptions, Logits, ModelError, SamplerMethod,
-    SamplingOptions, Sequence, SmcOptions, generate,
+    SamplingOptions, Sequence, SmcOptions, check_tails, generate,
 };
 use corral_grammar::{CompileOptions, compile_gbnf};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
@@ -101,6 +101,56 @@ impl CausalLm for TableLm {
     }
 }
 
+/// [`TableLm`] answering [`CausalLm::forward_batch_tails`] in one call, as a model that
+/// reads every wanted position from one pass does; counts those calls.
+struct OnePass {
+    lm: TableLm,
+    calls: usize,
+}
+
+impl CausalLm for OnePass {
+    fn forward(&mut self, tokens: &[TokenId], pos: usize) -> Result<Box<dyn Logits>, ModelError> {
+        self.lm.forward(tokens, pos)
+    }
+    fn logit_width(&self) -> usize {
+        WIDTH
+    }
+    fn max_positions(&self) -> usize {
+        self.lm.max_positions()
+    }
+    fn reset(&mut self) {}
+    fn new_sequence(&self) -> Sequence {
+        self.lm.new_sequence()
+    }
+    fn forward_batch(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        self.lm.forward_batch(items)
+    }
+    fn forward_batch_tails(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        tails: &[usize],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        check_tails(items, tails)?;
+        self.calls += 1;
+        let mut out = Vec::new();
+        for (it, &k) in items.iter_mut().zip(tails) {
+            let seq = it.sequence.downcast_mut::<Vec<u32>>().unwrap();
+            assert_eq!(seq.len(), it.pos, "the sampler feeds at the positions held");
+            seq.extend(it.tokens.iter().map(|t| t.0));
+            for end in seq.len() + 1 - k..=seq.len() {
+                out.push(self.lm.logits(&seq[..end]));
+            }
+        }
+        Ok(out)
+    }
+    fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
+        self.lm.copy_prefix(sequence, positions)
+    }
+}
+
 /// Temperature 1, nothing cut, at most 8 tokens.
 fn options(method: SamplerMethod, seed: u64) -> GenerateOptions {
     GenerateOptions {
@@ -162,6 +212,74 @@ fn smc_draws_from_the_model_restricted_to_the_grammar() {
         assert!(a > 0.9, "smc, copies {copies}: a {a}");
         // The evidence estimate is unbiased: P(output in the grammar) = 0.2763.
         assert!((z - 0.2763).abs() < 0.03, "evidence {z}");
+    }
+}
+
+#[test]
+fn a_forced_span_is_weighed_in_the_pass_that_runs_it() {
+    // After `b` the grammar forces `c`: it is appended after the draw (jump-forward) and
+    // weighed by its probability (0.01), read from the pass that runs `b` and `c` together.
+    let space = space();
+    let g = compile_gbnf(r#"root ::= "a" | "bc""#, &CompileOptions::default()).unwrap();
+    let c = Constraint::new(g, space.clone());
+    let mut lm = OnePass {
+        lm: TableLm::new(true),
+        calls: 0,
+    };
+    let runs = 300;
+    let (mut a, mut bc, mut evidence) = (0, 0, 0.0);
+    for seed in 0..runs {
+        let opts = options(SamplerMethod::Smc(SmcOptions::new(8)), seed);
+        let out = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap();
+        a += usize::from(out.text == "a");
+        bc += out.particles.iter().filter(|p| p.text == "bc").count();
+        // The prompt's pass, then one: `a`, or `b` with `c`; then each ends.
+        assert_eq!(out.stats.forward_passes, 2, "seed {seed}");
+        evidence += out.stats.smc.unwrap().log_evidence.exp();
+    }
+    assert!(bc > 0, "some particles went through the forced span");
+    assert_eq!(
+        lm.calls, runs as usize,
+        "one call of forward_batch_tails a run"
+    );
+    // Exact: `a` 0.977; the evidence 0.2763.
+    let a = a as f64 / runs as f64;
+    assert!(a > 0.9, "a {a}");
+    let z = evidence / runs as f64;
+    assert!((z - 0.2763).abs() < 0.03, "evidence {z}");
+}
+
+/// `c` first (0.9) or `a`; after `a`, `b`, `d` or the end; after `ab`, the end.
+fn c_first(out: &[u32]) -> [f32; WIDTH] {
+    match out {
+        [] => [0.1, 0.0, 0.9, 0.0, 0.0],
+        [0] => [0.0, 0.5, 0.0, 0.25, 0.25],
+        _ => [0.0, 0.0, 0.0, 0.0, 1.0],
+    }
+}
+
+#[test]
+fn a_budgets_completion_is_not_also_jumped_over() {
+    // Under `"ab" | "cdddd"` in 3 tokens, a drawn `c` cannot complete, so the budget puts
+    // the completion `ab` in its place one token a step. `b` is also what the grammar
+    // forces after `a`: it is appended once, by the completion, not by jump-forward too.
+    let space = space();
+    let g = compile_gbnf(r#"root ::= "ab" | "cdddd""#, &CompileOptions::default()).unwrap();
+    let c = Constraint::new(g, space.clone());
+    let mut lm = TableLm {
+        table: c_first,
+        ..TableLm::new(true)
+    };
+    for seed in 0..20 {
+        let opts = GenerateOptions {
+            max_tokens: 3,
+            ..options(SamplerMethod::Smc(SmcOptions::new(4)), seed)
+        };
+        let out = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap();
+        assert_eq!(out.text, "ab", "seed {seed}");
+        for p in &out.particles {
+            assert_eq!(p.text, "ab", "seed {seed}");
+        }
     }
 }
 

@@ -33,6 +33,20 @@ pub trait CandleNet: Clone + Send + 'static {
     ) -> candle_core::Result<Tensor> {
         forward_one_by_one(nets, tokens, pos, device)
     }
+    /// [`CandleNet::forward_batch`], with the logits of each sequence's last `tails[i]`
+    /// positions (from 1 to its tokens), `(sum of tails, vocabulary)`: sequence 0's first to
+    /// last, then sequence 1's. The default ([`forward_tails_by_steps`]) runs the wanted
+    /// positions after each one's first a pass each; a network that can returns them from
+    /// one pass.
+    fn forward_batch_tails(
+        nets: &mut [&mut Self],
+        tokens: &[&[u32]],
+        pos: &[usize],
+        tails: &[usize],
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
+        forward_tails_by_steps(nets, tokens, pos, tails, device)
+    }
     /// Another sequence over the same weights whose cache holds a copy of this one's first
     /// `positions` positions (at most those it holds), sized to them; `None` (the default)
     /// where the network cannot.
@@ -57,6 +71,32 @@ pub fn forward_one_by_one<N: CandleNet>(
     for ((net, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
         let input = Tensor::new(t, device)?.unsqueeze(0)?;
         rows.push(net.forward(&input, p)?.flatten_all()?);
+    }
+    Tensor::stack(&rows, 0)
+}
+
+/// [`CandleNet::forward_batch_tails`] from [`CandleNet::forward_batch`]: each sequence up to
+/// its first wanted position in one pass, then its other wanted positions one at a time.
+pub fn forward_tails_by_steps<N: CandleNet>(
+    nets: &mut [&mut N],
+    tokens: &[&[u32]],
+    pos: &[usize],
+    tails: &[usize],
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    let heads: Vec<&[u32]> = tokens
+        .iter()
+        .zip(tails)
+        .map(|(t, &k)| &t[..t.len() + 1 - k])
+        .collect();
+    let first = N::forward_batch(nets, &heads, pos, device)?;
+    let mut rows = Vec::with_capacity(tails.iter().sum());
+    for (i, net) in nets.iter_mut().enumerate() {
+        rows.push(first.get(i)?);
+        for j in heads[i].len()..tokens[i].len() {
+            let input = Tensor::new(&tokens[i][j..j + 1], device)?.unsqueeze(0)?;
+            rows.push(net.forward(&input, pos[i] + j)?.flatten_all()?);
+        }
     }
     Tensor::stack(&rows, 0)
 }
@@ -183,6 +223,16 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
         &mut self,
         items: &mut [BatchItem<'_>],
     ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        let tails = vec![1; items.len()];
+        self.forward_batch_tails(items, &tails)
+    }
+
+    fn forward_batch_tails(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        tails: &[usize],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        corral_engine::check_tails(items, tails)?;
         // Every item is checked before any runs, so that a refused batch changes nothing.
         for item in items.iter() {
             self.shape.check(item.tokens, item.pos)?;
@@ -190,9 +240,10 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
                 return Err(ModelError::ForeignSequence);
             }
         }
-        let mut out: Vec<Option<Box<dyn Logits>>> = (0..items.len()).map(|_| None).collect();
+        let mut out: Vec<Vec<Box<dyn Logits>>> = (0..items.len()).map(|_| Vec::new()).collect();
         // Decoding steps and short feeds (a few positions of a prompt) run as one pass;
-        // longer feeds one by one, in chunks.
+        // longer feeds one by one, in chunks (the wanted positions after the first, one at a
+        // time).
         let (mut steps, mut nets, mut tokens, mut pos) = (Vec::new(), Vec::new(), vec![], vec![]);
         for (i, item) in items.iter_mut().enumerate() {
             let net = item
@@ -208,22 +259,30 @@ impl<N: CandleNet> CausalLm for CandleLm<N> {
                 tokens.push(TokenId::raw(item.tokens));
                 pos.push(item.pos);
             } else {
-                let logits = self.shape.run(net, item.tokens, item.pos)?;
-                out[i] = Some(Box::new(CandleLogits(logits)));
+                let head = item.tokens.len() + 1 - tails[i];
+                let logits = self.shape.run(net, &item.tokens[..head], item.pos)?;
+                out[i].push(Box::new(CandleLogits(logits)));
+                for j in head..item.tokens.len() {
+                    let logits = self.shape.run(net, &item.tokens[j..j + 1], item.pos + j)?;
+                    out[i].push(Box::new(CandleLogits(logits)));
+                }
             }
         }
         if !steps.is_empty() {
             let slices: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
+            let step_tails: Vec<usize> = steps.iter().map(|&i| tails[i]).collect();
             let logits =
-                N::forward_batch(&mut nets, &slices, &pos, &self.shape.device).map_err(backend)?;
-            for (row, i) in steps.into_iter().enumerate() {
-                out[i] = Some(Box::new(CandleLogits(logits.get(row).map_err(backend)?)));
+                N::forward_batch_tails(&mut nets, &slices, &pos, &step_tails, &self.shape.device)
+                    .map_err(backend)?;
+            let mut row = 0;
+            for (i, k) in steps.into_iter().zip(step_tails) {
+                for _ in 0..k {
+                    out[i].push(Box::new(CandleLogits(logits.get(row).map_err(backend)?)));
+                    row += 1;
+                }
             }
         }
-        Ok(out
-            .into_iter()
-            .map(|l| l.expect("every item ran"))
-            .collect())
+        Ok(out.into_iter().flatten().collect())
     }
 
     fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {

@@ -56,6 +56,17 @@ impl CausalLm for Capped {
         self.inner.forward_batch(items)
     }
 
+    fn forward_batch_tails(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        tails: &[usize],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        for item in items.iter() {
+            self.check(item.tokens.len(), item.pos)?;
+        }
+        self.inner.forward_batch_tails(items, tails)
+    }
+
     fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
         self.inner.copy_prefix(sequence, positions)
     }

@@ -304,3 +304,109 @@ fn a_copied_prefix_continues_as_the_whole_prompt() {
         Some((first.len() + next.len()) * 30 * 2 * 3 * 64 * 2)
     );
 }
+
+/// A pass that asks for several positions' logits (`CausalLm::forward_batch_tails`: a
+/// drawn token and the span the grammar forces after it) gives each the logits that
+/// feeding its tokens one at a time gives; a long feed (past a step pass's positions) gives
+/// its wanted positions too.
+#[test]
+#[ignore = "needs scripts/fetch-assets"]
+fn a_pass_gives_the_logits_of_each_wanted_position() {
+    use corral_engine::{BatchItem, Sequence};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../assets/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = require::require_input(path, "run scripts/fetch-assets model");
+    let (mut lm, tokenizer, _) = load_gguf_llama(&path, &Device::Cpu).unwrap();
+    let encode = |t: &str| TokenId::all(tokenizer.encode(t, false).unwrap().get_ids());
+    let prompt = encode("Describe a T-shirt as JSON:");
+    let span = encode("{\"size\": \"medium\", \"count\": 4}");
+    let long = encode(&"The quick brown fox jumps over the lazy dog. ".repeat(16));
+    assert!(
+        span.len() >= 4 && long.len() > 128,
+        "{} {}",
+        span.len(),
+        long.len()
+    );
+    let one = |lm: &mut dyn CausalLm, seq: &mut Sequence, t: &[TokenId], pos| {
+        let mut batch = [BatchItem {
+            tokens: t,
+            pos,
+            sequence: seq,
+        }];
+        lm.forward_batch(&mut batch).unwrap()[0]
+            .to_masked_vec(None)
+            .unwrap()
+    };
+    // The reference: each position fed alone.
+    let mut alone = lm.new_sequence();
+    one(&mut lm, &mut alone, &prompt, 0);
+    let want: Vec<Vec<f32>> = (0..span.len())
+        .map(|j| one(&mut lm, &mut alone, &span[j..j + 1], prompt.len() + j))
+        .collect();
+    let mut long_alone = lm.new_sequence();
+    let head = long.len() - 2;
+    let long_want = [
+        one(&mut lm, &mut long_alone, &long[..=head], 0),
+        one(&mut lm, &mut long_alone, &long[head + 1..], head + 1),
+    ];
+    // The same in one call: the span's last three positions, one position of a second
+    // sequence, the long feed's last two.
+    let mut a = lm.new_sequence();
+    one(&mut lm, &mut a, &prompt, 0);
+    let mut b = lm.new_sequence();
+    one(&mut lm, &mut b, &prompt, 0);
+    let mut c = lm.new_sequence();
+    let k = span.len() - 3;
+    let mut batch = [
+        BatchItem {
+            tokens: &span[..k],
+            pos: prompt.len(),
+            sequence: &mut a,
+        },
+        BatchItem {
+            tokens: &span[..1],
+            pos: prompt.len(),
+            sequence: &mut b,
+        },
+        BatchItem {
+            tokens: &long,
+            pos: 0,
+            sequence: &mut c,
+        },
+    ];
+    let tails = [k, 1, 2];
+    let got: Vec<Vec<f32>> = lm
+        .forward_batch_tails(&mut batch, &tails)
+        .unwrap()
+        .iter()
+        .map(|l| l.to_masked_vec(None).unwrap())
+        .collect();
+    assert_eq!(got.len(), k + 1 + 2);
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    for j in 0..k {
+        assert!(worst(&got[j], &want[j]) < 1e-4, "position {j}");
+    }
+    assert!(worst(&got[k], &want[0]) < 1e-4, "the second sequence");
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    for (g, w) in got[k + 1..].iter().zip(&long_want) {
+        // A long feed runs in chunks on other kernels than a step (see the chunk test).
+        assert_eq!(argmax(g), argmax(w));
+        assert!(worst(g, w) < 1.0, "{}", worst(g, w));
+    }
+    // The sequences continue from every position run.
+    let next = one(&mut lm, &mut a, &span[k..k + 1], prompt.len() + k);
+    assert!(worst(&next, &want[k]) < 1e-4);
+    // A tail longer than the feed is refused.
+    let mut d = lm.new_sequence();
+    let mut batch = [BatchItem {
+        tokens: &span[..2],
+        pos: 0,
+        sequence: &mut d,
+    }];
+    assert!(lm.forward_batch_tails(&mut batch, &[3]).is_err());
+}

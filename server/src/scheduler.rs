@@ -348,10 +348,15 @@ fn pass(
     }
     // Requests whose prompt waits for a later pass (the budget is spent) sit this one out.
     let mut items = Vec::with_capacity(running.len());
+    // Per item, the positions whose logits come back: a group's particles weigh the tokens
+    // the engine appended after a draw, in the pass that runs them.
+    let mut tails = Vec::with_capacity(running.len());
     let mut sampling = Vec::new();
     for r in running.iter_mut() {
         if let Some(g) = r.group.as_mut() {
-            items.extend(g.batch(&*lm));
+            let (group_items, group_tails) = g.batch(&*lm);
+            items.extend(group_items);
+            tails.extend(group_tails);
             continue;
         }
         if r.piece.is_empty() {
@@ -375,8 +380,9 @@ fn pass(
             pos: *pos,
             sequence,
         });
+        tails.push(1);
     }
-    let n = items.len();
+    let n: usize = tails.iter().sum();
     if n == 0 {
         // Every request that would have run ended before the pass.
         return ended_early;
@@ -390,13 +396,14 @@ fn pass(
                 let _ = compute_masks(&mut sampling);
             });
         }
-        lm.forward_batch(&mut items)
+        lm.forward_batch_tails(&mut items, &tails)
     });
+    drop(items);
     Metrics::add(&metrics.forward_passes, 1);
     let logits = match logits {
         Ok(l) if l.len() == n => Ok(l),
         Ok(l) => Err(format!(
-            "the model returned {} logits for {n} sequences",
+            "the model returned {} logits for {n} positions",
             l.len()
         )),
         Err(e) => Err(e.to_string()),
@@ -422,7 +429,7 @@ fn pass(
                 return true;
             }
             if let Some(g) = r.group.as_mut() {
-                let rows: Vec<Box<dyn Logits>> = logits.by_ref().take(g.rows()).collect();
+                let rows: Vec<Box<dyn Logits>> = logits.by_ref().take(g.logits_wanted()).collect();
                 let stepped = g.advance(rows);
                 return !settle_group(r, stepped, metrics);
             }

@@ -317,6 +317,17 @@ impl CausalLm for PromptCached<'_> {
             .map(|l| l.expect("every item run"))
             .collect())
     }
+    fn forward_batch_tails(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        tails: &[usize],
+    ) -> Result<Vec<Box<dyn Logits>>, ModelError> {
+        // Only a whole prompt comes from the copy, and it wants one position's logits.
+        if tails.iter().all(|&t| t == 1) {
+            return self.forward_batch(items);
+        }
+        self.lm.forward_batch_tails(items, tails)
+    }
     fn copy_prefix(&self, sequence: &Sequence, positions: usize) -> Option<Sequence> {
         self.lm.copy_prefix(sequence, positions)
     }

@@ -69,6 +69,28 @@ impl CandleNet for GgufNet {
         crate::candle_lm::forward_one_by_one(nets, tokens, pos, device)
     }
 
+    fn forward_batch_tails(
+        nets: &mut [&mut GgufNet],
+        tokens: &[&[u32]],
+        pos: &[usize],
+        tails: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let n = nets.len();
+        let mut dense = Vec::with_capacity(n);
+        for net in nets.iter_mut() {
+            match &mut **net {
+                GgufNet::Dense(m) => dense.push(m),
+                _ => break,
+            }
+        }
+        if dense.len() == n {
+            return Llama::forward_batch_tails(&mut dense, tokens, pos, tails);
+        }
+        drop(dense);
+        crate::candle_lm::forward_tails_by_steps(nets, tokens, pos, tails, device)
+    }
+
     fn copy_prefix(&self, positions: usize) -> Option<GgufNet> {
         match self {
             GgufNet::Dense(m) => m.copy_prefix(positions).ok().map(GgufNet::Dense),

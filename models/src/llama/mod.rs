@@ -337,16 +337,43 @@ impl Llama {
         tokens: &[&[u32]],
         pos: &[usize],
     ) -> Result<Tensor> {
+        Llama::forward_batch_tails(nets, tokens, pos, &vec![1; nets.len()])
+    }
+
+    /// [`Llama::forward_batch`], with the logits of each sequence's last `tails[i]`
+    /// positions (from 1 to its tokens), `(sum of tails, vocabulary)`: sequence 0's first
+    /// to last, then sequence 1's. They come from the same pass.
+    pub fn forward_batch_tails(
+        nets: &mut [&mut Llama],
+        tokens: &[&[u32]],
+        pos: &[usize],
+        tails: &[usize],
+    ) -> Result<Tensor> {
         let n = nets.len();
+        if tails.len() != n
+            || tokens
+                .iter()
+                .zip(tails)
+                .any(|(t, &k)| k == 0 || k > t.len())
+        {
+            return Err(candle_core::Error::Msg(
+                "a tail per sequence, from 1 to its tokens".into(),
+            ));
+        }
         let w = crate::attention::batch_weights(nets.iter().map(|m| &m.weights), tokens, pos)?;
         let dev = &w.embeddings.device();
         if !dev.is_cpu() || w.attention == Attention::Candle {
             // The step by hand needs the caches on the host: one sequence at a time,
             // through candle.
-            let mut rows = Vec::with_capacity(n);
-            for ((m, &t), &p) in nets.iter_mut().zip(tokens).zip(pos) {
-                let input = Tensor::new(t, dev)?.unsqueeze(0)?;
+            let mut rows = Vec::with_capacity(tails.iter().sum());
+            for (((m, &t), &p), &k) in nets.iter_mut().zip(tokens).zip(pos).zip(tails) {
+                let head = t.len() + 1 - k;
+                let input = Tensor::new(&t[..head], dev)?.unsqueeze(0)?;
                 rows.push(m.forward_chunk(&input, p)?.flatten_all()?);
+                for j in head..t.len() {
+                    let input = Tensor::new(&t[j..j + 1], dev)?.unsqueeze(0)?;
+                    rows.push(m.forward_chunk(&input, p + j)?.flatten_all()?);
+                }
             }
             return Tensor::stack(&rows, 0);
         }
@@ -384,12 +411,12 @@ impl Llama {
             let a = layer.attention_steps(&mut caches, &layer.attn_norm.forward(&x)?, &seqs, &w)?;
             x = layer.feed_forward(&x, a, true)?;
         }
-        // Each sequence's last row.
-        let mut last = Vec::with_capacity(n);
+        // Each sequence's last rows.
+        let mut last = Vec::with_capacity(tails.iter().sum());
         let mut end = 0u32;
-        for t in tokens {
+        for (t, &k) in tokens.iter().zip(tails) {
             end += t.len() as u32;
-            last.push(end - 1);
+            last.extend(end - k as u32..end);
         }
         let x = x.reshape((rows, width))?;
         let x = x.index_select(&Tensor::new(last, dev)?, 0)?;
