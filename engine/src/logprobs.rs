@@ -22,7 +22,7 @@ pub struct TokenLogprob {
 /// The natural log of the sum of `exp(l * scale)` over the finite logits `l` (minus
 /// infinity where there are none): the log of a softmax's normalizer at temperature
 /// `1 / scale`. The SMC sampler takes it over the whole vocabulary several times a step,
-/// so it runs in lanes the compiler vectorizes, with [`exp_nonpositive`]: within 1e-6 of
+/// so it runs in lanes the compiler vectorizes, with a branch-free exp: within 1e-6 of
 /// the sum in f64 (`a_fast_normalizer_is_within_a_millionth`).
 pub fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
     const LANES: usize = 8;

@@ -35,7 +35,7 @@ pub trait CandleNet: Clone + Send + 'static {
     }
     /// [`CandleNet::forward_batch`], with the logits of each sequence's last `tails[i]`
     /// positions (from 1 to its tokens), `(sum of tails, vocabulary)`: sequence 0's first to
-    /// last, then sequence 1's. The default ([`forward_tails_by_steps`]) runs the wanted
+    /// last, then sequence 1's. The default (`forward_tails_by_steps`) runs the wanted
     /// positions after each one's first a pass each; a network that can returns them from
     /// one pass.
     fn forward_batch_tails(
