@@ -31,7 +31,6 @@ use super::{DEAD, Fill, INDEX, LexemeDfa, StateId, Table};
 const DEAD_IX: u32 = 0;
 use crate::error::ErrorKind;
 use regex_syntax::hir::{Hir, HirKind};
-use rustc_hash::FxHashMap;
 use std::sync::{Arc, OnceLock};
 
 /// Counted repetitions with fewer iterations are left to subset construction.
@@ -467,21 +466,24 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
     // (a class so far and the segment's class name the refined class).
     let mut classes = [0u8; 256];
     let mut reps: Vec<u8> = vec![0];
+    // The refined class of each pair (class so far, segment's class), by `so_far * width +
+    // of`; `u16::MAX` where not named yet.
+    let mut refined: Vec<u16> = Vec::new();
     for s in &segments {
-        let of = match s {
-            Segment::Plain(d, _) => &d.classes,
-            Segment::Counted { body, .. } => &body.classes,
+        let (of, width) = match s {
+            Segment::Plain(d, _) => (&d.classes, d.stride),
+            Segment::Counted { body, .. } => (&body.classes, body.stride),
         };
-        let mut refined: FxHashMap<(u8, u8), u8> = FxHashMap::default();
+        refined.clear();
+        refined.resize(reps.len() * width, u16::MAX);
         reps.clear();
         for b in 0..=255u8 {
-            let next = refined.len() as u8;
-            classes[b as usize] = *refined
-                .entry((classes[b as usize], of[b as usize]))
-                .or_insert_with(|| {
-                    reps.push(b);
-                    next
-                });
+            let pair = classes[b as usize] as usize * width + of[b as usize] as usize;
+            if refined[pair] == u16::MAX {
+                refined[pair] = reps.len() as u16;
+                reps.push(b);
+            }
+            classes[b as usize] = refined[pair] as u8;
         }
     }
     let stride = reps.len();
