@@ -174,6 +174,57 @@ impl AsciiSkip {
     }
 }
 
+/// [`AsciiSkip`] from a state, or from the state most of the alphabet's ASCII bytes lead
+/// it to. The body of a key that must not be one of the schema's names leads every first
+/// byte but the names' to one state, which loops on them, while none loops back to the
+/// first state: after that first byte, the token's leading run changes nothing either.
+struct Skip {
+    /// From the state itself.
+    here: AsciiSkip,
+    /// The state most ASCII bytes of the alphabet lead to (not the first state itself,
+    /// live and not accepting), each ASCII byte that leads there, and its skip.
+    via: Option<(StateId, [bool; 128], AsciiSkip)>,
+}
+
+impl Skip {
+    fn new(dfa: &LexemeDfa, s: StateId, alphabet: Alphabet) -> Skip {
+        let here = AsciiSkip::new(dfa, s);
+        let mut counts: Vec<(StateId, usize)> = Vec::new();
+        for b in (0..0x80u8).filter(|&b| alphabet.admits(b as char)) {
+            let t = dfa.next(s, b);
+            match counts.iter_mut().find(|c| c.0 == t) {
+                Some(c) => c.1 += 1,
+                None => counts.push((t, 1)),
+            }
+        }
+        let via = counts
+            .iter()
+            .max_by_key(|c| c.1)
+            .map(|c| c.0)
+            .filter(|&r| r != s && r != DEAD && !r.is_accepting())
+            .map(|r| {
+                let mut leads = [false; 128];
+                for (b, l) in leads.iter_mut().enumerate() {
+                    *l = dfa.next(s, b as u8) == r;
+                }
+                (r, leads, AsciiSkip::new(dfa, r))
+            });
+        Skip { here, via }
+    }
+
+    /// The state to run the token's bytes from and the bytes left to run (see
+    /// [`AsciiSkip::rest`]), or `None` where a skipped run ends on a byte that kills.
+    fn rest<'a>(&self, s: StateId, bytes: &'a [u8]) -> Option<(StateId, &'a [u8])> {
+        if let (Some((r, leads, skip)), Some(&b)) = (&self.via, bytes.first())
+            && leads.get(b as usize).copied().unwrap_or(false)
+        {
+            // One byte to `r`, which does not accept: the lexeme cannot end there.
+            return skip.rest(&bytes[1..]).map(|rest| (*r, rest));
+        }
+        self.here.rest(bytes).map(|rest| (s, rest))
+    }
+}
+
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 pub(crate) fn walk_generic(
@@ -294,7 +345,7 @@ fn walk_generic_into(
                 subtrees.push((next, NodeId(first)));
             }
         }
-        let skip = AsciiSkip::new(dfa, start);
+        let skip = Skip::new(dfa, start, slice.alphabet());
         for e in others {
             let bytes = slice.tail_bytes(e);
             if in_subtree[bytes[0] as usize] {
@@ -303,8 +354,8 @@ fn walk_generic_into(
                 }
                 continue;
             }
-            if let Some(rest) = skip.rest(bytes) {
-                run_leaving(dfa, start, (e.token, rest), inside, &mut groups);
+            if let Some((state, rest)) = skip.rest(start, bytes) {
+                run_leaving(dfa, state, (e.token, rest), inside, &mut groups);
             }
         }
         for (k, &b) in except.iter().enumerate() {
@@ -315,8 +366,10 @@ fn walk_generic_into(
             {
                 let bytes = vocab.token_bytes(t).expect("slice tokens have bytes");
                 // Once for a token with two such bytes.
-                if !except[..k].iter().any(|x| bytes.contains(x)) {
-                    run_leaving(dfa, start, (t, bytes), inside, &mut groups);
+                if !except[..k].iter().any(|x| bytes.contains(x))
+                    && let Some((state, rest)) = skip.rest(start, bytes)
+                {
+                    run_leaving(dfa, state, (t, rest), inside, &mut groups);
                 }
             }
         }
@@ -575,5 +628,50 @@ mod tests {
         let done = b"\"k\" :".iter().fold(d.start(), |s, &b| d.next(s, b));
         assert!(done.is_accepting());
         assert_eq!(AsciiSkip::new(&d, done).rest(b"  x"), Some(&b"  x"[..]));
+    }
+
+    #[test]
+    fn a_run_skipped_after_the_first_byte_changes_no_outcome() {
+        // A key's body that sets `a` apart as a name's first letter: every other first
+        // byte leads to the plain body, which loops, and none leads back.
+        let d = dfa(r#""(?:[^"a\\\x00-\x1f][^"\\\x00-\x1f]*|ab?)?" ?:"#);
+        let body = d.next(d.start(), b'"');
+        assert!(
+            AsciiSkip::new(&d, body)
+                .kind
+                .iter()
+                .all(|&k| k != AsciiSkip::LOOPS)
+        );
+        let skip = Skip::new(&d, body, Alphabet::Strings);
+        assert!(skip.via.is_some());
+        let tokens: [&[u8]; 9] = [
+            b"xyz\":",
+            b"xy\ncd",
+            b"ab\" :",
+            b"abc\"",
+            b"x\xc3\xa9\" :x",
+            b"\": ",
+            b"z",
+            b"a",
+            b"qq\\n",
+        ];
+        let mut skipped = 0;
+        for token in tokens {
+            let whole = run_suffix(&d, body, token);
+            match skip.rest(body, token) {
+                None => assert_eq!(whole, Outcome::Dead, "{token:?}"),
+                Some((state, rest)) => {
+                    let k = token.len() - rest.len();
+                    assert_eq!(&token[k..], rest);
+                    skipped += k;
+                    let shifted = match run_suffix(&d, state, rest) {
+                        Outcome::Ending { state, at } => Outcome::Ending { state, at: at + k },
+                        other => other,
+                    };
+                    assert_eq!(shifted, whole, "{token:?}");
+                }
+            }
+        }
+        assert!(skipped >= 4 && skip.rest(body, b"xy\ncd").is_none());
     }
 }
