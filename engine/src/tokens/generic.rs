@@ -591,6 +591,35 @@ mod tests {
         assert_eq!(rests(&t, &s), [owned(&[(b"x", 6), (b"x", 9), (b"y", 7)])]);
     }
 
+    /// Checks, per token, that running the rest `skip` leaves from the state it names gives
+    /// the outcome of running the whole token from `from` (an end shifted by the bytes
+    /// skipped), and that a token `skip` drops dies. Returns the bytes skipped in all.
+    fn skips_change_nothing<'a>(
+        d: &LexemeDfa,
+        from: StateId,
+        tokens: &[&'a [u8]],
+        skip: impl Fn(&'a [u8]) -> Option<(StateId, &'a [u8])>,
+    ) -> usize {
+        let mut skipped = 0;
+        for &token in tokens {
+            let whole = run_suffix(d, from, token);
+            match skip(token) {
+                None => assert_eq!(whole, Outcome::Dead, "{token:?}"),
+                Some((state, rest)) => {
+                    let k = token.len() - rest.len();
+                    assert_eq!(&token[k..], rest);
+                    skipped += k;
+                    let shifted = match run_suffix(d, state, rest) {
+                        Outcome::Ending { state, at } => Outcome::Ending { state, at: at + k },
+                        other => other,
+                    };
+                    assert_eq!(shifted, whole, "{token:?}");
+                }
+            }
+        }
+        skipped
+    }
+
     #[test]
     fn a_skipped_run_changes_no_outcome() {
         // A key's body, then the quote, blanks and a colon.
@@ -606,23 +635,8 @@ mod tests {
             b"\": ",
             b"x\\n",
         ];
-        let mut skipped = 0;
-        for token in tokens {
-            let whole = run_suffix(&d, body, token);
-            match skip.rest(token) {
-                None => assert_eq!(whole, Outcome::Dead, "{token:?}"),
-                Some(rest) => {
-                    let k = token.len() - rest.len();
-                    assert_eq!(&token[k..], rest);
-                    skipped += k;
-                    let shifted = match run_suffix(&d, body, rest) {
-                        Outcome::Ending { state, at } => Outcome::Ending { state, at: at + k },
-                        other => other,
-                    };
-                    assert_eq!(shifted, whole, "{token:?}");
-                }
-            }
-        }
+        let skipped =
+            skips_change_nothing(&d, body, &tokens, |t| skip.rest(t).map(|rest| (body, rest)));
         assert!(skipped > 0 && skip.rest(b"ab\ncd").is_none());
         // From a state that accepts, nothing is skipped: the lexeme may end in the run.
         let done = b"\"k\" :".iter().fold(d.start(), |s, &b| d.next(s, b));
@@ -655,23 +669,7 @@ mod tests {
             b"a",
             b"qq\\n",
         ];
-        let mut skipped = 0;
-        for token in tokens {
-            let whole = run_suffix(&d, body, token);
-            match skip.rest(body, token) {
-                None => assert_eq!(whole, Outcome::Dead, "{token:?}"),
-                Some((state, rest)) => {
-                    let k = token.len() - rest.len();
-                    assert_eq!(&token[k..], rest);
-                    skipped += k;
-                    let shifted = match run_suffix(&d, state, rest) {
-                        Outcome::Ending { state, at } => Outcome::Ending { state, at: at + k },
-                        other => other,
-                    };
-                    assert_eq!(shifted, whole, "{token:?}");
-                }
-            }
-        }
+        let skipped = skips_change_nothing(&d, body, &tokens, |t| skip.rest(body, t));
         assert!(skipped >= 4 && skip.rest(body, b"xy\ncd").is_none());
     }
 }
