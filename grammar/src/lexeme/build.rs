@@ -30,6 +30,14 @@ impl LexemeDfa {
     /// [`LexemeDfa::build`] by subset construction of every state and minimization, never
     /// composed nor lazy (for the pieces of composed DFAs, which must be whole).
     pub(crate) fn build_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
+        match Self::chain_tables(hir) {
+            Some(d) => Ok(d),
+            None => Self::subset_tables(hir, size_limit),
+        }
+    }
+
+    /// [`LexemeDfa::build_tables`] by subset construction and minimization alone.
+    fn subset_tables(hir: &Hir, size_limit: usize) -> Result<LexemeDfa, ErrorKind> {
         let mut sub = subset::Subsets::new(hir, size_limit)?;
         let too_big = || size_error("limit".into(), size_limit);
         let stride = sub.stride;
@@ -54,6 +62,79 @@ impl LexemeDfa {
             start,
             true,
         ))
+    }
+
+    /// The DFA of a literal (`"key"`, `,`) or of one class of ASCII bytes (`[ \t\n\r]`),
+    /// written out directly: a chain of states, one per byte. Most pieces of composed
+    /// lexemes are such, and an NFA compiled, then subsets built and minimized, cost more
+    /// than the rest of a small schema's first mask. `None` for anything else.
+    fn chain_tables(hir: &Hir) -> Option<LexemeDfa> {
+        use regex_syntax::hir::{Class, HirKind};
+        // Each position's set of bytes, as a 256-bit set.
+        let steps: Vec<[bool; 256]> = match hir.kind() {
+            HirKind::Literal(lit) if !lit.0.is_empty() && lit.0.len() <= 64 => lit
+                .0
+                .iter()
+                .map(|&b| std::array::from_fn(|x| x == b as usize))
+                .collect(),
+            HirKind::Class(class) => {
+                // ASCII ranges only: each a single byte.
+                let ranges: Vec<(u32, u32)> = match class {
+                    Class::Unicode(c) => c
+                        .ranges()
+                        .iter()
+                        .map(|r| (r.start() as u32, r.end() as u32))
+                        .collect(),
+                    Class::Bytes(c) => c
+                        .ranges()
+                        .iter()
+                        .map(|r| (r.start() as u32, r.end() as u32))
+                        .collect(),
+                };
+                if ranges.is_empty() || ranges.iter().any(|&(_, hi)| hi >= 0x80) {
+                    return None;
+                }
+                let mut set = [false; 256];
+                for (lo, hi) in ranges {
+                    set[lo as usize..=hi as usize].fill(true);
+                }
+                vec![set]
+            }
+            _ => return None,
+        };
+        // Byte classes: bytes in the sets of the same positions (at most 64: one bit each)
+        // share one.
+        let mut classes = [0u8; 256];
+        let mut signatures: Vec<u64> = Vec::new();
+        for (b, class) in classes.iter_mut().enumerate() {
+            let sig = steps
+                .iter()
+                .enumerate()
+                .fold(0u64, |m, (k, set)| m | (u64::from(set[b]) << k));
+            let c = match signatures.iter().position(|&x| x == sig) {
+                Some(c) => c,
+                None => {
+                    signatures.push(sig);
+                    signatures.len() - 1
+                }
+            };
+            *class = u8::try_from(c).ok()?;
+        }
+        let stride = signatures.len();
+        // State 0 is dead, 1 the start, `k + 1` after `k` bytes; the last accepts.
+        let n = steps.len() + 2;
+        let mut trans = vec![0u32; n * stride];
+        for k in 0..steps.len() {
+            for (c, &sig) in signatures.iter().enumerate() {
+                if sig >> k & 1 == 1 {
+                    trans[(k + 1) * stride + c] = k as u32 + 2;
+                }
+            }
+        }
+        debug_assert!(steps.iter().all(|set| set.iter().any(|&x| x)));
+        let mut accept = vec![false; n];
+        accept[n - 1] = true;
+        Some(Self::from_tables(classes, stride, trans, accept, 1, false))
     }
 
     /// [`LexemeDfa::build`] lazily: the NFA and the start state now, every other state the
@@ -197,6 +278,71 @@ impl LexemeDfa {
             fill: Fill::Built,
             shortest: OnceLock::new(),
             numbering: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_syntax::ParserBuilder;
+
+    /// Whether `dfa` accepts `bytes`, and whether it is still alive after them.
+    fn run(dfa: &LexemeDfa, bytes: &[u8]) -> (bool, bool) {
+        let s = bytes.iter().fold(
+            dfa.start,
+            |s, &b| {
+                if s == DEAD { DEAD } else { dfa.next(s, b) }
+            },
+        );
+        (s != DEAD && s.is_accepting(), s != DEAD)
+    }
+
+    #[test]
+    fn a_chain_is_the_subset_constructions_automaton() {
+        let res = [
+            r#""key""#,
+            ",",
+            r"[ \t\n\r]",
+            "é",
+            "[a-c]",
+            "a|b",
+            r"\x00",
+            "aab",
+            "[\x7f]",
+        ];
+        // Every string of up to four bytes over the regexes' bytes and a few others.
+        let alphabet: Vec<u8> = "\"key, \t\n\rabcd\x00\x7f"
+            .bytes()
+            .chain([0xc3, 0xa9])
+            .collect();
+        let mut strings: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in 1..=4 {
+            let longer: Vec<Vec<u8>> = strings
+                .iter()
+                .filter(|s| s.len() == len - 1)
+                .flat_map(|s| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
+                .collect();
+            strings.extend(longer);
+        }
+        strings.extend([b"\"key\"".to_vec(), b"\"key\"x".to_vec(), b"\"ke".to_vec()]);
+        for re in res {
+            let hir = ParserBuilder::new().build().parse(re).unwrap();
+            let chain = LexemeDfa::chain_tables(&hir).unwrap_or_else(|| panic!("{re}"));
+            let subset = LexemeDfa::subset_tables(&hir, 1 << 20).unwrap();
+            assert_eq!(
+                chain.start.is_accepting(),
+                subset.start.is_accepting(),
+                "{re}"
+            );
+            for s in &strings {
+                assert_eq!(run(&chain, s), run(&subset, s), "{re} on {s:?}");
+            }
+        }
+        // Anything else is left to subset construction.
+        for re in ["ab|c", "a*", "[é-ê]", ""] {
+            let hir = ParserBuilder::new().build().parse(re).unwrap();
+            assert!(LexemeDfa::chain_tables(&hir).is_none(), "{re}");
         }
     }
 }
