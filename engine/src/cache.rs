@@ -12,7 +12,7 @@
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
 
 use crate::classes::StateClasses;
-use crate::tokens::{LexTokens, SuffixWalk, walk_generic, walk_suffixes};
+use crate::tokens::{BodyRuns, LexTokens, SuffixWalk, walk_generic, walk_suffixes};
 use corral_grammar::{LexemeDfa, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::FxHashMap;
@@ -92,6 +92,9 @@ pub struct MaskCache {
     space: Arc<TokenSpace>,
     limits: MaskCacheLimits,
     generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
+    /// The runs of a string body's leaving tokens from a state many states' first bytes
+    /// lead to (see [`BodyRuns`]).
+    body_runs: RwLock<FxHashMap<Key, Arc<BodyRuns>>>,
     /// Per [`Alphabet`] and [`Prefix`]: walks of its slice's suffix trie.
     walks: [[Walks; 3]; 2],
     /// Per DFA (key, numbering): the classes of its states.
@@ -120,6 +123,7 @@ impl MaskCache {
             space,
             limits,
             generic: RwLock::default(),
+            body_runs: RwLock::default(),
             walks: Default::default(),
             classes: Mutex::default(),
             depth,
@@ -144,6 +148,7 @@ impl MaskCache {
     /// A snapshot of the counters; entries counts generic sets and suffix walks.
     pub fn stats(&self) -> MaskCacheStats {
         let entries = self.generic.read().map_or(0, |m| m.len())
+            + self.body_runs.read().map_or(0, |m| m.len())
             + self
                 .walks
                 .iter()
@@ -163,6 +168,10 @@ impl MaskCache {
     pub fn clear(&self) {
         // A poisoned lock means a panic elsewhere while inserting: the map is still a map.
         self.generic
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.body_runs
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -190,7 +199,15 @@ impl MaskCache {
             k.at = StateOrClass::Class(class);
         }
         self.get_or(&self.generic, k, || {
-            let t = walk_generic(dfa, state, &self.space, self.depth);
+            let body_runs = |from| {
+                let k = Key::state(key, dfa, from);
+                self.get_or(&self.body_runs, k, || {
+                    let runs = BodyRuns::new(dfa, from, &self.space);
+                    let bytes = runs.memory_usage();
+                    (Arc::new(runs), bytes)
+                })
+            };
+            let t = walk_generic(dfa, state, &self.space, self.depth, &body_runs);
             let bytes = t.inside.memory_usage()
                 + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
                 + t.subtrees.len() * 8;

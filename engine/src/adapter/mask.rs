@@ -2,7 +2,7 @@
 //! token sets of its state, and walks of the token trie with the recognizer where the
 //! lexeme ends inside a token.
 
-use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter, WalkKey};
+use super::{AdapterError, MAX_REMEMBERED_WALKS, RobustConstrainedAdapter, WalkKey, Walked};
 use crate::constraint::{Constraint, StateTokens};
 use crate::tokens::{Chain, LexTokens, Outcome, Rests, SuffixWalk, run_suffix, suffix_node};
 use corral_grammar::{RecognizeError, Recognizer, Run, StateId};
@@ -79,10 +79,40 @@ fn generic_run(
     let trie = space.trie();
     let nodes = trie.nodes();
     for (end_state, rests) in &sets.suffixes {
-        if push_end(walker, run, *end_state) {
-            match rests {
-                Rests::Trie(rests) => rests.walk(walker, mask),
-                Rests::Below(node) => {
+        let end_state = *end_state;
+        match rests {
+            Rests::Shared { trie, from, firsts } => {
+                let key = WalkKey {
+                    from_set: walker.rec.set_uid(run.set),
+                    lexeme: run.lexeme,
+                    end_state,
+                    walked: Walked::BodyRests(*from),
+                };
+                let tokens = remembered(memo, key, || {
+                    let mut tokens = Vec::new();
+                    if push_end(walker, run, end_state) {
+                        trie.walk_range_tokens(walker, &mut tokens, 1, trie.nodes().len(), 0);
+                        walker.rec.pop(1);
+                    }
+                    walker.error.is_none().then_some(tokens)
+                });
+                // Only the tokens whose first byte leads this state where they were run.
+                let vocab = space.vocab();
+                for &t in tokens {
+                    let first = vocab.token_bytes(t).and_then(|b| b.first());
+                    if first.is_some_and(|&b| firsts.contains(b)) {
+                        mask.insert(t.index());
+                    }
+                }
+            }
+            Rests::Trie(rests) => {
+                if push_end(walker, run, end_state) {
+                    rests.walk(walker, mask);
+                    walker.rec.pop(1);
+                }
+            }
+            Rests::Below(node) => {
+                if push_end(walker, run, end_state) {
                     let (lo, n) = (node.index(), nodes[node.index()]);
                     trie.walk_range(
                         walker,
@@ -91,9 +121,9 @@ fn generic_run(
                         lo + n.subtree as usize,
                         n.depth as usize,
                     );
+                    walker.rec.pop(1);
                 }
             }
-            walker.rec.pop(1);
         }
     }
     let mut k = 0;
@@ -113,8 +143,7 @@ fn generic_run(
                 from_set: from,
                 lexeme: run.lexeme,
                 end_state,
-                node,
-                suffixes_of: None,
+                walked: Walked::Tokens(node),
             };
             if let Some(tokens) = memo.walks.get(&key) {
                 tokens.iter().for_each(|&t| mask.insert(t.index()));
@@ -144,6 +173,24 @@ fn generic_run(
     }
 }
 
+/// The tokens `walk` finds, remembered by `key` (not where it gives none: it failed).
+fn remembered<'m>(
+    memo: &'m mut Memos<'_>,
+    key: WalkKey,
+    walk: impl FnOnce() -> Option<Vec<TokenId>>,
+) -> &'m [TokenId] {
+    if !memo.walks.contains_key(&key) {
+        let Some(tokens) = walk() else {
+            return &[];
+        };
+        if memo.walks.len() >= MAX_REMEMBERED_WALKS {
+            memo.walks.clear();
+        }
+        memo.walks.insert(key, tokens);
+    }
+    &memo.walks[&key]
+}
+
 /// The suffixes below `node` of the suffix trie of `alphabet`'s slice that the parser takes
 /// after `run`'s lexeme ends in `end_state` there (remembered).
 fn parser_suffixes<'m>(
@@ -158,8 +205,7 @@ fn parser_suffixes<'m>(
         from_set: walker.rec.set_uid(run.set),
         lexeme: run.lexeme,
         end_state,
-        node,
-        suffixes_of: Some(alphabet),
+        walked: Walked::Suffixes(alphabet, node),
     };
     if !memo.suffix_walks.contains_key(&key) {
         let slice = c.space().slice_of(alphabet);

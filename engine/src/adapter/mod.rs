@@ -138,15 +138,25 @@ pub struct RobustConstrainedAdapter {
 
 /// A walk below a trie node after a lexeme's end. What it finds depends only on these: the
 /// set the lexeme started in (by uid, which outlives pops), the lexeme, its end state, and
-/// the node (of the token trie, or of an alphabet's suffix trie).
+/// the node (of the token trie, or of an alphabet's suffix trie), or the whole trie of a
+/// string body's rests run from one state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct WalkKey {
     from_set: u64,
     lexeme: LexemeId,
     end_state: StateId,
-    node: NodeId,
-    /// The suffix trie walked; `None`: the token trie.
-    suffixes_of: Option<Alphabet>,
+    walked: Walked,
+}
+
+/// The trie a [`WalkKey`] walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Walked {
+    /// Below a node of the token trie.
+    Tokens(NodeId),
+    /// Below a node of an alphabet's suffix trie.
+    Suffixes(Alphabet, NodeId),
+    /// The rests of a string body's tokens run from a state ([`crate::tokens::BodyRuns`]).
+    BodyRests(StateId),
 }
 
 impl RobustConstrainedAdapter {

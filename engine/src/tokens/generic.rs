@@ -4,6 +4,7 @@
 use super::{Loops, Outcome, run_suffix};
 use corral_grammar::{DEAD, LexemeDfa, StateId};
 use corral_trie::{Alphabet, FixedBitSet, NodeId, Tail, TokenId, TokenSpace, TokenTrie};
+use std::sync::Arc;
 
 /// The token sets of one `(lexeme, DFA state)` found by walking the whole token trie (the
 /// generic way; see the module docs).
@@ -26,6 +27,33 @@ pub enum Rests {
     /// Everything below one main-trie node, where a lexeme that cannot go on ends: the
     /// subtree is walked in place, with nothing copied out of it.
     Below(NodeId),
+    /// The rests of a string body's leaving tokens run from the state `from` (see
+    /// [`BodyRuns`]), shared by every state whose first bytes in `firsts` lead there: only
+    /// the tokens found that start with such a byte are this state's.
+    Shared {
+        trie: Arc<TokenTrie>,
+        from: StateId,
+        firsts: AsciiBytes,
+    },
+}
+
+/// A set of ASCII bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsciiBytes(u128);
+
+impl AsciiBytes {
+    /// Whether `byte` is in the set (never for a byte past ASCII).
+    pub fn contains(self, byte: u8) -> bool {
+        byte < 0x80 && self.0 >> byte & 1 == 1
+    }
+
+    fn insert(&mut self, byte: u8) {
+        self.0 |= 1 << byte;
+    }
+
+    fn len(self) -> u32 {
+        self.0.count_ones()
+    }
 }
 
 impl Rests {
@@ -33,7 +61,8 @@ impl Rests {
     pub fn memory_usage(&self) -> usize {
         match self {
             Rests::Trie(t) => t.memory_usage(),
-            Rests::Below(_) => 0,
+            // Held (and counted) by the cache of body runs.
+            Rests::Below(_) | Rests::Shared { .. } => 0,
         }
     }
 }
@@ -223,15 +252,113 @@ impl Skip {
         }
         self.here.rest(bytes).map(|rest| (s, rest))
     }
+
+    /// The state whose [`BodyRuns`] serve a token from `s` (after its first byte), and the
+    /// first bytes that lead there: the state most ASCII first bytes lead to, or `s` where
+    /// they lead back to it.
+    fn shared(&self, s: StateId) -> (StateId, AsciiBytes) {
+        let mut firsts = AsciiBytes::default();
+        match &self.via {
+            Some((r, leads, _)) => {
+                for b in (0..0x80u8).filter(|&b| leads[b as usize]) {
+                    firsts.insert(b);
+                }
+                (*r, firsts)
+            }
+            None => {
+                for b in (0..0x80u8).filter(|&b| self.here.kind[b as usize] == AsciiSkip::LOOPS) {
+                    firsts.insert(b);
+                }
+                (s, firsts)
+            }
+        }
+    }
 }
+
+/// The tokens of a string's body that are not slice characters throughout (see
+/// [`CharSlice::every_token`]), each run after its first ASCII byte from one state the
+/// body loops in (the plain body of a key that must not be one of the schema's names).
+/// Every state of the lexeme whose first byte leads there takes a token the same way, so
+/// these runs are made once per such state, not once per state that reaches it (each
+/// prefix of a name the key is still spelling).
+#[derive(Debug)]
+pub struct BodyRuns {
+    /// The tokens that stay in the lexeme, by first byte.
+    alive: Vec<TokenId>,
+    /// Where each ASCII first byte's tokens start in `alive` (and, at 128, its end).
+    alive_at: [u32; 129],
+    /// Per end state: the rests of the tokens that end the lexeme, after that end.
+    rests: Vec<(StateId, Arc<TokenTrie>)>,
+}
+
+impl BodyRuns {
+    /// Runs every token that leaves the slice from `from`, after its first byte.
+    pub(crate) fn new(dfa: &LexemeDfa, from: StateId, space: &TokenSpace) -> BodyRuns {
+        let slice = space.slice_of(Alphabet::Strings);
+        let skip = AsciiSkip::new(dfa, from);
+        let mut alive = Vec::new();
+        let mut groups: Groups = Vec::new();
+        let (_, others) = slice.every_token();
+        for e in others {
+            let bytes = slice.tail_bytes(e);
+            let Some((&first, after)) = bytes.split_first() else {
+                continue;
+            };
+            if first >= 0x80 {
+                continue;
+            }
+            let Some(rest) = skip.rest(after) else {
+                continue;
+            };
+            match run_suffix(dfa, from, rest) {
+                Outcome::Alive => alive.push((first, e.token)),
+                Outcome::Dead => {}
+                Outcome::Ending { state, at } => {
+                    group(&mut groups, state).push((&rest[at..], e.token))
+                }
+            }
+        }
+        alive.sort_unstable();
+        let mut alive_at = [0u32; 129];
+        for (b, at) in alive_at.iter_mut().enumerate() {
+            *at = alive.partition_point(|&(f, _)| (f as usize) < b) as u32;
+        }
+        BodyRuns {
+            alive: alive.into_iter().map(|(_, t)| t).collect(),
+            alive_at,
+            rests: groups
+                .into_iter()
+                .map(|(state, entries)| (state, Arc::new(TokenTrie::from_entries(entries))))
+                .collect(),
+        }
+    }
+
+    /// The tokens that stay in the lexeme among those that start with `first`.
+    fn alive(&self, first: u8) -> &[TokenId] {
+        let b = first as usize;
+        &self.alive[self.alive_at[b] as usize..self.alive_at[b + 1] as usize]
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn memory_usage(&self) -> usize {
+        self.alive.len() * 4 + self.rests.iter().map(|r| r.1.memory_usage()).sum::<usize>()
+    }
+}
+
+/// A state's tokens are taken from [`BodyRuns`] where at least this many ASCII first bytes
+/// lead to the state they were run from; with fewer, each token is run.
+const MIN_SHARED_FIRSTS: u32 = 16;
 
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
+///
+/// `body_runs` gives the [`BodyRuns`] of a state of this DFA (remembered by the caller).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
     start: StateId,
     space: &TokenSpace,
     depth: usize,
+    body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
 ) -> LexTokens {
     INSIDE.with_borrow_mut(|inside| {
         // Exactly this space's width: a set kept from a wider space would widen the masks
@@ -239,7 +366,7 @@ pub(crate) fn walk_generic(
         if inside.len() != space.width() {
             *inside = FixedBitSet::with_capacity(space.width());
         }
-        let tokens = walk_generic_into(dfa, start, space, depth, inside);
+        let tokens = walk_generic_into(dfa, start, (space, depth), inside, body_runs);
         inside.clear();
         tokens
     })
@@ -299,9 +426,9 @@ fn prefill_first_bytes(
 fn walk_generic_into(
     dfa: &LexemeDfa,
     start: StateId,
-    space: &TokenSpace,
-    depth: usize,
+    (space, depth): (&TokenSpace, usize),
     inside: &mut FixedBitSet,
+    body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
 ) -> LexTokens {
     const NONE: u32 = u32::MAX;
     let trie = space.trie();
@@ -346,8 +473,23 @@ fn walk_generic_into(
             }
         }
         let skip = Skip::new(dfa, start, slice.alphabet());
+        // The tokens whose first byte leads to one state that loops are run from there once
+        // for every state that leads there (each prefix of a name the key is spelling).
+        let (shared_from, mut firsts) = skip.shared(start);
+        for b in 0..0x80u8 {
+            if in_subtree[b as usize] {
+                firsts.0 &= !(1 << b);
+            }
+        }
+        let shared = (firsts.len() >= MIN_SHARED_FIRSTS).then(|| body_runs(shared_from));
+        if shared.is_none() {
+            firsts = AsciiBytes::default();
+        }
         for e in others {
             let bytes = slice.tail_bytes(e);
+            if firsts.contains(bytes[0]) {
+                continue;
+            }
             if in_subtree[bytes[0] as usize] {
                 if run_suffix(dfa, start, bytes) == Outcome::Alive {
                     inside.insert(e.token.index());
@@ -373,7 +515,26 @@ fn walk_generic_into(
                 }
             }
         }
-        return lex_tokens(inside, (groups, Vec::new()), subtrees, space);
+        let mut shared_rests = Vec::new();
+        if let Some(runs) = shared {
+            for b in (0..0x80u8).filter(|&b| firsts.contains(b)) {
+                runs.alive(b).iter().for_each(|t| inside.insert(t.index()));
+            }
+            shared_rests.extend(runs.rests.iter().map(|(state, trie)| {
+                let trie = trie.clone();
+                (
+                    *state,
+                    Rests::Shared {
+                        trie,
+                        from: shared_from,
+                        firsts,
+                    },
+                )
+            }));
+        }
+        let mut tokens = lex_tokens(inside, (groups, Vec::new()), subtrees, space);
+        tokens.suffixes.extend(shared_rests);
+        return tokens;
     }
     let prefilled = prefill_first_bytes(dfa, start, space, &mut loops, inside);
     // The root's children one by one, skipping those the DFA refuses at once (a walk
@@ -551,15 +712,25 @@ mod tests {
                 // start below.
                 let (trie, lo, hi, base) = match r {
                     Rests::Trie(trie) => (trie, 1, trie.nodes().len(), 0),
+                    Rests::Shared { trie, .. } => (&**trie, 1, trie.nodes().len(), 0),
                     Rests::Below(node) => {
                         let (i, trie) = (node.index(), space.trie());
                         let n = trie.nodes()[i];
                         (trie, i + 1, i + n.subtree as usize, n.depth as usize)
                     }
                 };
+                // A shared trie's tokens are this state's where their first byte leads
+                // where they were run.
+                let ours = |t: TokenId| match r {
+                    Rests::Shared { firsts, .. } => {
+                        let bytes = space.vocab().token_bytes(t).unwrap_or_default();
+                        bytes.first().is_some_and(|&b| firsts.contains(b))
+                    }
+                    _ => true,
+                };
                 let mut out = Vec::new();
                 for j in lo..hi {
-                    for tok in trie.tokens_at(j) {
+                    for tok in trie.tokens_at(j).filter(|&t| ours(t)) {
                         out.push((trie.prefix(j)[base..].to_vec(), tok.0));
                     }
                 }
@@ -578,7 +749,9 @@ mod tests {
         let s = space(&["}", "},", "}}", "},\n", "x", "a", "ax", "ay", "b", "bx"]);
         // `}` ends for good at the first byte: everything below is the parser's, in place.
         let d = dfa(r"\}");
-        let t = walk_generic(&d, d.start(), &s, 4);
+        let t = walk_generic(&d, d.start(), &s, 4, &|r| {
+            Arc::new(BodyRuns::new(&d, r, &s))
+        });
         assert!(matches!(t.suffixes[..], [(_, Rests::Below(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b",", 1), (b",\n", 3), (b"}", 2)])]);
         let mut inside = FixedBitSet::with_capacity(s.width());
@@ -586,7 +759,9 @@ mod tests {
         assert_eq!(inside.ones().collect::<Vec<_>>(), [0]);
         // Two nodes that end in the same state: their rests are merged into one trie.
         let d = dfa("a|b");
-        let t = walk_generic(&d, d.start(), &s, 4);
+        let t = walk_generic(&d, d.start(), &s, 4, &|r| {
+            Arc::new(BodyRuns::new(&d, r, &s))
+        });
         assert!(matches!(t.suffixes[..], [(_, Rests::Trie(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b"x", 6), (b"x", 9), (b"y", 7)])]);
     }
@@ -671,5 +846,59 @@ mod tests {
         ];
         let skipped = skips_change_nothing(&d, body, &tokens, |t| skip.rest(body, t));
         assert!(skipped >= 4 && skip.rest(body, b"xy\ncd").is_none());
+    }
+
+    #[test]
+    fn shared_body_runs_give_each_states_own_runs() {
+        // The body of a key that must not be `ab`, escapes and all: every first byte but
+        // `a` leads to the plain body, which loops.
+        let c = r#"(?:[^"\\\x00-\x1f]|\\["\\nt])"#;
+        let not_a = r#"(?:[^"a\\\x00-\x1f]|\\["\\nt])"#;
+        let not_b = r#"(?:[^"b\\\x00-\x1f]|\\["\\nt])"#;
+        let d = dfa(&format!(r#""(?:{not_a}{c}*|a(?:{not_b}{c}*)?|ab{c}+)?""#));
+        let words = [
+            "x\":", "b\":", "\"", "\":", "abc", "a", "b", "bc\"", "b\"", "\\\"x\"", "y\n", "q\"z",
+            "\"a", "\u{e9}\"", "\\n\"", "xy\\", "b\\q", "zz\"}", "k\t\"", "b\"\"", "hello",
+            "\\\"\"", "ab\"", "x\", \"",
+        ];
+        let s = space(&words);
+        s.prepare_slices();
+        let mut shared = 0;
+        for prefix in ["\"", "\"a", "\"ab", "\"x", "\"ax", "\"x\\n"] {
+            let from = d.run(d.start(), prefix.as_bytes());
+            assert_ne!(from, DEAD, "{prefix}");
+            let t = walk_generic(&d, from, &s, 8, &|r| Arc::new(BodyRuns::new(&d, r, &s)));
+            shared += t
+                .suffixes
+                .iter()
+                .filter(|r| matches!(r.1, Rests::Shared { .. }))
+                .count();
+            // Each token run whole from the state, against what the walk found.
+            let mut inside = FixedBitSet::with_capacity(s.width());
+            t.inside.union_into(&mut inside);
+            let found = rests(&t, &s);
+            let mut ends: Vec<(usize, Vec<u8>, u32)> = t
+                .suffixes
+                .iter()
+                .zip(&found)
+                .flat_map(|((state, _), rs)| rs.iter().map(|(r, k)| (state.index(), r.clone(), *k)))
+                .collect();
+            ends.sort();
+            let mut want_inside = Vec::new();
+            let mut want_ends = Vec::new();
+            for (k, w) in words.iter().enumerate() {
+                match run_suffix(&d, from, w.as_bytes()) {
+                    Outcome::Alive => want_inside.push(k),
+                    Outcome::Dead => {}
+                    Outcome::Ending { state, at } => {
+                        want_ends.push((state.index(), w.as_bytes()[at..].to_vec(), k as u32))
+                    }
+                }
+            }
+            want_ends.sort();
+            assert_eq!(inside.ones().collect::<Vec<_>>(), want_inside, "{prefix}");
+            assert_eq!(ends, want_ends, "{prefix}");
+        }
+        assert!(shared >= 4, "the states past the first byte share runs");
     }
 }
