@@ -12,7 +12,7 @@
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
 
 use crate::classes::StateClasses;
-use crate::tokens::{BodyRuns, LexTokens, SuffixWalk, walk_generic, walk_suffixes};
+use crate::tokens::{BodyRuns, LexTokens, Loops, SuffixWalk, walk_generic, walk_suffixes};
 use corral_grammar::{LexemeDfa, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::FxHashMap;
@@ -99,6 +99,9 @@ pub struct MaskCache {
     walks: [[Walks; 3]; 2],
     /// Per DFA (key, numbering): the classes of its states.
     classes: Mutex<FxHashMap<(Arc<str>, u64), StateClasses>>,
+    /// Per DFA (key, numbering): what its generic walks found about which states loop or
+    /// stay inside (see [`Loops`]), so that a search from one state serves the next walk.
+    loops: Mutex<FxHashMap<(Arc<str>, u64), Loops>>,
     /// The longest token's bytes: how far ahead a state's class looks.
     depth: usize,
     bytes: AtomicUsize,
@@ -126,6 +129,7 @@ impl MaskCache {
             body_runs: RwLock::default(),
             walks: Default::default(),
             classes: Mutex::default(),
+            loops: Mutex::default(),
             depth,
             bytes: AtomicUsize::new(0),
             hits: AtomicU64::new(0),
@@ -182,6 +186,7 @@ impl MaskCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.loops.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.bytes.store(0, Relaxed);
     }
 
@@ -207,7 +212,21 @@ impl MaskCache {
                     (Arc::new(runs), bytes)
                 })
             };
-            let t = walk_generic(dfa, state, &self.space, self.depth, &body_runs);
+            // Taken out for the walk (a walk of the same DFA meanwhile starts afresh).
+            let dfa_key = (key.clone(), dfa.numbering());
+            let mut loops = self
+                .loops
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&dfa_key)
+                .unwrap_or_else(|| Loops::new(Alphabet::Strings, self.depth, true));
+            let t = walk_generic(dfa, state, &self.space, &mut loops, &body_runs);
+            let mut kept = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() >= CLASS_TABLES {
+                kept.clear();
+            }
+            kept.insert(dfa_key, loops);
+            drop(kept);
             let bytes = t.inside.memory_usage()
                 + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
                 + t.subtrees.len() * 8;

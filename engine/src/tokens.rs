@@ -492,7 +492,7 @@ pub(crate) fn suffix_node(slice: &CharSlice, sid: SuffixId, at: usize) -> Option
 /// once, counting a state that such characters lead to a state that behaves alike within
 /// the longest token (a counted string's body far from its bounds); otherwise
 /// [`Loops::stays_inside`] looks at every state they reach, where that is asked for.
-struct Loops {
+pub(crate) struct Loops {
     alphabet: Alphabet,
     depth: usize,
     /// Whether to look past loops ([`Loops::stays_inside`]): worth it in a walk of the
@@ -508,6 +508,15 @@ struct Loops {
     /// [`Loops::room`] by state, and the last answers as for `recent`.
     rooms: rustc_hash::FxHashMap<StateId, u32>,
     recent_rooms: Recent<u32>,
+}
+
+impl std::fmt::Debug for Loops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loops")
+            .field("alphabet", &self.alphabet)
+            .field("known", &self.known.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The last answers about states, by the low bits of their index: a walk asks at nearly
@@ -548,7 +557,7 @@ impl Loops {
     /// At most this many states are looked at for one state's answer; past them, false.
     const MAX_REACHED: usize = 1024;
 
-    fn new(alphabet: Alphabet, depth: usize, beyond_loops: bool) -> Loops {
+    pub(crate) fn new(alphabet: Alphabet, depth: usize, beyond_loops: bool) -> Loops {
         Loops {
             alphabet,
             depth,

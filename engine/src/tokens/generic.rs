@@ -352,12 +352,14 @@ const MIN_SHARED_FIRSTS: u32 = 16;
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 ///
-/// `body_runs` gives the [`BodyRuns`] of a state of this DFA (remembered by the caller).
+/// `loops` holds what earlier walks of this DFA found about its states (for
+/// [`Alphabet::Strings`], looking beyond loops), and `body_runs` gives the [`BodyRuns`] of
+/// a state of this DFA (both remembered by the caller).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
     start: StateId,
     space: &TokenSpace,
-    depth: usize,
+    loops: &mut Loops,
     body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
 ) -> LexTokens {
     INSIDE.with_borrow_mut(|inside| {
@@ -366,7 +368,7 @@ pub(crate) fn walk_generic(
         if inside.len() != space.width() {
             *inside = FixedBitSet::with_capacity(space.width());
         }
-        let tokens = walk_generic_into(dfa, start, (space, depth), inside, body_runs);
+        let tokens = walk_generic_into(dfa, start, (space, loops), inside, body_runs);
         inside.clear();
         tokens
     })
@@ -426,7 +428,7 @@ fn prefill_first_bytes(
 fn walk_generic_into(
     dfa: &LexemeDfa,
     start: StateId,
-    (space, depth): (&TokenSpace, usize),
+    (space, loops): (&TokenSpace, &mut Loops),
     inside: &mut FixedBitSet,
     body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
 ) -> LexTokens {
@@ -435,7 +437,6 @@ fn walk_generic_into(
     let nodes = trie.nodes();
     let vocab = space.vocab();
     let slice = space.slice_of(Alphabet::Strings);
-    let mut loops = Loops::new(Alphabet::Strings, depth, true);
     let jumps = slice.indexes_trie();
     let mut subtrees = Vec::new();
     // (end state, node) where the lexeme ends for good with a small subtree below.
@@ -536,7 +537,7 @@ fn walk_generic_into(
         tokens.suffixes.extend(shared_rests);
         return tokens;
     }
-    let prefilled = prefill_first_bytes(dfa, start, space, &mut loops, inside);
+    let prefilled = prefill_first_bytes(dfa, start, space, loops, inside);
     // The root's children one by one, skipping those the DFA refuses at once (a walk
     // from the root would read each of them far apart in the node array).
     for &(first_byte, first) in trie.root_children() {
@@ -749,9 +750,13 @@ mod tests {
         let s = space(&["}", "},", "}}", "},\n", "x", "a", "ax", "ay", "b", "bx"]);
         // `}` ends for good at the first byte: everything below is the parser's, in place.
         let d = dfa(r"\}");
-        let t = walk_generic(&d, d.start(), &s, 4, &|r| {
-            Arc::new(BodyRuns::new(&d, r, &s))
-        });
+        let t = walk_generic(
+            &d,
+            d.start(),
+            &s,
+            &mut Loops::new(Alphabet::Strings, 4, true),
+            &|r| Arc::new(BodyRuns::new(&d, r, &s)),
+        );
         assert!(matches!(t.suffixes[..], [(_, Rests::Below(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b",", 1), (b",\n", 3), (b"}", 2)])]);
         let mut inside = FixedBitSet::with_capacity(s.width());
@@ -759,9 +764,13 @@ mod tests {
         assert_eq!(inside.ones().collect::<Vec<_>>(), [0]);
         // Two nodes that end in the same state: their rests are merged into one trie.
         let d = dfa("a|b");
-        let t = walk_generic(&d, d.start(), &s, 4, &|r| {
-            Arc::new(BodyRuns::new(&d, r, &s))
-        });
+        let t = walk_generic(
+            &d,
+            d.start(),
+            &s,
+            &mut Loops::new(Alphabet::Strings, 4, true),
+            &|r| Arc::new(BodyRuns::new(&d, r, &s)),
+        );
         assert!(matches!(t.suffixes[..], [(_, Rests::Trie(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b"x", 6), (b"x", 9), (b"y", 7)])]);
     }
@@ -864,10 +873,14 @@ mod tests {
         let s = space(&words);
         s.prepare_slices();
         let mut shared = 0;
+        // One `Loops` for all the walks, as the cache keeps it per DFA.
+        let mut loops = Loops::new(Alphabet::Strings, 8, true);
         for prefix in ["\"", "\"a", "\"ab", "\"x", "\"ax", "\"x\\n"] {
             let from = d.run(d.start(), prefix.as_bytes());
             assert_ne!(from, DEAD, "{prefix}");
-            let t = walk_generic(&d, from, &s, 8, &|r| Arc::new(BodyRuns::new(&d, r, &s)));
+            let t = walk_generic(&d, from, &s, &mut loops, &|r| {
+                Arc::new(BodyRuns::new(&d, r, &s))
+            });
             shared += t
                 .suffixes
                 .iter()
