@@ -155,6 +155,9 @@ pub struct CharSlice {
     /// The main trie's tokens that are slice characters throughout (tail 0), and the
     /// positions in `tails` of the others.
     whole: FirstByte,
+    /// Per first byte (and one past the last): where its tokens start in `whole.others`
+    /// (in trie order, so by first byte).
+    whole_at: Vec<u32>,
     /// Per byte (built when first asked for): the tokens of `whole`'s set that hold it.
     with_byte: Box<[std::sync::OnceLock<FixedBitSet>]>,
     /// The bytes of the tokens in `tails` whose tail is not 0, one after another in trie
@@ -402,6 +405,7 @@ impl CharSlice {
                 rest_in_slice: FixedBitSet::new(),
                 others: Vec::new(),
             },
+            whole_at: Vec::new(),
             with_byte: (0..256).map(|_| std::sync::OnceLock::new()).collect(),
             tail_bytes: Vec::new(),
             tails_at: Vec::new(),
@@ -443,13 +447,24 @@ impl CharSlice {
             rest_in_slice: FixedBitSet::with_capacity(width),
             others: Vec::new(),
         };
+        self.whole_at = vec![0; 257];
         for (k, t) in self.tails.iter().enumerate() {
             if t.tail == 0 {
                 self.whole.rest_in_slice.insert(t.token.index());
             } else {
+                let first = self.tail_bytes(t).first().copied().unwrap_or(0);
+                self.whole_at[first as usize + 1] += 1;
                 self.whole.others.push(k as u32);
             }
         }
+        for b in 0..256 {
+            self.whole_at[b + 1] += self.whole_at[b];
+        }
+        // Grouped by first byte, in trie order within each (the trie's children need not
+        // come in byte order).
+        let mut others = std::mem::take(&mut self.whole.others);
+        others.sort_by_key(|&k| self.tail_bytes(&self.tails[k as usize]).first().copied());
+        self.whole.others = others;
         self.first_bytes = vec![None; 128];
         self.below_ascii = FixedBitSet::with_capacity(width);
         for (i, n) in nodes.iter().enumerate() {
@@ -496,6 +511,18 @@ impl CharSlice {
             &self.whole.rest_in_slice,
             self.whole.others.iter().map(|&k| &self.tails[k as usize]),
         )
+    }
+
+    /// The others of [`CharSlice::every_token`] (not slice characters throughout) that
+    /// start with `byte`.
+    pub fn every_other_token_from(&self, byte: u8) -> impl Iterator<Item = &Tail> {
+        let (lo, hi) = match self.whole_at.get(byte as usize..byte as usize + 2) {
+            Some(&[lo, hi]) => (lo as usize, hi as usize),
+            _ => (0, 0),
+        };
+        self.whole.others[lo..hi]
+            .iter()
+            .map(|&k| &self.tails[k as usize])
     }
 
     /// The tokens of [`CharSlice::every_token`]'s set (slice characters throughout) that
@@ -649,6 +676,7 @@ impl CharSlice {
             + self.below_ascii.as_slice().len() * 8
             + self.whole.rest_in_slice.as_slice().len() * 8
             + self.whole.others.len() * 4
+            + self.whole_at.len() * 4
             + self
                 .with_byte
                 .iter()
@@ -758,5 +786,41 @@ mod tests {
         assert!(s.subtree_serves(node(b"\""), Prefix::NonEmpty));
         assert!(!s.subtree_serves(node(b"\\"), Prefix::NonEmpty));
         assert!(s.subtree_serves(0, Prefix::NonEmpty));
+    }
+
+    #[test]
+    fn every_other_token_is_found_by_its_first_byte() {
+        let words: [&[u8]; 9] = [
+            b"ab",
+            b"a\",",
+            b"\",",
+            b"x\n",
+            b"\"",
+            b"\\n",
+            b"hello",
+            b"\xc3\xa9\"",
+            b"a\n\n",
+        ];
+        let vocab = Vocabulary::from_parts(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+            [],
+        );
+        let mut s = CharSlice::new(&vocab, words.len());
+        s.index_trie(&TokenTrie::new(&vocab), &vocab);
+        let mut all: Vec<u32> = s.every_token().1.map(|t| t.token.0).collect();
+        let mut by_first = Vec::new();
+        for b in 0..=255u8 {
+            for t in s.every_other_token_from(b) {
+                assert_eq!(words[t.token.index()][0], b);
+                by_first.push(t.token.0);
+            }
+        }
+        all.sort();
+        by_first.sort();
+        assert_eq!(by_first, all);
+        assert_eq!(all, [1, 2, 3, 4, 5, 7, 8]);
     }
 }

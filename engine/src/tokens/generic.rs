@@ -452,7 +452,7 @@ fn walk_generic_into(
         // The body of a string from the start: no walk at all. The tokens that are slice
         // characters throughout (and hold none of the bytes set apart) stay; the others
         // are run one by one.
-        let (in_slice, others) = slice.every_token();
+        let (in_slice, _) = slice.every_token();
         inside.union_with(in_slice);
         for &b in &except {
             inside.difference_with(slice.tokens_with_byte(b, vocab));
@@ -486,11 +486,10 @@ fn walk_generic_into(
         if shared.is_none() {
             firsts = AsciiBytes::default();
         }
-        for e in others {
+        // By first byte: none where it leads where the shared runs serve, or kills.
+        let own = (0..=255u8).filter(|&b| !firsts.contains(b) && dfa.next(start, b) != DEAD);
+        for e in own.flat_map(|b| slice.every_other_token_from(b)) {
             let bytes = slice.tail_bytes(e);
-            if firsts.contains(bytes[0]) {
-                continue;
-            }
             if in_subtree[bytes[0] as usize] {
                 if run_suffix(dfa, start, bytes) == Outcome::Alive {
                     inside.insert(e.token.index());
