@@ -744,18 +744,24 @@ mod tests {
         rests.iter().map(|&(b, t)| (b.to_vec(), t)).collect()
     }
 
+    /// A generic walk with nothing remembered from earlier walks of the DFA.
+    fn walk_afresh(d: &LexemeDfa, from: StateId, s: &TokenSpace) -> LexTokens {
+        let body_runs = |r| Arc::new(BodyRuns::new(d, r, s));
+        walk_generic(
+            d,
+            from,
+            s,
+            &mut Loops::new(Alphabet::Strings, 4, true),
+            &body_runs,
+        )
+    }
+
     #[test]
     fn a_lexeme_that_ends_for_good_leaves_its_subtree_in_place() {
         let s = space(&["}", "},", "}}", "},\n", "x", "a", "ax", "ay", "b", "bx"]);
         // `}` ends for good at the first byte: everything below is the parser's, in place.
         let d = dfa(r"\}");
-        let t = walk_generic(
-            &d,
-            d.start(),
-            &s,
-            &mut Loops::new(Alphabet::Strings, 4, true),
-            &|r| Arc::new(BodyRuns::new(&d, r, &s)),
-        );
+        let t = walk_afresh(&d, d.start(), &s);
         assert!(matches!(t.suffixes[..], [(_, Rests::Below(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b",", 1), (b",\n", 3), (b"}", 2)])]);
         let mut inside = FixedBitSet::with_capacity(s.width());
@@ -763,13 +769,7 @@ mod tests {
         assert_eq!(inside.ones().collect::<Vec<_>>(), [0]);
         // Two nodes that end in the same state: their rests are merged into one trie.
         let d = dfa("a|b");
-        let t = walk_generic(
-            &d,
-            d.start(),
-            &s,
-            &mut Loops::new(Alphabet::Strings, 4, true),
-            &|r| Arc::new(BodyRuns::new(&d, r, &s)),
-        );
+        let t = walk_afresh(&d, d.start(), &s);
         assert!(matches!(t.suffixes[..], [(_, Rests::Trie(_))]), "{t:?}");
         assert_eq!(rests(&t, &s), [owned(&[(b"x", 6), (b"x", 9), (b"y", 7)])]);
     }
