@@ -204,10 +204,10 @@ impl MaskCache {
             k.at = StateOrClass::Class(class);
         }
         self.get_or(&self.generic, k, || {
-            let body_runs = |from| {
+            let body_runs = |from, firsts| {
                 let k = Key::state(key, dfa, from);
                 self.get_or(&self.body_runs, k, || {
-                    let runs = BodyRuns::new(dfa, from, &self.space);
+                    let runs = BodyRuns::new(dfa, from, &self.space, firsts);
                     let bytes = runs.memory_usage();
                     (Arc::new(runs), bytes)
                 })

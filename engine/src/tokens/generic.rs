@@ -283,6 +283,9 @@ impl Skip {
 /// prefix of a name the key is still spelling).
 #[derive(Debug)]
 pub struct BodyRuns {
+    /// The first bytes whose tokens were run: those that lead the state back to itself,
+    /// and those of the state that asked first.
+    covered: AsciiBytes,
     /// The tokens that stay in the lexeme, by first byte.
     alive: Vec<TokenId>,
     /// Where each ASCII first byte's tokens start in `alive` (and, at 128, its end).
@@ -292,21 +295,31 @@ pub struct BodyRuns {
 }
 
 impl BodyRuns {
-    /// Runs every token that leaves the slice from `from`, after its first byte.
-    pub(crate) fn new(dfa: &LexemeDfa, from: StateId, space: &TokenSpace) -> BodyRuns {
+    /// Runs every token that leaves the slice from `from`, after its first byte, for the
+    /// first bytes that lead `from` back to itself and those in `firsts`. (A token whose
+    /// first byte no state leads there by would be run for nothing.)
+    pub(crate) fn new(
+        dfa: &LexemeDfa,
+        from: StateId,
+        space: &TokenSpace,
+        firsts: AsciiBytes,
+    ) -> BodyRuns {
         let slice = space.slice_of(Alphabet::Strings);
         let skip = AsciiSkip::new(dfa, from);
+        let mut covered = firsts;
+        for b in (0..0x80u8).filter(|&b| dfa.next(from, b) == from) {
+            covered.insert(b);
+        }
         let mut alive = Vec::new();
         let mut groups: Groups = Vec::new();
-        let (_, others) = slice.every_token();
-        for e in others {
+        let tokens = (0..0x80u8)
+            .filter(|&b| covered.contains(b))
+            .flat_map(|b| slice.every_other_token_from(b));
+        for e in tokens {
             let bytes = slice.tail_bytes(e);
             let Some((&first, after)) = bytes.split_first() else {
                 continue;
             };
-            if first >= 0x80 {
-                continue;
-            }
             let Some(rest) = skip.rest(after) else {
                 continue;
             };
@@ -324,6 +337,7 @@ impl BodyRuns {
             *at = alive.partition_point(|&(f, _)| (f as usize) < b) as u32;
         }
         BodyRuns {
+            covered,
             alive: alive.into_iter().map(|(_, t)| t).collect(),
             alive_at,
             rests: groups
@@ -354,13 +368,14 @@ const MIN_SHARED_FIRSTS: u32 = 16;
 ///
 /// `loops` holds what earlier walks of this DFA found about its states (for
 /// [`Alphabet::Strings`], looking beyond loops), and `body_runs` gives the [`BodyRuns`] of
-/// a state of this DFA (both remembered by the caller).
+/// a state of this DFA for first bytes that lead there (both remembered by the caller: the
+/// runs made for the first bytes first asked for).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
     start: StateId,
     space: &TokenSpace,
     loops: &mut Loops,
-    body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
+    body_runs: &dyn Fn(StateId, AsciiBytes) -> Arc<BodyRuns>,
 ) -> LexTokens {
     INSIDE.with_borrow_mut(|inside| {
         // Exactly this space's width: a set kept from a wider space would widen the masks
@@ -430,7 +445,7 @@ fn walk_generic_into(
     start: StateId,
     (space, loops): (&TokenSpace, &mut Loops),
     inside: &mut FixedBitSet,
-    body_runs: &dyn Fn(StateId) -> Arc<BodyRuns>,
+    body_runs: &dyn Fn(StateId, AsciiBytes) -> Arc<BodyRuns>,
 ) -> LexTokens {
     const NONE: u32 = u32::MAX;
     let trie = space.trie();
@@ -482,10 +497,11 @@ fn walk_generic_into(
                 firsts.0 &= !(1 << b);
             }
         }
-        let shared = (firsts.len() >= MIN_SHARED_FIRSTS).then(|| body_runs(shared_from));
-        if shared.is_none() {
-            firsts = AsciiBytes::default();
-        }
+        let shared = (firsts.len() >= MIN_SHARED_FIRSTS).then(|| body_runs(shared_from, firsts));
+        // The first bytes the runs cover; the walk runs the others' tokens itself.
+        firsts = shared.as_ref().map_or(AsciiBytes::default(), |r| {
+            AsciiBytes(firsts.0 & r.covered.0)
+        });
         // By first byte: none where it leads where the shared runs serve, or kills.
         let own = (0..=255u8).filter(|&b| !firsts.contains(b) && dfa.next(start, b) != DEAD);
         for e in own.flat_map(|b| slice.every_other_token_from(b)) {
@@ -746,7 +762,7 @@ mod tests {
 
     /// A generic walk with nothing remembered from earlier walks of the DFA.
     fn walk_afresh(d: &LexemeDfa, from: StateId, s: &TokenSpace) -> LexTokens {
-        let body_runs = |r| Arc::new(BodyRuns::new(d, r, s));
+        let body_runs = |r, firsts| Arc::new(BodyRuns::new(d, r, s, firsts));
         walk_generic(
             d,
             from,
@@ -872,14 +888,23 @@ mod tests {
         let s = space(&words);
         s.prepare_slices();
         let mut shared = 0;
-        // One `Loops` for all the walks, as the cache keeps it per DFA.
+        // One `Loops` for all the walks, and the runs made for the first state that asked,
+        // as the cache keeps them per DFA.
         let mut loops = Loops::new(Alphabet::Strings, 8, true);
+        let kept: std::cell::RefCell<Vec<(StateId, Arc<BodyRuns>)>> = Default::default();
+        let body_runs = |r, firsts| {
+            let mut kept = kept.borrow_mut();
+            if let Some((_, runs)) = kept.iter().find(|k| k.0 == r) {
+                return runs.clone();
+            }
+            let runs = Arc::new(BodyRuns::new(&d, r, &s, firsts));
+            kept.push((r, runs.clone()));
+            runs
+        };
         for prefix in ["\"", "\"a", "\"ab", "\"x", "\"ax", "\"x\\n"] {
             let from = d.run(d.start(), prefix.as_bytes());
             assert_ne!(from, DEAD, "{prefix}");
-            let t = walk_generic(&d, from, &s, &mut loops, &|r| {
-                Arc::new(BodyRuns::new(&d, r, &s))
-            });
+            let t = walk_generic(&d, from, &s, &mut loops, &body_runs);
             shared += t
                 .suffixes
                 .iter()
