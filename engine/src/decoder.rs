@@ -107,15 +107,40 @@ pub struct Decoder {
     /// the probability it was drawn with.
     weighted: bool,
     log_weight: f64,
+    /// This step's logits, prepared while it was weighed ([`Decoder::step_log_weight`]) or
+    /// by a particle in the same state ([`Decoder::share_step`]); taken by the step.
+    prepared: Option<Prepared>,
     stats: GenerationStats,
 }
 
 /// The step's whole distribution (before the mask), where the SMC sampler weighs tokens.
+#[derive(Debug)]
 struct Full {
     /// The logits after the bias and penalties.
     logits: Vec<f32>,
     /// Their log-sum-exp at the sampling temperature.
     lse: f64,
+    /// That of the logits the draw takes (masked where the grammar applies): with `lse`,
+    /// the mass the draw's distribution kept.
+    kept: f64,
+}
+
+/// A step's logits for the draw ([`Decoder::step_logits`]). Cheap to clone: decoders in the
+/// same state (SMC particles with the same tokens) share one.
+#[derive(Clone, Debug)]
+struct StepLogits {
+    /// Masked where the grammar applies, with the bias and penalties.
+    v: Arc<Vec<f32>>,
+    /// Under the SMC sampler, the whole distribution.
+    full: Option<Arc<Full>>,
+}
+
+/// A step's logits computed ahead, for the step after `at` output tokens, masked or not.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared {
+    at: usize,
+    masked: bool,
+    logits: StepLogits,
 }
 
 /// What the next token is drawn under ([`Decoder::mask_for_sampling`]).
@@ -191,6 +216,7 @@ impl Decoder {
         let mut d = Decoder {
             weighted,
             log_weight: 0.0,
+            prepared: None,
             budgeted: opts.complete_within_budget && constraint.is_some(),
             max_tokens: opts.max_tokens,
             phase: Phase::Free,
@@ -367,6 +393,8 @@ impl Decoder {
         logits: &dyn Logits,
         out: &mut dyn FnMut(Emit<'_>),
     ) -> Result<Next, GenerateError> {
+        // Logits prepared for this step serve this step only.
+        let prepared = self.prepared.take();
         if self.tokens.len() >= self.max_tokens {
             return Ok(Next::Done(FinishReason::Length));
         }
@@ -380,15 +408,15 @@ impl Decoder {
                 if done == FinishReason::GrammarComplete && self.weighted && !self.opts.ignore_eos {
                     // The output ends with the model's end token: its probability (of
                     // those the grammar allows) is part of the output's.
-                    let (v, full) = self.step_logits(logits, true)?;
-                    self.weigh_drawn(full.as_ref(), &v);
+                    let s = self.step_logits(logits, true, prepared)?;
+                    self.weigh_drawn(s.full.as_deref());
                 }
                 return Ok(Next::Done(done));
             }
         };
-        let (mut v, full) = self.step_logits(logits, masked)?;
+        let StepLogits { mut v, full } = self.step_logits(logits, masked, prepared)?;
         if let Some(t) = self.completing.pop() {
-            self.weigh_forced(full.as_ref(), t);
+            self.weigh_forced(full.as_deref(), t);
             return self.append_completion(&v, t, out);
         }
         let tok = self.sample_watching_trigger(&mut v)?;
@@ -401,7 +429,7 @@ impl Decoder {
             if let Some(trigger) = self.trigger_still_owed() {
                 return Ok(self.force_trigger(trigger, out));
             }
-            self.weigh_drawn(full.as_ref(), &v);
+            self.weigh_drawn(full.as_deref());
             self.record_logprob(&v, tok);
             self.emit_end(tok, out);
             return Ok(Next::Done(FinishReason::Stop));
@@ -412,12 +440,12 @@ impl Decoder {
         };
         // A draw weighs the mass the mask kept, whatever the budget does with the token; a
         // token the budget puts in its place weighs its own probability.
-        self.weigh_drawn(full.as_ref(), &v);
+        self.weigh_drawn(full.as_deref());
         let (tok, named) = match stepped {
             Stepped::Kept => (tok, named),
             Stepped::Completed => return Ok(Next::Done(FinishReason::BudgetCompleted)),
             Stepped::Replaced { token, named } => {
-                self.weigh_forced(full.as_ref(), token);
+                self.weigh_forced(full.as_deref(), token);
                 (token, named)
             }
         };
@@ -448,26 +476,59 @@ impl Decoder {
 
     /// This step's logits for the draw: masked (where `masked`), with the logit bias and
     /// penalties, and end tokens removed under `ignore_eos`. Under the SMC sampler, also the
-    /// whole distribution before the mask, to weigh the token drawn.
+    /// whole distribution before the mask, to weigh the token drawn. `prepared`: the same,
+    /// computed ahead for this step.
     fn step_logits(
         &self,
         logits: &dyn Logits,
         masked: bool,
-    ) -> Result<(Vec<f32>, Option<Full>), GenerateError> {
+        prepared: Option<Prepared>,
+    ) -> Result<StepLogits, GenerateError> {
+        if let Some(p) = prepared.filter(|p| p.at == self.tokens.len() && p.masked == masked) {
+            return Ok(p.logits);
+        }
         let mask = masked.then_some(&self.mask);
         if !self.weighted {
             let mut v = logits.to_masked_vec(mask)?;
             self.adjust(&mut v, masked);
-            return Ok((v, None));
+            return Ok(StepLogits {
+                v: Arc::new(v),
+                full: None,
+            });
         }
         let mut full = logits.to_masked_vec(None)?;
         self.adjust(&mut full, masked);
-        let mut v = full.clone();
-        if let Some(m) = mask {
-            apply_mask_in_place(&mut v, m);
-        }
         let lse = log_sum_exp(&full, self.inverse_temperature());
-        Ok((v, Some(Full { logits: full, lse })))
+        let (v, kept) = match mask {
+            Some(m) => {
+                let mut v = full.clone();
+                apply_mask_in_place(&mut v, m);
+                let kept = log_sum_exp(&v, self.inverse_temperature());
+                (v, kept)
+            }
+            None => (full.clone(), lse),
+        };
+        Ok(StepLogits {
+            v: Arc::new(v),
+            full: Some(Arc::new(Full {
+                logits: full,
+                lse,
+                kept,
+            })),
+        })
+    }
+
+    /// The logits [`Decoder::step_log_weight`] prepared for this step, for a decoder in
+    /// the same state ([`Decoder::share_step`]).
+    pub(crate) fn prepared_step(&self) -> Option<Prepared> {
+        self.prepared.clone()
+    }
+
+    /// Takes logits prepared for this step by a decoder in the same state (the same
+    /// tokens, mask and options: a particle's copy), so that the step does not compute
+    /// them again.
+    pub(crate) fn share_step(&mut self, prepared: Option<Prepared>) {
+        self.prepared = prepared;
     }
 
     /// The bias and penalties, and under `ignore_eos` no end token but one the grammar
@@ -502,16 +563,14 @@ impl Decoder {
         1.0 / self.sampler.options().temperature
     }
 
-    /// Weighs a token drawn from `v` (the masked distribution): its probability under the
-    /// whole distribution over its probability under `v` is the mass `v` kept.
-    fn weigh_drawn(&mut self, full: Option<&Full>, v: &[f32]) {
+    /// Weighs a token drawn from the step's masked distribution: its probability under the
+    /// whole distribution over its probability under the masked one is the mass the mask
+    /// kept. (The SMC sampler weighs a grammar over the whole output, so no trigger watch
+    /// refuses a drawn token and changes the distribution after `kept` was taken.)
+    fn weigh_drawn(&mut self, full: Option<&Full>) {
         if let Some(f) = full {
-            self.log_weight += self.drawn_log_weight(f, v);
+            self.log_weight += drawn_log_weight(f);
         }
-    }
-
-    fn drawn_log_weight(&self, full: &Full, v: &[f32]) -> f64 {
-        log_sum_exp(v, self.inverse_temperature()) - full.lse
     }
 
     /// Weighs a token the engine chose (a budget's completion): drawn with probability 1,
@@ -553,7 +612,12 @@ impl Decoder {
             let mut v = l.to_masked_vec(None)?;
             self.adjust_at(&mut v, true, at);
             let lse = log_sum_exp(&v, self.inverse_temperature());
-            w += self.forced_log_weight(&Full { logits: v, lse }, self.tokens[at]);
+            let full = Full {
+                logits: v,
+                lse,
+                kept: lse,
+            };
+            w += self.forced_log_weight(&full, self.tokens[at]);
         }
         Ok(w)
     }
@@ -565,6 +629,7 @@ impl Decoder {
     /// on it before they draw ([`crate::smc`]); a drawn token a budget replaces adds its
     /// replacement's probability in the step itself. 0 where nothing is weighed.
     pub(crate) fn step_log_weight(&mut self, logits: &dyn Logits) -> Result<f64, GenerateError> {
+        self.prepared = None;
         if !self.weighted || self.tokens.len() >= self.max_tokens {
             return Ok(0.0);
         }
@@ -578,11 +643,18 @@ impl Decoder {
             }
             _ => false,
         };
-        let (v, full) = self.step_logits(logits, masked)?;
-        let Some(full) = full else { return Ok(0.0) };
+        let s = self.step_logits(logits, masked, None)?;
+        let Some(full) = s.full.clone() else {
+            return Ok(0.0);
+        };
+        self.prepared = Some(Prepared {
+            at: self.tokens.len(),
+            masked,
+            logits: s,
+        });
         Ok(match self.completing.last() {
             Some(&t) => self.forced_log_weight(&full, t),
-            None => self.drawn_log_weight(&full, &v),
+            None => drawn_log_weight(&full),
         })
     }
 
@@ -736,6 +808,12 @@ impl Decoder {
 
 /// Whether the grammar is complete and `mask` (its next mask) allows nothing but an end
 /// token: the output ends here.
+/// The log weight of a token drawn from the masked distribution: the log of the mass the
+/// mask kept.
+fn drawn_log_weight(full: &Full) -> f64 {
+    full.kept - full.lse
+}
+
 fn only_end_left(a: &RobustConstrainedAdapter, mask: &FixedBitSet, eos: &[TokenId]) -> bool {
     a.is_accepting() && mask.ones().all(|t| eos.contains(&TokenId(t as u32)))
 }

@@ -229,10 +229,16 @@ impl Particles {
                 prefix: base.history().to_vec(),
             },
         };
+        // The first step's logits are the same for every particle: prepared once.
+        let mut first = base.fork(0);
+        first.step_log_weight(logits)?;
+        let shared = first.prepared_step();
         let mut ps = Vec::with_capacity(n);
         for _ in 0..n {
+            let mut decoder = base.fork(rng.next_u64());
+            decoder.share_step(shared.clone());
             let mut p = Particle {
-                decoder: base.fork(rng.next_u64()),
+                decoder,
                 slot: Some(0),
                 feed: Vec::new(),
                 log_w: 0.0,
@@ -399,10 +405,13 @@ impl Particles {
             let d = &mut self.ps[r.members[0]].decoder;
             let appended = d.appended_log_weight(&tail[..])?;
             let pre = d.step_log_weight(&*step)?;
+            // The row's particles are in one state: the logits the step prepared serve all.
+            let shared = d.prepared_step();
             let ri = last.len();
             last.push(step);
             for i in r.members {
                 let p = &mut self.ps[i];
+                p.decoder.share_step(shared.clone());
                 p.log_w += appended + pre;
                 p.pre = pre;
                 p.row = Some(ri);
@@ -646,6 +655,71 @@ fn systematic(w: &[f64], u: f64) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generate::GenerateOptions;
+    use crate::model::CpuLogits;
+    use crate::sampling::{SamplerMethod, SamplingOptions};
+    use corral_grammar::{CompileOptions, compile_gbnf};
+    use corral_trie::Vocabulary;
+
+    /// A decoder under SMC for the grammar `"a" | "bc"` over tokens a, b, c, d and an end.
+    fn smc_decoder() -> Decoder {
+        let words = ["a", "b", "c", "d"]
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (TokenId(i as u32), w.as_bytes().to_vec()));
+        let vocab = Vocabulary::from_parts(words, [(TokenId(4), "</s>".to_string())]);
+        let space = Arc::new(TokenSpace::new(vocab, Some(5), vec![TokenId(4)]));
+        let g = compile_gbnf(r#"root ::= "a" | "bc""#, &CompileOptions::default()).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: 4,
+            sampling: SamplingOptions {
+                temperature: 0.8,
+                top_p: None,
+                method: SamplerMethod::Smc(SmcOptions::new(4)),
+                ..SamplingOptions::default()
+            },
+            ..GenerateOptions::default()
+        };
+        let c = Constraint::new(g, space.clone());
+        Decoder::new(space, Some(c), &[TokenId(3)], 64, &opts).unwrap()
+    }
+
+    #[test]
+    fn a_step_shared_by_a_particle_in_the_same_state_draws_and_weighs_as_its_own() {
+        let base = smc_decoder();
+        let first = CpuLogits(vec![0.4, 1.1, -0.3, 2.0, 0.2]);
+        let second = CpuLogits(vec![-1.0, 0.3, 0.5, 1.5, 0.7]);
+        let mut seconds = 0;
+        for seed in 0..16 {
+            let mut own = base.fork(seed);
+            let mut shared = base.fork(seed);
+            let mut donor = base.fork(seed + 100);
+            let pre = donor.step_log_weight(&first).unwrap();
+            shared.share_step(donor.prepared_step());
+            let next = own.advance_emitting(&first, &mut |_| {}).unwrap();
+            assert_eq!(shared.advance_emitting(&first, &mut |_| {}).unwrap(), next);
+            assert_eq!(own.tokens(), shared.tokens());
+            let w = own.take_log_weight();
+            assert_eq!(shared.take_log_weight(), w);
+            // The mask kept a and b: the weight is their mass, whatever was drawn.
+            assert_eq!(w, pre);
+            let e = |l: f64| (l / 0.8).exp();
+            let kept = ((e(0.4) + e(1.1)) / (e(0.4) + e(1.1) + e(-0.3) + e(2.0) + e(0.2))).ln();
+            assert!((w - kept).abs() < 1e-6, "{w} against {kept}");
+            // A step prepared for the first position is not taken for the second.
+            // After b the grammar forces c (appended with it where jump-forward is on).
+            if !matches!(&next, Next::Feed(f) if f[0] == TokenId(1)) {
+                continue;
+            }
+            shared.share_step(donor.prepared_step());
+            own.advance_emitting(&second, &mut |_| {}).unwrap();
+            shared.advance_emitting(&second, &mut |_| {}).unwrap();
+            assert_eq!(own.tokens(), [TokenId(1), TokenId(2)]);
+            assert_eq!(shared.take_log_weight(), own.take_log_weight());
+            seconds += 1;
+        }
+        assert!(seconds > 0, "no seed drew b");
+    }
 
     #[test]
     fn systematic_resampling_copies_in_proportion_to_weight() {

@@ -7,6 +7,7 @@ use super::{Decoder, Emit, Phase};
 use crate::generate::{FinishReason, GenerateError, Next};
 use crate::scope::Scope;
 use corral_trie::{TokenId, TokenSpace};
+use std::sync::Arc;
 
 impl Decoder {
     /// The trigger's tokens, if a reasoning budget is used up in free text.
@@ -120,7 +121,7 @@ impl Decoder {
     /// becomes minus infinity in `v`, and the draw is made again).
     pub(super) fn sample_watching_trigger(
         &mut self,
-        v: &mut [f32],
+        v: &mut Arc<Vec<f32>>,
     ) -> Result<TokenId, GenerateError> {
         loop {
             let tok = self.sampler.draw(v).ok_or(GenerateError::NothingToSample)?;
@@ -151,7 +152,7 @@ impl Decoder {
                 return Ok(tok);
             }
             self.watch = before;
-            v[tok.index()] = f32::NEG_INFINITY;
+            Arc::make_mut(v)[tok.index()] = f32::NEG_INFINITY;
         }
     }
 }
