@@ -25,7 +25,7 @@ pub struct TokenLogprob {
 /// so it runs in lanes the compiler vectorizes, with a branch-free exp: within 1e-6 of
 /// the sum in f64 (`a_fast_normalizer_is_within_a_millionth`).
 pub fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
-    const LANES: usize = 8;
+    const LANES: usize = 16;
     let finite = |l: f32| l.abs() < f32::INFINITY;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut it = logits.chunks_exact(LANES);
@@ -55,6 +55,7 @@ pub fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
         let mut acc = [0f32; LANES];
         let mut it = block.chunks_exact(LANES);
         for c in &mut it {
+            let c: &[f32; LANES] = c.try_into().expect("LANES values");
             for (a, &l) in acc.iter_mut().zip(c) {
                 *a += term(l);
             }
@@ -68,7 +69,8 @@ pub fn log_sum_exp(logits: &[f32], scale: f32) -> f64 {
 /// `exp(x)` for `x <= 0` (minus infinity and anything under -87, where f32 leaves its
 /// normal range, give 0), within 3e-7 of it relatively: `x = k ln 2 + r` with `|r| <=
 /// ln 2 / 2`, `exp(r)` by its Taylor series to the 6th power, times `2^k` built from its
-/// bits. Branch-free, so that a loop over it vectorizes.
+/// bits. Branch-free and with no float-to-integer conversion, so that a loop over it
+/// vectorizes.
 #[inline(always)]
 fn exp_nonpositive(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
@@ -81,7 +83,9 @@ fn exp_nonpositive(x: f32) -> f32 {
     let p = 1.0
         + r * (1.0
             + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r / 720.0)))));
-    let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
+    // `k + 127` (in 1..=127) sits in the low bits of `ROUND + k + 127`'s mantissa; shifted
+    // into the exponent's place, every higher bit falls off the top: `2^k`.
+    let two_k = f32::from_bits((k + (127.0 + ROUND)).to_bits() << 23);
     if x >= -87.0 { p * two_k } else { 0.0 }
 }
 
