@@ -73,6 +73,9 @@ struct Layer {
     down: Linear,
     attn_norm: RmsNorm,
     ffn_norm: RmsNorm,
+    /// The feed-forward's gate by [`layer::silu_mul`] (corral's kernels) rather than
+    /// candle's silu (candle's kernels, as candle-transformers computes it).
+    own_silu: bool,
 }
 
 /// The weights, shared by every sequence.
@@ -194,6 +197,7 @@ impl Llama {
                 down: Linear::new(w("ffn_down")?, kernels)?,
                 attn_norm: RmsNorm::new(w("attn_norm")?, eps)?,
                 ffn_norm: RmsNorm::new(w("ffn_norm")?, eps)?,
+                own_silu: kernels != Kernels::Candle,
             });
         }
         let weights = Weights {
