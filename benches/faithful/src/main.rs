@@ -105,9 +105,9 @@ fn run() -> Result<()> {
         .with_context(|| format!("{model_path} (scripts/fetch-assets fetches it)"))?;
     let mut report = Vec::new();
     println!(
-        "| grammar | sampler | TV | noise floor | forward passes / output | sequence steps / output | ms / output |"
+        "| grammar | sampler | TV | noise floor | forward passes / output | sequence steps / output | ms / output | forward ms / output |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for name in names {
         let case = CASES
             .iter()
@@ -158,53 +158,60 @@ fn run_case(
     let t = Instant::now();
     let mut lm = PromptCached::new(model.lm(), &ids)?;
     let prompt_ms = t.elapsed().as_secs_f64() * 1e3;
-    for (label, method) in methods {
-        let opts = GenerateOptions {
-            max_tokens: 48,
-            sampling: SamplingOptions {
-                temperature: 1.0,
-                top_p: None,
-                method,
-                ..SamplingOptions::default()
-            },
-            ..GenerateOptions::default()
-        };
-        let mut texts = Vec::with_capacity(k);
-        let (mut passes, mut steps, mut resamples, mut ess) = (0usize, 0usize, 0usize, 0.0);
-        let t = Instant::now();
-        for seed in 0..k as u64 {
-            let mut o = opts.clone();
-            o.sampling.seed = seed;
-            let g = generate(&mut lm, &space, Some(&constraint), &ids, &o, &mut |_| {})?;
-            passes += g.stats.forward_passes;
-            steps += g
+    // The samplers take turns, output by output, so that the machine's speed drifting
+    // over a run weighs on each of them alike.
+    let mut tallies: Vec<Tally> = methods.iter().map(|_| Tally::default()).collect();
+    for seed in 0..k as u64 {
+        for ((_, method), tally) in methods.iter().zip(&mut tallies) {
+            let opts = GenerateOptions {
+                max_tokens: 48,
+                sampling: SamplingOptions {
+                    temperature: 1.0,
+                    top_p: None,
+                    method: *method,
+                    seed,
+                    ..SamplingOptions::default()
+                },
+                ..GenerateOptions::default()
+            };
+            let t = Instant::now();
+            let g = generate(&mut lm, &space, Some(&constraint), &ids, &opts, &mut |_| {})?;
+            tally.ms += t.elapsed().as_secs_f64() * 1e3;
+            tally.passes += g.stats.forward_passes;
+            tally.forward_ms += g.stats.decode_forward_ms;
+            tally.steps += g
                 .stats
                 .smc
                 .as_ref()
                 .map_or(g.stats.forward_passes, |s| s.sequence_steps + 1);
             if let Some(s) = &g.stats.smc {
-                resamples += s.resamples;
-                ess += s.ess_final;
+                tally.resamples += s.resamples;
+                tally.ess += s.ess_final;
             }
-            texts.push(g.text);
+            tally.texts.push(g.text);
         }
-        let ms = t.elapsed().as_secs_f64() * 1e3 / k as f64;
-        let tv = total_variation(&ex.dist, &texts);
+    }
+    for ((label, _), t) in methods.iter().zip(&tallies) {
+        let per = |x: f64| x / k as f64;
+        let tv = total_variation(&ex.dist, &t.texts);
         println!(
-            "| {} | {label} | {tv:.3} | {floor:.3} | {:.1} | {:.1} | {ms:.0} |",
+            "| {} | {label} | {tv:.3} | {floor:.3} | {:.1} | {:.1} | {:.0} | {:.0} |",
             case.name,
-            passes as f64 / k as f64,
-            steps as f64 / k as f64
+            per(t.passes as f64),
+            per(t.steps as f64),
+            per(t.ms),
+            per(t.forward_ms)
         );
         rows.push(json!({
             "sampler": label,
             "tv": tv,
-            "forward_passes_per_output": passes as f64 / k as f64,
-            "sequence_steps_per_output": steps as f64 / k as f64,
-            "ms_per_output": ms,
-            "resamples_per_output": resamples as f64 / k as f64,
-            "final_ess_mean": ess / k as f64,
-            "empirical": empirical(&texts),
+            "forward_passes_per_output": per(t.passes as f64),
+            "sequence_steps_per_output": per(t.steps as f64),
+            "ms_per_output": per(t.ms),
+            "forward_ms_per_output": per(t.forward_ms),
+            "resamples_per_output": per(t.resamples as f64),
+            "final_ess_mean": per(t.ess),
+            "empirical": empirical(&t.texts),
         }));
     }
     Ok(json!({
@@ -221,6 +228,18 @@ fn run_case(
         "prompt_ms": prompt_ms,
         "samplers": rows,
     }))
+}
+
+/// One sampler's outputs and what they cost, summed over the run.
+#[derive(Default)]
+struct Tally {
+    texts: Vec<String>,
+    passes: usize,
+    steps: usize,
+    resamples: usize,
+    ess: f64,
+    ms: f64,
+    forward_ms: f64,
 }
 
 fn exact_json(ex: &Exact, seconds: f64) -> serde_json::Value {
