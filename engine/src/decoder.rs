@@ -806,14 +806,14 @@ impl Decoder {
     }
 }
 
-/// Whether the grammar is complete and `mask` (its next mask) allows nothing but an end
-/// token: the output ends here.
 /// The log weight of a token drawn from the masked distribution: the log of the mass the
 /// mask kept.
 fn drawn_log_weight(full: &Full) -> f64 {
     full.kept - full.lse
 }
 
+/// Whether the grammar is complete and `mask` (its next mask) allows nothing but an end
+/// token: the output ends here.
 fn only_end_left(a: &RobustConstrainedAdapter, mask: &FixedBitSet, eos: &[TokenId]) -> bool {
     a.is_accepting() && mask.ones().all(|t| eos.contains(&TokenId(t as u32)))
 }

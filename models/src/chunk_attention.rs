@@ -387,7 +387,10 @@ pub(crate) fn exp(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    let two_k = f32::from_bits(((k as i32 + 127) as u32) << 23);
+    // `k + 127` (in 1..=127) sits in the low bits of `ROUND + k + 127`'s mantissa; shifted
+    // into the exponent's place, every higher bit falls off the top: `2^k`. (A
+    // float-to-integer conversion here kept loops over it from vectorizing.)
+    let two_k = f32::from_bits((k + (127.0 + ROUND)).to_bits() << 23);
     if below { 0.0 } else { p * two_k }
 }
 
