@@ -187,6 +187,15 @@ pub enum GenerateError {
         /// Whether `needed` is only a lower bound.
         at_least: bool,
     },
+    /// The CARS sampler's trie reached a limit of [`crate::CarsOptions`] (`max_prefixes`,
+    /// `max_bytes`) before the draw found an output.
+    #[error("the cars sampler's trie reached its limit of {limit} {what} before the draw ended")]
+    CarsLimit {
+        /// What ran out: `prefixes` or `bytes`.
+        what: &'static str,
+        /// The limit set.
+        limit: usize,
+    },
     /// Under a budget, the grammar has no complete output made of this vocabulary's tokens
     /// (a token reference names no token of it, or no finite output exists), so an output
     /// could not be made complete.

@@ -42,6 +42,7 @@
 mod adapter;
 mod batch;
 mod cache;
+mod cars;
 mod classes;
 mod constraint;
 mod constraints;
@@ -59,6 +60,7 @@ mod utf8;
 pub use adapter::{AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo};
 pub use batch::{MaskSlot, PARALLEL_BATCH, compute_masks};
 pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
+pub use cars::{Cars, CarsDraw, CarsOptions, CarsStats};
 pub use constraint::Constraint;
 pub use constraints::{
     CacheLimits, CacheStats, ConstraintCache, DEFAULT_CACHE_BYTES, DEFAULT_CONSTRAINTS,

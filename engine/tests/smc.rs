@@ -1,4 +1,4 @@
-//! The SMC sampler against a distribution known in closed form: a hand-written model over
+//! The SMC and CARS samplers against a distribution known in closed form: a hand-written model over
 //! five tokens whose favourite first token mostly leads outside the grammar.
 //!
 //! Model: the first token is `a` (0.3) or `b` (0.7); after `a`, the end (0.9) or `d`;
@@ -8,8 +8,9 @@
 //! left, and takes all the mass).
 
 use corral_engine::{
-    BatchItem, CausalLm, Constraint, CpuLogits, GenerateOptions, Logits, ModelError, SamplerMethod,
-    SamplingOptions, Sequence, SmcOptions, check_tails, generate,
+    BatchItem, Cars, CarsOptions, CausalLm, Constraint, CpuLogits, GenerateError, GenerateOptions,
+    Logits, ModelError, SamplerMethod, SamplingOptions, Sequence, SmcOptions, check_tails,
+    generate,
 };
 use corral_grammar::{CompileOptions, compile_gbnf};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
@@ -381,4 +382,214 @@ fn smc_refuses_cuts_it_cannot_weigh() {
         let e = generate(&mut lm, &space, Some(&c), &PROMPT, &opts, &mut |_| {}).unwrap_err();
         assert!(e.to_string().contains(field), "{field}: {e}");
     }
+}
+
+fn a_or_bc() -> Arc<Constraint> {
+    let g = compile_gbnf(r#"root ::= "a" | "bc""#, &CompileOptions::default()).unwrap();
+    Constraint::new(g, space())
+}
+
+#[test]
+fn cars_draws_exactly_from_the_model_restricted_to_the_grammar() {
+    let c = a_or_bc();
+    let opts = CarsOptions {
+        max_tokens: 8,
+        ..CarsOptions::default()
+    };
+    // A fresh sampler for each output, and one kept across outputs: both are exact.
+    for copies in [true, false] {
+        let mut lm = TableLm::new(copies);
+        let runs = 400;
+        let mut fresh_a = 0;
+        for seed in 0..runs {
+            let mut cars = Cars::new(c.clone(), &PROMPT, opts).unwrap();
+            let d = cars.draw(&mut lm, seed).unwrap();
+            assert!(d.text == "a" || d.text == "bc", "{:?}", d.text);
+            fresh_a += usize::from(d.text == "a");
+        }
+        // 0.977 exactly; the binomial's standard deviation at 400 is 0.0075.
+        let share = fresh_a as f64 / runs as f64;
+        assert!(
+            (share - 0.977).abs() < 0.03,
+            "fresh, copies {copies}: a {share}"
+        );
+        let mut cars = Cars::new(c.clone(), &PROMPT, opts).unwrap();
+        let runs = 2000;
+        let mut kept_a = 0;
+        for seed in 0..runs {
+            kept_a += usize::from(cars.draw(&mut lm, seed).unwrap().text == "a");
+        }
+        let share = kept_a as f64 / runs as f64;
+        assert!(
+            (share - 0.977).abs() < 0.015,
+            "kept, copies {copies}: a {share}"
+        );
+        // Every prefix with mass was reached (the root, a, b, bc), each run once, and the
+        // root's live share is the grammar's mass: 0.3 * 0.9 + 0.7 * 0.01 * 0.9.
+        let s = cars.stats();
+        assert_eq!((s.prefixes, s.forward_passes, s.draws), (4, 4, 2000));
+        let z = cars.live_mass().unwrap();
+        assert!((z - 0.2763).abs() < 1e-6, "live mass {z}");
+    }
+}
+
+/// [`next`], with NaN for `a` at the first token.
+fn nan_first(out: &[u32]) -> [f32; WIDTH] {
+    match out {
+        [] => [f32::NAN, 0.7, 0.0, 0.0, 0.0],
+        _ => next(out),
+    }
+}
+
+#[test]
+fn cars_fails_where_the_grammar_has_no_mass_or_a_limit_is_reached() {
+    let mut lm = TableLm::new(true);
+    // The model never starts with `c`.
+    let g = compile_gbnf(r#"root ::= "c""#, &CompileOptions::default()).unwrap();
+    let c = Constraint::new(g, space());
+    let mut cars = Cars::new(c, &PROMPT, CarsOptions::default()).unwrap();
+    assert!(matches!(
+        cars.draw(&mut lm, 1),
+        Err(GenerateError::NothingToSample)
+    ));
+    // After `b` only `c` is allowed, and after `bc` the model never ends: mass at the
+    // root, none below it, found by the draw.
+    let g = compile_gbnf(r#"root ::= "bc""#, &CompileOptions::default()).unwrap();
+    let c = Constraint::new(g, space());
+    let ends_never = |out: &[u32]| match out {
+        [1, 2] => [0.0, 0.0, 0.0, 1.0, 0.0],
+        _ => next(out),
+    };
+    let mut never = TableLm {
+        table: ends_never,
+        copies: true,
+        own: Vec::new(),
+    };
+    let mut cars = Cars::new(c, &PROMPT, CarsOptions::default()).unwrap();
+    assert!(matches!(
+        cars.draw(&mut never, 1),
+        Err(GenerateError::NothingToSample)
+    ));
+    assert_eq!(cars.live_mass(), Some(0.0));
+    // One prefix (the root) cannot finish any output; nor can a few bytes hold the root.
+    for (opts, what) in [
+        (
+            CarsOptions {
+                max_prefixes: 1,
+                ..CarsOptions::default()
+            },
+            "prefixes",
+        ),
+        (
+            CarsOptions {
+                max_bytes: 10,
+                ..CarsOptions::default()
+            },
+            "bytes",
+        ),
+    ] {
+        let mut cars = Cars::new(a_or_bc(), &PROMPT, opts).unwrap();
+        match cars.draw(&mut lm, 1) {
+            Err(GenerateError::CarsLimit { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{other:?}"),
+        }
+    }
+    // A NaN logit is the model's error, not an output.
+    let mut nan = TableLm {
+        table: nan_first,
+        copies: true,
+        own: Vec::new(),
+    };
+    let mut cars = Cars::new(a_or_bc(), &PROMPT, CarsOptions::default()).unwrap();
+    assert!(matches!(
+        cars.draw(&mut nan, 1),
+        Err(GenerateError::Model(_))
+    ));
+}
+
+#[test]
+fn cars_refuses_settings_out_of_range() {
+    for t in [0.0, -1.0, f32::NAN, f32::INFINITY, 1e-40] {
+        let opts = CarsOptions {
+            temperature: t,
+            ..CarsOptions::default()
+        };
+        assert!(
+            matches!(
+                Cars::new(a_or_bc(), &PROMPT, opts),
+                Err(GenerateError::Sampling(_))
+            ),
+            "temperature {t}"
+        );
+    }
+    for (opts, name) in [
+        (
+            CarsOptions {
+                max_tokens: 0,
+                ..CarsOptions::default()
+            },
+            "max_tokens",
+        ),
+        (
+            CarsOptions {
+                max_prefixes: 0,
+                ..CarsOptions::default()
+            },
+            "max_prefixes",
+        ),
+    ] {
+        match Cars::new(a_or_bc(), &PROMPT, opts) {
+            Err(GenerateError::Sampling(e)) => assert_eq!(e.name, name),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        Cars::new(a_or_bc(), &[], CarsOptions::default()),
+        Err(GenerateError::EmptyPrompt)
+    ));
+}
+
+#[test]
+fn cars_keeps_to_max_tokens_and_the_temperature() {
+    let mut lm = TableLm::new(true);
+    // Within one token only `a` is left: the grammar's mass is 0.3 * 0.9, `b` is refused.
+    let opts = CarsOptions {
+        max_tokens: 1,
+        ..CarsOptions::default()
+    };
+    let mut cars = Cars::new(a_or_bc(), &PROMPT, opts).unwrap();
+    for seed in 0..50 {
+        assert_eq!(cars.draw(&mut lm, seed).unwrap().text, "a");
+    }
+    assert_eq!(cars.stats().prefixes, 3, "the root, a and b");
+    let z = cars.live_mass().unwrap();
+    assert!((z - 0.27).abs() < 1e-6, "live mass {z}");
+    // At temperature 2 each step's probabilities go as their square roots, renormalized.
+    let t2 = |ps: &[f64]| -> Vec<f64> {
+        let total: f64 = ps.iter().map(|p| p.sqrt()).sum();
+        ps.iter().map(|p| p.sqrt() / total).collect()
+    };
+    let (root, after_a, after_b) = (t2(&[0.3, 0.7]), t2(&[0.1, 0.9]), t2(&[0.01, 0.99]));
+    let a = root[0] * after_a[1];
+    let bc = root[1] * after_b[0] * after_a[1];
+    let opts = CarsOptions {
+        temperature: 2.0,
+        max_tokens: 8,
+        ..CarsOptions::default()
+    };
+    let mut cars = Cars::new(a_or_bc(), &PROMPT, opts).unwrap();
+    let runs = 2000;
+    let mut kept_a = 0;
+    for seed in 0..runs {
+        kept_a += usize::from(cars.draw(&mut lm, seed).unwrap().text == "a");
+    }
+    // a: 0.878 (at temperature 1, 0.977); the standard deviation at 2,000 is 0.0073.
+    let share = kept_a as f64 / runs as f64;
+    assert!((share - a / (a + bc)).abs() < 0.03, "a {share}");
+    let z = cars.live_mass().unwrap();
+    assert!(
+        (z - (a + bc)).abs() < 1e-6,
+        "live mass {z} against {}",
+        a + bc
+    );
 }
