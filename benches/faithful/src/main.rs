@@ -3,18 +3,22 @@
 //!
 //! For each grammar (SmolLM2-135M-Instruct with its chat template, temperature 1): the
 //! exact distribution ([`corral_faithful::exact`]), its noise floor at K samples, then K
-//! outputs of plain masking and of SMC at each particle count, each one's total variation
-//! distance from the exact answer, forward passes and wall time per output. Prints a
-//! markdown table; writes every figure and distribution as JSON (`--out`).
+//! outputs of plain masking, of SMC at each particle count and of CARS (one sampler kept
+//! across the K outputs, so its trie serves them all), each one's total variation distance
+//! from the exact answer, forward passes and wall time per output; then CARS again with a
+//! new sampler for each of a few outputs, for what one output costs with nothing learned.
+//! Prints a markdown table; writes every figure and distribution as JSON (`--out`).
 //!
 //! ```text
 //! cargo run -p corral-faithful --release -- [--samples 1000] [--particles 2,4,8,16]
 //!     [--grammars colours,answers,shirt,letters] [--bound 1e-5] [--model FILE.gguf]
-//!     [--out target/faithful.json]
+//!     [--out target/faithful.json] [--cars-fresh 20]
 //! ```
 
 use anyhow::{Context, Result, bail};
-use corral::engine::{GenerateOptions, SamplerMethod, SamplingOptions, SmcOptions, generate};
+use corral::engine::{
+    Cars, CarsOptions, GenerateOptions, SamplerMethod, SamplingOptions, SmcOptions, generate,
+};
 use corral::{CompileOptions, DeviceSpec, Model, compile_gbnf};
 use corral_faithful::{Exact, PromptCached, exact, greedy_mass, noise_floor, total_variation};
 use serde_json::json;
@@ -57,7 +61,7 @@ count ::= [1-9] | "1" [0-9] | "20""#,
     },
 ];
 
-const USAGE: &str = "usage: corral-faithful [--samples K] [--particles 2,4,8,16] [--grammars a,b] [--bound P] [--model FILE.gguf] [--out FILE.json] [--max-nodes N]";
+const USAGE: &str = "usage: corral-faithful [--samples K] [--particles 2,4,8,16] [--grammars a,b] [--bound P] [--model FILE.gguf] [--out FILE.json] [--max-nodes N] [--cars-fresh N]";
 
 fn main() {
     if let Err(e) = run() {
@@ -76,7 +80,7 @@ fn run() -> Result<()> {
             .with_context(|| format!("{a} needs a value\n{USAGE}"))?;
         match a.as_str() {
             "--samples" | "--particles" | "--grammars" | "--bound" | "--model" | "--out"
-            | "--max-nodes" => opt.insert(&a[2..], value),
+            | "--max-nodes" | "--cars-fresh" => opt.insert(&a[2..], value),
             _ => bail!("unknown argument {a}\n{USAGE}"),
         };
     }
@@ -89,6 +93,7 @@ fn run() -> Result<()> {
         .collect::<Result<_, _>>()?;
     let bound: f64 = opt.get("bound").unwrap_or(&"1e-5").parse()?;
     let max_nodes: usize = opt.get("max-nodes").unwrap_or(&"200000").parse()?;
+    let fresh_draws: usize = opt.get("cars-fresh").unwrap_or(&"20").parse()?;
     let names: Vec<&str> = match opt.get("grammars") {
         Some(g) => g.split(',').collect(),
         None => CASES.iter().map(|c| c.name).collect(),
@@ -113,7 +118,15 @@ fn run() -> Result<()> {
             .iter()
             .find(|c| c.name == name)
             .with_context(|| format!("no grammar {name}"))?;
-        report.push(run_case(&mut model, case, k, &particles, bound, max_nodes)?);
+        report.push(run_case(
+            &mut model,
+            case,
+            k,
+            &particles,
+            bound,
+            max_nodes,
+            fresh_draws,
+        )?);
         std::fs::write(&out_path, serde_json::to_string_pretty(&report)?)?;
     }
     eprintln!("wrote {out_path}");
@@ -128,6 +141,7 @@ fn run_case(
     particles: &[usize],
     bound: f64,
     max_nodes: usize,
+    fresh_draws: usize,
 ) -> Result<serde_json::Value> {
     let grammar = compile_gbnf(case.gbnf, &CompileOptions::default())?;
     let constraint = model.constraints().for_grammar(&grammar);
@@ -149,10 +163,14 @@ fn run_case(
         ex.dist.len(),
         ex.pruned_share()
     );
-    let mut methods = vec![("plain".to_string(), SamplerMethod::Plain)];
+    let mut methods = vec![("plain".to_string(), Method::Generate(SamplerMethod::Plain))];
     for &n in particles {
-        methods.push((format!("smc {n}"), SamplerMethod::Smc(SmcOptions::new(n))));
+        methods.push((
+            format!("smc {n}"),
+            Method::Generate(SamplerMethod::Smc(SmcOptions::new(n))),
+        ));
     }
+    methods.push(("cars".to_string(), Method::Cars));
     let mut rows = Vec::new();
     // The prompt runs once: the figures are of the output alone.
     let t = Instant::now();
@@ -161,8 +179,24 @@ fn run_case(
     // The samplers take turns, output by output, so that the machine's speed drifting
     // over a run weighs on each of them alike.
     let mut tallies: Vec<Tally> = methods.iter().map(|_| Tally::default()).collect();
+    // One CARS sampler for all K outputs: its trie is what makes the later ones cheap.
+    let mut cars = Cars::new(constraint.clone(), &ids, cars_options())?;
     for seed in 0..k as u64 {
         for ((_, method), tally) in methods.iter().zip(&mut tallies) {
+            let method = match method {
+                Method::Generate(m) => m,
+                Method::Cars => {
+                    let t = Instant::now();
+                    let d = cars.draw(&mut lm, seed)?;
+                    tally.ms += t.elapsed().as_secs_f64() * 1e3;
+                    tally.passes += d.forward_passes;
+                    tally.steps += d.tokens_run;
+                    tally.forward_ms += d.forward_time.as_secs_f64() * 1e3;
+                    tally.rejections += d.rejections;
+                    tally.texts.push(d.text);
+                    continue;
+                }
+            };
             let opts = GenerateOptions {
                 max_tokens: 48,
                 sampling: SamplingOptions {
@@ -191,6 +225,18 @@ fn run_case(
             tally.texts.push(g.text);
         }
     }
+    let fresh = cars_fresh(&mut lm, &constraint, &ids, fresh_draws)?;
+    let s = cars.stats();
+    eprintln!(
+        "{}: cars kept {} prefixes ({} bytes), {} rejections; live mass {:.4e} against the walk's {:.4e} found + {:.1e} pruned",
+        case.name,
+        s.prefixes,
+        s.bytes,
+        s.rejections,
+        cars.live_mass().unwrap_or(0.0),
+        ex.found,
+        ex.pruned
+    );
     for ((label, _), t) in methods.iter().zip(&tallies) {
         let per = |x: f64| x / k as f64;
         let tv = total_variation(&ex.dist, &t.texts);
@@ -210,9 +256,16 @@ fn run_case(
             "ms_per_output": per(t.ms),
             "forward_ms_per_output": per(t.forward_ms),
             "resamples_per_output": per(t.resamples as f64),
+            "rejections_per_output": per(t.rejections as f64),
             "final_ess_mean": per(t.ess),
             "empirical": empirical(&t.texts),
         }));
+    }
+    if fresh_draws > 0 {
+        println!(
+            "| {} | cars, fresh trie each output ({fresh_draws} outputs) | - | - | {:.1} | {:.1} | {:.0} | {:.0} |",
+            case.name, fresh.passes, fresh.tokens, fresh.ms, fresh.forward_ms
+        );
     }
     Ok(json!({
         "grammar": case.name,
@@ -227,7 +280,80 @@ fn run_case(
         "prompt_tokens": ids.len(),
         "prompt_ms": prompt_ms,
         "samplers": rows,
+        "cars": {
+            "prefixes": s.prefixes,
+            "bytes": s.bytes,
+            "rejections": s.rejections,
+            "live_mass": cars.live_mass(),
+            "fresh": {
+                "outputs": fresh_draws,
+                "forward_passes_per_output": fresh.passes,
+                "tokens_run_per_output": fresh.tokens,
+                "rejections_per_output": fresh.rejections,
+                "ms_per_output": fresh.ms,
+                "forward_ms_per_output": fresh.forward_ms,
+            },
+        },
     }))
+}
+
+/// A sampler the bench runs.
+enum Method {
+    /// Through `generate`, one output a call.
+    Generate(SamplerMethod),
+    /// CARS, one sampler kept across the outputs.
+    Cars,
+}
+
+/// The CARS target: the model at temperature 1 within the others' budget.
+fn cars_options() -> CarsOptions {
+    CarsOptions {
+        temperature: 1.0,
+        max_tokens: 48,
+        ..CarsOptions::default()
+    }
+}
+
+/// Means over CARS outputs drawn each with a new sampler (an empty trie).
+struct Fresh {
+    passes: f64,
+    tokens: f64,
+    rejections: f64,
+    ms: f64,
+    forward_ms: f64,
+}
+
+/// `n` CARS outputs, each from a new sampler: what one output costs with nothing learned.
+fn cars_fresh(
+    lm: &mut PromptCached<'_>,
+    constraint: &std::sync::Arc<corral::engine::Constraint>,
+    ids: &[corral::trie::TokenId],
+    n: usize,
+) -> Result<Fresh> {
+    let mut f = Fresh {
+        passes: 0.0,
+        tokens: 0.0,
+        rejections: 0.0,
+        ms: 0.0,
+        forward_ms: 0.0,
+    };
+    for seed in 0..n as u64 {
+        let t = Instant::now();
+        let d = Cars::new(constraint.clone(), ids, cars_options())?.draw(lm, 1_000_000 + seed)?;
+        f.ms += t.elapsed().as_secs_f64() * 1e3;
+        f.passes += d.forward_passes as f64;
+        f.tokens += d.tokens_run as f64;
+        f.rejections += d.rejections as f64;
+        f.forward_ms += d.forward_time.as_secs_f64() * 1e3;
+    }
+    let n = n.max(1) as f64;
+    Ok(Fresh {
+        passes: f.passes / n,
+        tokens: f.tokens / n,
+        rejections: f.rejections / n,
+        ms: f.ms / n,
+        forward_ms: f.forward_ms / n,
+    })
 }
 
 /// One sampler's outputs and what they cost, summed over the run.
@@ -237,6 +363,7 @@ struct Tally {
     passes: usize,
     steps: usize,
     resamples: usize,
+    rejections: usize,
     ess: f64,
     ms: f64,
     forward_ms: f64,
