@@ -5,13 +5,14 @@ use crate::source::ConstraintArgs;
 use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
 use corral::engine::Scope;
-use corral::engine::{SamplerMethod, SamplingOptions, SmcOptions};
+use corral::engine::{Cars, CarsOptions, SamplerMethod, SamplingOptions, SmcOptions};
 use corral::split::{
     Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
 };
 use corral::{CompileOptions, DeviceSpec, Emit, GenerateOptions, Model, Prompt};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The default model (SmolLM2-135M-Instruct, Q4_1), fetched by scripts/fetch-assets.
 const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -56,9 +57,10 @@ pub struct GenerateArgs {
     repeat_penalty: f32,
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// How the output is drawn: `plain` (each token under the mask) or `smc` (sequential
-    /// Monte Carlo: the model's own distribution restricted to the grammar; see
-    /// docs/sampling.md).
+    /// How the output is drawn: `plain` (each token under the mask), `smc` (sequential
+    /// Monte Carlo: the model's own distribution restricted to the grammar, approached) or
+    /// `cars` (adaptive rejection sampling: that distribution exactly, at a cost that
+    /// varies with how often the model leaves the grammar); see docs/sampling.md.
     #[arg(long, value_enum, default_value = "plain")]
     sampler: SamplerArg,
     /// With --sampler smc: particles (1 to 64, default 8), decoded as one batch.
@@ -112,6 +114,8 @@ pub enum SamplerArg {
     Plain,
     /// Sequential Monte Carlo over --particles particles.
     Smc,
+    /// Constrained adaptive rejection sampling: one exact output.
+    Cars,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -229,6 +233,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     if args.max_tokens == 0 {
         return Err(anyhow!("--max-tokens must be at least 1").into());
     }
+    if args.sampler == SamplerArg::Cars {
+        return run_cars(args, grammar, schema.as_ref().map(|s| &s.0), device);
+    }
     let sampling = sampling_options(args)?;
     let source = match &args.model {
         Some(m) => m.clone(),
@@ -310,6 +317,109 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--sampler cars`: one output drawn exactly from the tempered model restricted to the
+/// grammar ([`Cars`]), printed once drawn. Whatever the sampler cannot honour is refused.
+fn run_cars(
+    args: &GenerateArgs,
+    grammar: Option<Arc<corral::Grammar>>,
+    schema: Option<&serde_json::Value>,
+    device: DeviceSpec,
+) -> Result<(), Failure> {
+    let grammar = grammar.ok_or_else(|| {
+        anyhow!("--sampler cars needs a grammar: --grammar, --json-schema or --regex")
+    })?;
+    let refused = [
+        (args.top_p.is_some(), "--top-p"),
+        (args.top_k.is_some(), "--top-k"),
+        (args.min_p.is_some(), "--min-p"),
+        (args.repeat_penalty != 1.0, "--repeat-penalty"),
+        (args.particles.is_some(), "--particles"),
+        (args.ess_threshold.is_some(), "--ess-threshold"),
+        (args.overlap_mask, "--overlap-mask"),
+        (args.format.is_some(), "--format"),
+        (args.reasoning_budget.is_some(), "--reasoning-budget"),
+        (args.think_prefilled, "--think-prefilled"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(anyhow!(
+            "{flag} does not go with --sampler cars, which draws the whole output from the tempered model (--temperature) restricted to the grammar"
+        )
+        .into());
+    }
+    let opts = CarsOptions {
+        temperature: args.temperature,
+        max_tokens: args.max_tokens,
+        ..CarsOptions::default()
+    };
+    let source = match &args.model {
+        Some(m) => m.clone(),
+        None => default_model()?,
+    };
+    let mut model = Model::load(&source, device).map_err(anyhow::Error::from)?;
+    if let Some(n) = args.ctx_size {
+        model = model.with_max_positions(n).map_err(anyhow::Error::from)?;
+    }
+    if model.is_harmony() && !args.raw {
+        return Err(anyhow!(
+            "a harmony model's output has channels, which --sampler cars does not split: add --raw to constrain the whole output"
+        )
+        .into());
+    }
+    let text = model
+        .prompt_text(args.system.as_deref(), &read_prompt(args)?, args.raw)
+        .map_err(anyhow::Error::from)?;
+    let prompt = model.encode_prompt(&text).map_err(anyhow::Error::from)?;
+    let need = prompt.len() + args.max_tokens + 1;
+    if need > model.lm().max_positions() {
+        return Err(anyhow!(
+            "the prompt ({} tokens) and --max-tokens {} take {need} positions; the model supports {}",
+            prompt.len(),
+            args.max_tokens,
+            model.lm().max_positions()
+        )
+        .into());
+    }
+    let constraint = model.constraints().for_grammar(&grammar);
+    let mut cars = Cars::new(constraint, &prompt, opts).map_err(anyhow::Error::from)?;
+    let t = std::time::Instant::now();
+    let out = cars
+        .draw(model.lm(), args.seed)
+        .map_err(anyhow::Error::from)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", out.text).context("standard output")?;
+    stdout.flush().context("standard output")?;
+    let schema_valid = match schema {
+        Some(value) => Some(valid_for_schema(value, &out.text)?),
+        None => None,
+    };
+    if args.stats {
+        let s = cars.stats();
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "schema_valid": schema_valid,
+                "prompt_tokens": prompt.len(),
+                "generated_tokens": out.tokens.len(),
+                "forward_passes": out.forward_passes,
+                "tokens_run": out.tokens_run,
+                "ms": round2(ms),
+                "finish_reason": "stop",
+                "model": model.name(),
+                "constrained": true,
+                "sampler": {
+                    "method": "cars",
+                    "rejections": out.rejections,
+                    "prefixes": s.prefixes,
+                    "trie_bytes": s.bytes,
+                    "live_mass": cars.live_mass(),
+                },
+            })
+        );
+    }
+    Ok(())
+}
+
 /// `--stats`: the generation's figures, one JSON object.
 fn stats_json(
     out: &corral::Generation,
@@ -347,6 +457,8 @@ fn stats_json(
 /// The sampling settings of the command line, checked.
 fn sampling_options(args: &GenerateArgs) -> anyhow::Result<SamplingOptions> {
     let (method, default_top_p) = match args.sampler {
+        // Drawn by `run_cars`, with its own settings.
+        SamplerArg::Cars => anyhow::bail!("--sampler cars has no SamplingOptions"),
         SamplerArg::Plain => {
             if args.particles.is_some() || args.ess_threshold.is_some() {
                 anyhow::bail!("--particles and --ess-threshold need --sampler smc");

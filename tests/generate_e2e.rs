@@ -359,6 +359,59 @@ fn cli_generate_errors_are_clear() {
     );
 }
 
+/// `--sampler cars`: one exact output, in the grammar, with its cost in `--stats`; settings
+/// it cannot honour are refused, not ignored.
+#[test]
+#[ignore = "needs scripts/fetch-assets"]
+fn cli_generate_cars_draws_an_output_and_refuses_what_it_cannot_honour() {
+    model_path();
+    let (code, out, err) = run_corral(
+        &[
+            "generate",
+            "--regex",
+            "(yes|no|maybe)",
+            "--prompt",
+            "Is the sky green?",
+            "--sampler",
+            "cars",
+            "--temperature",
+            "1",
+            "--seed",
+            "3",
+            "--stats",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(["yes", "no", "maybe"].contains(&out.trim()), "{out:?}");
+    let stats: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(stats["sampler"]["method"], "cars", "{stats}");
+    assert!(stats["forward_passes"].as_u64().unwrap() >= 2, "{stats}");
+    let z = stats["sampler"]["live_mass"].as_f64().unwrap();
+    assert!(z > 0.0 && z < 1.0, "{stats}");
+    for (extra, says) in [
+        (&[][..], "needs a grammar"),
+        (
+            &["--regex", "yes", "--top-p", "0.9"][..],
+            "--top-p does not go",
+        ),
+        (
+            &["--regex", "yes", "--particles", "4"][..],
+            "--particles does not go",
+        ),
+        (
+            &["--regex", "yes", "--temperature", "0"][..],
+            "temperature is 0",
+        ),
+    ] {
+        let mut a = vec!["generate", "--prompt", "x", "--sampler", "cars"];
+        a.extend_from_slice(extra);
+        let (code, _, err) = run_corral(&a, b"");
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+}
+
 /// `--format generic --think-prefilled --reasoning-budget`: the reasoning is free text (on
 /// standard error), the end of reasoning is forced after the budget, and the grammar applies
 /// to the answer only (on standard output, valid for the schema).
