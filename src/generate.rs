@@ -237,14 +237,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         return run_cars(args, grammar, schema.as_ref().map(|s| &s.0), device);
     }
     let sampling = sampling_options(args)?;
-    let source = match &args.model {
-        Some(m) => m.clone(),
-        None => default_model()?,
-    };
-    let mut model = Model::load(&source, device).map_err(anyhow::Error::from)?;
-    if let Some(n) = args.ctx_size {
-        model = model.with_max_positions(n).map_err(anyhow::Error::from)?;
-    }
+    let mut model = load_model(args, device)?;
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling,
@@ -317,6 +310,19 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The model `--model` names (the default one without it), within `--ctx-size`.
+fn load_model(args: &GenerateArgs, device: DeviceSpec) -> anyhow::Result<Model> {
+    let source = match &args.model {
+        Some(m) => m.clone(),
+        None => default_model()?,
+    };
+    let model = Model::load(&source, device)?;
+    Ok(match args.ctx_size {
+        Some(n) => model.with_max_positions(n)?,
+        None => model,
+    })
+}
+
 /// `--sampler cars`: one output drawn exactly from the tempered model restricted to the
 /// grammar ([`Cars`]), printed once drawn. Whatever the sampler cannot honour is refused.
 fn run_cars(
@@ -351,14 +357,7 @@ fn run_cars(
         max_tokens: args.max_tokens,
         ..CarsOptions::default()
     };
-    let source = match &args.model {
-        Some(m) => m.clone(),
-        None => default_model()?,
-    };
-    let mut model = Model::load(&source, device).map_err(anyhow::Error::from)?;
-    if let Some(n) = args.ctx_size {
-        model = model.with_max_positions(n).map_err(anyhow::Error::from)?;
-    }
+    let mut model = load_model(args, device)?;
     if model.is_harmony() && !args.raw {
         return Err(anyhow!(
             "a harmony model's output has channels, which --sampler cars does not split: add --raw to constrain the whole output"
