@@ -32,8 +32,9 @@
 //!    refuses refuses the draw; go back to 1. (The root is never refused: what its mask
 //!    refuses scales every output's probability alike.)
 //! 3. An end token ends the draw with the output so far. A token to a prefix never reached
-//!    runs the model on that prefix (on the draw's own KV cache where it has one, else on a
-//!    copy of the prompt's), adds it to the trie, and takes the mass its mask refuses out of
+//!    runs the model on that prefix (on the walk's own KV cache where it has one, else on
+//!    a copy of as much of the last walk's cache as the two share, or of the prompt's),
+//!    adds it to the trie, and takes the mass its mask refuses out of
 //!    the live shares above it. Go on at 2 from the prefix the token leads to.
 //!
 //! An output longer than `max_tokens` is outside the target: at that depth only the end
@@ -202,6 +203,9 @@ pub struct Cars {
     opts: CarsOptions,
     /// The prompt's KV cache, which a walk copies before it runs a new prefix.
     prompt_sequence: Option<Sequence>,
+    /// The KV cache the last walk that ran the model left, and the tokens after the
+    /// prompt it holds: a walk after a refusal often goes down the same prefix again.
+    spare: Option<(Vec<TokenId>, Sequence)>,
     nodes: Vec<Node>,
     mask: FixedBitSet,
     stats: CarsStats,
@@ -260,6 +264,7 @@ impl Cars {
             prompt: prompt.to_vec(),
             opts,
             prompt_sequence: None,
+            spare: None,
             nodes: Vec::new(),
             mask: FixedBitSet::new(),
             stats: CarsStats::default(),
@@ -322,6 +327,9 @@ impl Cars {
                 };
                 let Some(i) = pick else {
                     self.stats.rejections += 1;
+                    if let Some(c) = cache {
+                        self.spare = Some((tokens, c.sequence));
+                    }
                     continue 'walk;
                 };
                 let t = node.allowed[i];
@@ -331,6 +339,9 @@ impl Cars {
                         bytes.extend_from_slice(space.vocab().token_bytes(t).unwrap_or_default());
                     }
                     self.stats.draws += 1;
+                    if let Some(c) = cache {
+                        self.spare = Some((tokens.clone(), c.sequence));
+                    }
                     return Ok(CarsDraw {
                         text: String::from_utf8_lossy(&bytes).into_owned(),
                         tokens,
@@ -368,8 +379,9 @@ impl Cars {
     }
 
     /// Runs the model on the prefix `tokens` (the prompt before them): one token on the
-    /// walk's own cache where it has one, else all of them on a copy of the prompt's (or
-    /// with the prompt again, where the model cannot copy).
+    /// walk's own cache where it has one, else the rest on a copy of the part of the spare
+    /// cache the prefix shares, or all of them on a copy of the prompt's (or with the prompt
+    /// again, where the model cannot copy).
     fn run_prefix(
         &mut self,
         lm: &mut dyn CausalLm,
@@ -389,13 +401,24 @@ impl Cars {
             None => {
                 let mut adapter = RobustConstrainedAdapter::new(self.constraint.clone());
                 adapter.step_with_tokens(tokens)?;
+                // The last token always runs: its logits are the ones wanted.
+                let shared = self.spare.as_ref().map_or(0, |(held, _)| {
+                    let same = held.iter().zip(tokens).take_while(|(a, b)| a == b);
+                    same.count().min(tokens.len() - 1)
+                });
+                let from_spare = match &self.spare {
+                    Some((_, s)) if shared > 0 => lm.copy_prefix(s, n + shared),
+                    _ => None,
+                };
                 let copied = self
                     .prompt_sequence
                     .as_ref()
+                    .filter(|_| from_spare.is_none())
                     .and_then(|s| lm.copy_prefix(s, n));
-                match copied {
-                    Some(s) => (s, adapter, tokens.to_vec(), n),
-                    None => (
+                match (from_spare, copied) {
+                    (Some(s), _) => (s, adapter, tokens[shared..].to_vec(), n + shared),
+                    (None, Some(s)) => (s, adapter, tokens.to_vec(), n),
+                    (None, None) => (
                         lm.new_sequence(),
                         adapter,
                         [&self.prompt, tokens].concat(),
