@@ -5,7 +5,9 @@ use crate::source::ConstraintArgs;
 use crate::split::SplitFormat;
 use anyhow::{Context, anyhow};
 use corral::engine::Scope;
-use corral::engine::{Cars, CarsOptions, SamplerMethod, SamplingOptions, SmcOptions};
+use corral::engine::{
+    Cars, CarsOptions, GenerateError, SamplerMethod, SamplingOptions, SmcOptions,
+};
 use corral::split::{
     Format, GenericParser, HarmonyMarkers, HarmonyMode, HarmonyParser, Splitter, ToolCallEvent,
 };
@@ -66,6 +68,10 @@ pub struct GenerateArgs {
     /// With --sampler smc: particles (1 to 64, default 8), decoded as one batch.
     #[arg(long)]
     particles: Option<usize>,
+    /// With --sampler cars: most prefixes the model may run on (one forward pass each)
+    /// before the draw gives up; default 4096.
+    #[arg(long)]
+    max_prefixes: Option<usize>,
     /// With --sampler smc: resample when the effective sample size falls below this
     /// fraction of the particles (default 0.5).
     #[arg(long, allow_negative_numbers = true)]
@@ -355,6 +361,7 @@ fn run_cars(
     let opts = CarsOptions {
         temperature: args.temperature,
         max_tokens: args.max_tokens,
+        max_prefixes: args.max_prefixes.unwrap_or(4096),
         ..CarsOptions::default()
     };
     let mut model = load_model(args, device)?;
@@ -381,9 +388,12 @@ fn run_cars(
     let constraint = model.constraints().for_grammar(&grammar);
     let mut cars = Cars::new(constraint, &prompt, opts).map_err(anyhow::Error::from)?;
     let t = std::time::Instant::now();
-    let out = cars
-        .draw(model.lm(), args.seed)
-        .map_err(anyhow::Error::from)?;
+    let out = cars.draw(model.lm(), args.seed).map_err(|e| match e {
+        e @ GenerateError::CarsLimit { .. } => anyhow!(
+            "{e}: the model rarely writes this grammar's outputs here; raise --max-prefixes, or draw with --sampler smc"
+        ),
+        e => e.into(),
+    })?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", out.text).context("standard output")?;
@@ -458,6 +468,7 @@ fn sampling_options(args: &GenerateArgs) -> anyhow::Result<SamplingOptions> {
     let (method, default_top_p) = match args.sampler {
         // Drawn by `run_cars`, with its own settings.
         SamplerArg::Cars => anyhow::bail!("--sampler cars has no SamplingOptions"),
+        _ if args.max_prefixes.is_some() => anyhow::bail!("--max-prefixes needs --sampler cars"),
         SamplerArg::Plain => {
             if args.particles.is_some() || args.ess_threshold.is_some() {
                 anyhow::bail!("--particles and --ess-threshold need --sampler smc");

@@ -403,6 +403,10 @@ fn cli_generate_cars_draws_an_output_and_refuses_what_it_cannot_honour() {
             &["--regex", "yes", "--temperature", "0"][..],
             "temperature is 0",
         ),
+        (
+            &["--regex", "(yes|no)", "--max-prefixes", "1"][..],
+            "raise --max-prefixes",
+        ),
     ] {
         let mut a = vec!["generate", "--prompt", "x", "--sampler", "cars"];
         a.extend_from_slice(extra);
@@ -410,6 +414,18 @@ fn cli_generate_cars_draws_an_output_and_refuses_what_it_cannot_honour() {
         assert_eq!(code, 2, "{extra:?}: {err}");
         assert!(err.contains(says), "{extra:?}: {err}");
     }
+    let a = [
+        "generate",
+        "--prompt",
+        "x",
+        "--regex",
+        "yes",
+        "--max-prefixes",
+        "9",
+    ];
+    let (code, _, err) = run_corral(&a, b"");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-prefixes needs --sampler cars"), "{err}");
 }
 
 /// `--format generic --think-prefilled --reasoning-budget`: the reasoning is free text (on
