@@ -351,6 +351,8 @@ fn run_cars(
         (args.format.is_some(), "--format"),
         (args.reasoning_budget.is_some(), "--reasoning-budget"),
         (args.think_prefilled, "--think-prefilled"),
+        (args.scope != ScopeArg::Answer, "--scope"),
+        (args.tool_format != "hermes", "--tool-format"),
     ];
     if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
         return Err(anyhow!(
@@ -375,13 +377,12 @@ fn run_cars(
         .prompt_text(args.system.as_deref(), &read_prompt(args)?, args.raw)
         .map_err(anyhow::Error::from)?;
     let prompt = model.encode_prompt(&text).map_err(anyhow::Error::from)?;
-    let need = prompt.len() + args.max_tokens + 1;
-    if need > model.lm().max_positions() {
+    let max = model.lm().max_positions();
+    if prompt.len().saturating_add(args.max_tokens) >= max {
         return Err(anyhow!(
-            "the prompt ({} tokens) and --max-tokens {} take {need} positions; the model supports {}",
+            "the prompt ({} tokens) and --max-tokens {} take more than the {max} positions the model supports",
             prompt.len(),
             args.max_tokens,
-            model.lm().max_positions()
         )
         .into());
     }
@@ -391,6 +392,10 @@ fn run_cars(
     let out = cars.draw(model.lm(), args.seed).map_err(|e| match e {
         e @ GenerateError::CarsLimit { .. } => anyhow!(
             "{e}: the model rarely writes this grammar's outputs here; raise --max-prefixes, or draw with --sampler smc"
+        ),
+        GenerateError::NothingToSample => anyhow!(
+            "no output of the grammar has a probability under the model at --temperature {} that the sampler can hold (f64, above about 1e-308): raise --temperature, or draw with --sampler smc",
+            args.temperature
         ),
         e => e.into(),
     })?;

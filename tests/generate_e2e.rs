@@ -407,6 +407,14 @@ fn cli_generate_cars_draws_an_output_and_refuses_what_it_cannot_honour() {
             &["--regex", "(yes|no)", "--max-prefixes", "1"][..],
             "raise --max-prefixes",
         ),
+        (
+            &["--regex", "yes", "--scope", "tool-calls"][..],
+            "--scope does not go",
+        ),
+        (
+            &["--regex", "x{300}", "--max-tokens", "3"][..],
+            "no output of the grammar fits",
+        ),
     ] {
         let mut a = vec!["generate", "--prompt", "x", "--sampler", "cars"];
         a.extend_from_slice(extra);

@@ -45,7 +45,7 @@
 //! (f32 logits, f64 sums). A draw that fails leaves the trie as it was before the prefix
 //! that failed: later draws may go on.
 
-use crate::adapter::RobustConstrainedAdapter;
+use crate::adapter::{Completion, RobustConstrainedAdapter};
 use crate::constraint::Constraint;
 use crate::generate::GenerateError;
 use crate::logprobs::log_sum_exp;
@@ -223,7 +223,9 @@ impl std::fmt::Debug for Cars {
 }
 
 impl Cars {
-    /// A sampler with an empty trie; checks the settings.
+    /// A sampler with an empty trie; checks the settings, and that some output of the
+    /// grammar fits in `max_tokens` ([`GenerateError::BudgetTooSmall`],
+    /// [`GenerateError::NoCompletion`]).
     pub fn new(
         constraint: Arc<Constraint>,
         prompt: &[TokenId],
@@ -258,6 +260,19 @@ impl Cars {
                 opts.max_prefixes.to_string(),
                 "1 to 4,294,967,294",
             );
+        }
+        let mut adapter = RobustConstrainedAdapter::new(constraint.clone());
+        let (needed, at_least) = match adapter.completion_tokens_within(opts.max_tokens)? {
+            Completion::Tokens(t) => (t.len(), false),
+            Completion::TooLong { at_least } => (at_least, true),
+            Completion::Impossible => return Err(GenerateError::NoCompletion),
+        };
+        if needed > opts.max_tokens {
+            return Err(GenerateError::BudgetTooSmall {
+                needed,
+                max_tokens: opts.max_tokens,
+                at_least,
+            });
         }
         Ok(Cars {
             constraint,

@@ -494,6 +494,16 @@ fn cars_fails_where_the_grammar_has_no_mass_or_a_limit_is_reached() {
             other => panic!("{other:?}"),
         }
     }
+    // No output fits in one token: refused before any pass.
+    let g = compile_gbnf(r#"root ::= "bc""#, &CompileOptions::default()).unwrap();
+    let opts = CarsOptions {
+        max_tokens: 1,
+        ..CarsOptions::default()
+    };
+    assert!(matches!(
+        Cars::new(Constraint::new(g, space()), &PROMPT, opts),
+        Err(GenerateError::BudgetTooSmall { needed: 2, .. })
+    ));
     // A NaN logit is the model's error, not an output.
     let mut nan = TableLm {
         table: nan_first,
