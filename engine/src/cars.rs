@@ -45,8 +45,9 @@
 //! (f32 logits, f64 sums). A draw that fails leaves the trie as it was before the prefix
 //! that failed: later draws may go on.
 
-use crate::adapter::{Completion, RobustConstrainedAdapter};
+use crate::adapter::RobustConstrainedAdapter;
 use crate::constraint::Constraint;
+use crate::decoder::check_budget;
 use crate::generate::GenerateError;
 use crate::logprobs::log_sum_exp;
 use crate::model::{BackendError, CausalLm, Logits, ModelError, Sequence};
@@ -262,18 +263,7 @@ impl Cars {
             );
         }
         let mut adapter = RobustConstrainedAdapter::new(constraint.clone());
-        let (needed, at_least) = match adapter.completion_tokens_within(opts.max_tokens)? {
-            Completion::Tokens(t) => (t.len(), false),
-            Completion::TooLong { at_least } => (at_least, true),
-            Completion::Impossible => return Err(GenerateError::NoCompletion),
-        };
-        if needed > opts.max_tokens {
-            return Err(GenerateError::BudgetTooSmall {
-                needed,
-                max_tokens: opts.max_tokens,
-                at_least,
-            });
-        }
+        check_budget(&mut adapter, opts.max_tokens)?;
         Ok(Cars {
             constraint,
             prompt: prompt.to_vec(),

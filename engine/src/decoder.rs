@@ -165,6 +165,28 @@ enum Stepped {
     Replaced { token: TokenId, named: bool },
 }
 
+/// Whether some output of the grammar, from `adapter`'s state, fits in `max_tokens`
+/// tokens: [`GenerateError::BudgetTooSmall`] with the shortest one's length if not,
+/// [`GenerateError::NoCompletion`] if no output ends.
+pub(crate) fn check_budget(
+    adapter: &mut RobustConstrainedAdapter,
+    max_tokens: usize,
+) -> Result<(), GenerateError> {
+    let (needed, at_least) = match adapter.completion_tokens_within(max_tokens)? {
+        Completion::Tokens(t) => (t.len(), false),
+        Completion::TooLong { at_least } => (at_least, true),
+        Completion::Impossible => return Err(GenerateError::NoCompletion),
+    };
+    if needed > max_tokens {
+        return Err(GenerateError::BudgetTooSmall {
+            needed,
+            max_tokens,
+            at_least,
+        });
+    }
+    Ok(())
+}
+
 impl Decoder {
     /// A decoder for the output after `prompt` (which the caller feeds to the model first),
     /// constrained by `constraint` where `opts.scope` says. `max_positions` is the model's
@@ -256,18 +278,7 @@ impl Decoder {
         if d.budgeted
             && let Phase::Constrained(a) = &mut d.phase
         {
-            let (needed, at_least) = match a.completion_tokens_within(d.max_tokens)? {
-                Completion::Tokens(t) => (t.len(), false),
-                Completion::TooLong { at_least } => (at_least, true),
-                Completion::Impossible => return Err(GenerateError::NoCompletion),
-            };
-            if needed > d.max_tokens {
-                return Err(GenerateError::BudgetTooSmall {
-                    needed,
-                    max_tokens: d.max_tokens,
-                    at_least,
-                });
-            }
+            check_budget(a, d.max_tokens)?;
         }
         Ok(d)
     }
