@@ -339,10 +339,7 @@ impl Cars {
                 };
                 let t = node.allowed[i];
                 if space.eos().contains(&t) {
-                    let mut bytes = Vec::new();
-                    for &t in &tokens {
-                        bytes.extend_from_slice(space.vocab().token_bytes(t).unwrap_or_default());
-                    }
+                    let bytes = space.vocab().decode_bytes(&tokens);
                     self.stats.draws += 1;
                     if let Some(c) = cache {
                         self.spare = Some((tokens.clone(), c.sequence));
