@@ -12,7 +12,9 @@
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
 
 use crate::classes::StateClasses;
-use crate::tokens::{BodyRuns, LexTokens, Loops, SuffixWalk, walk_generic, walk_suffixes};
+use crate::tokens::{
+    AsciiBytes, BodyRuns, LexTokens, Loops, SuffixWalk, walk_generic, walk_suffixes,
+};
 use corral_grammar::{LexemeDfa, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::FxHashMap;
@@ -80,6 +82,9 @@ impl Key {
     }
 }
 
+/// An operand DFA and the [`BodyRuns`] made from one of its states.
+type PlainRuns = (Arc<LexemeDfa>, Arc<BodyRuns>);
+
 /// Suffix walks of one slice for one [`Prefix`], by DFA state.
 type Walks = RwLock<FxHashMap<Key, Arc<SuffixWalk>>>;
 
@@ -95,6 +100,10 @@ pub struct MaskCache {
     /// The runs of a string body's leaving tokens from a state many states' first bytes
     /// lead to (see [`BodyRuns`]).
     body_runs: RwLock<FxHashMap<Key, Arc<BodyRuns>>>,
+    /// [`BodyRuns`] made from a state of an operand DFA, for the products over it whose
+    /// states match that state (see [`LexemeDfa::first_alone`]), by the operand's address
+    /// (it is held here too) and the state's index.
+    plain_runs: RwLock<FxHashMap<(usize, u32), PlainRuns>>,
     /// Per [`Alphabet`] and [`Prefix`]: walks of its slice's suffix trie.
     walks: [[Walks; 3]; 2],
     /// Per DFA (key, numbering): the classes of its states.
@@ -127,6 +136,7 @@ impl MaskCache {
             limits,
             generic: RwLock::default(),
             body_runs: RwLock::default(),
+            plain_runs: RwLock::default(),
             walks: Default::default(),
             classes: Mutex::default(),
             loops: Mutex::default(),
@@ -153,6 +163,7 @@ impl MaskCache {
     pub fn stats(&self) -> MaskCacheStats {
         let entries = self.generic.read().map_or(0, |m| m.len())
             + self.body_runs.read().map_or(0, |m| m.len())
+            + self.plain_runs.read().map_or(0, |m| m.len())
             + self
                 .walks
                 .iter()
@@ -176,6 +187,10 @@ impl MaskCache {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.body_runs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.plain_runs
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -207,7 +222,12 @@ impl MaskCache {
             let body_runs = |from, firsts| {
                 let k = Key::state(key, dfa, from);
                 self.get_or(&self.body_runs, k, || {
-                    let runs = BodyRuns::new(dfa, from, &self.space, firsts);
+                    // The plain body of a key that must not be one of some names: made once
+                    // for every such key over the same plain key.
+                    let runs = dfa
+                        .first_alone(from)
+                        .and_then(|(a, p)| self.plain_body_runs(a, p, firsts).in_dfa(dfa, from))
+                        .unwrap_or_else(|| BodyRuns::new(dfa, from, &self.space, firsts));
                     let bytes = runs.memory_usage();
                     (Arc::new(runs), bytes)
                 })
@@ -252,6 +272,18 @@ impl MaskCache {
         })
     }
 
+    /// The [`BodyRuns`] of state `p` of `a` (see [`LexemeDfa::first_alone`]).
+    fn plain_body_runs(&self, a: &Arc<LexemeDfa>, p: StateId, firsts: AsciiBytes) -> Arc<BodyRuns> {
+        let k = (Arc::as_ptr(a) as usize, p.index() as u32);
+        let (_, runs) = self.get_or(&self.plain_runs, k, || {
+            let runs = BodyRuns::new(a, p, &self.space, firsts);
+            let bytes = runs.memory_usage();
+            // The DFA is kept with its runs, so that its address names no other while held.
+            ((a.clone(), Arc::new(runs)), bytes)
+        });
+        runs
+    }
+
     fn holds<T>(&self, map: &RwLock<FxHashMap<Key, Arc<T>>>, key: &Key) -> bool {
         map.read()
             .unwrap_or_else(|e| e.into_inner())
@@ -270,12 +302,12 @@ impl MaskCache {
             .class(dfa, state, self.depth)
     }
 
-    fn get_or<T>(
+    fn get_or<K: std::hash::Hash + Eq, V: Clone>(
         &self,
-        map: &RwLock<FxHashMap<Key, Arc<T>>>,
-        key: Key,
-        make: impl FnOnce() -> (Arc<T>, usize),
-    ) -> Arc<T> {
+        map: &RwLock<FxHashMap<K, V>>,
+        key: K,
+        make: impl FnOnce() -> (V, usize),
+    ) -> V {
         if let Some(v) = map.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
             self.hits.fetch_add(1, Relaxed);
             return v.clone();

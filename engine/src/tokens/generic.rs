@@ -287,11 +287,14 @@ pub struct BodyRuns {
     /// and those of the state that asked first.
     covered: AsciiBytes,
     /// The tokens that stay in the lexeme, by first byte.
-    alive: Vec<TokenId>,
+    alive: Arc<[TokenId]>,
     /// Where each ASCII first byte's tokens start in `alive` (and, at 128, its end).
     alive_at: [u32; 129],
     /// Per end state: the rests of the tokens that end the lexeme, after that end.
     rests: Vec<(StateId, Arc<TokenTrie>)>,
+    /// Per end state (as in `rests`): bytes that lead from the state the runs were made
+    /// from to it, to find it again in a DFA that matches the same from its own state.
+    witnesses: Vec<Box<[u8]>>,
 }
 
 impl BodyRuns {
@@ -312,6 +315,7 @@ impl BodyRuns {
         }
         let mut alive = Vec::new();
         let mut groups: Groups = Vec::new();
+        let mut witnesses: Vec<(StateId, Box<[u8]>)> = Vec::new();
         let tokens = (0..0x80u8)
             .filter(|&b| covered.contains(b))
             .flat_map(|b| slice.every_other_token_from(b));
@@ -327,6 +331,9 @@ impl BodyRuns {
                 Outcome::Alive => alive.push((first, e.token)),
                 Outcome::Dead => {}
                 Outcome::Ending { state, at } => {
+                    if !witnesses.iter().any(|w| w.0 == state) {
+                        witnesses.push((state, rest[..at].into()));
+                    }
                     group(&mut groups, state).push((&rest[at..], e.token))
                 }
             }
@@ -336,6 +343,15 @@ impl BodyRuns {
         for (b, at) in alive_at.iter_mut().enumerate() {
             *at = alive.partition_point(|&(f, _)| (f as usize) < b) as u32;
         }
+        let witnesses = groups
+            .iter()
+            .map(|g| {
+                let w = witnesses.iter().find(|w| w.0 == g.0);
+                w.expect("each end state has its first token's bytes")
+                    .1
+                    .clone()
+            })
+            .collect();
         BodyRuns {
             covered,
             alive: alive.into_iter().map(|(_, t)| t).collect(),
@@ -344,7 +360,33 @@ impl BodyRuns {
                 .into_iter()
                 .map(|(state, entries)| (state, Arc::new(TokenTrie::from_entries(entries))))
                 .collect(),
+            witnesses,
         }
+    }
+
+    /// These runs for state `from` of `dfa`, which matches exactly what the state they were
+    /// made from matches (see [`LexemeDfa::first_alone`]): the same tokens, with each end
+    /// state found again in `dfa` by its witness bytes. `None` if a witness does not end
+    /// where it did (the states did not match the same).
+    pub(crate) fn in_dfa(&self, dfa: &LexemeDfa, from: StateId) -> Option<BodyRuns> {
+        let mut rests = Vec::with_capacity(self.rests.len());
+        for ((state, trie), w) in self.rests.iter().zip(&self.witnesses) {
+            let end = dfa.run(from, w);
+            if end == DEAD
+                || end.is_accepting() != state.is_accepting()
+                || end.can_continue() != state.can_continue()
+            {
+                return None;
+            }
+            rests.push((end, trie.clone()));
+        }
+        Some(BodyRuns {
+            covered: self.covered,
+            alive: self.alive.clone(),
+            alive_at: self.alive_at,
+            rests,
+            witnesses: self.witnesses.clone(),
+        })
     }
 
     /// The tokens that stay in the lexeme among those that start with `first`.
@@ -937,5 +979,89 @@ mod tests {
             assert_eq!(ends, want_ends, "{prefix}");
         }
         assert!(shared >= 4, "the states past the first byte share runs");
+    }
+
+    /// Two keys that must not be some names, over one plain key: the runs of the plain
+    /// body are made once, from the plain key's own state, and serve both products, with
+    /// each product's end states found again. Every token run whole from each state agrees
+    /// with the walk.
+    #[test]
+    fn products_over_one_plain_key_share_its_body_runs() {
+        let c = r#"(?:[^"\\\x00-\x1f]|\\["\\nt])"#;
+        let plain = Arc::new(dfa(&format!(r#""{c}*""#)));
+        let product = |names: &str| {
+            let names = Arc::new(dfa(&format!(r#""(?:{names})""#)));
+            LexemeDfa::product(
+                &plain,
+                &names,
+                corral_grammar::Combine::FirstNotSecond,
+                1 << 24,
+            )
+        };
+        let words = [
+            "x\":", "b\":", "\"", "\":", "abc", "a", "b", "bc\"", "b\"", "\\\"x\"", "y\n", "q\"z",
+            "\"a", "\u{e9}\"", "\\n\"", "xy\\", "b\\q", "zz\"}", "k\t\"", "b\"\"", "hello",
+            "\\\"\"", "ab\"", "x\", \"", "d\"", "cd\"",
+        ];
+        let s = space(&words);
+        s.prepare_slices();
+        // The runs of the plain key's states, as the cache keeps them across products.
+        let made: std::cell::RefCell<Vec<(StateId, Arc<BodyRuns>)>> = Default::default();
+        let mut reused = 0;
+        for names in ["ab", "cd|x"] {
+            let d = product(names);
+            let mut loops = Loops::new(Alphabet::Strings, 8, true);
+            let mapped = std::cell::Cell::new(0);
+            let body_runs = |r, firsts| {
+                let (a, p) = d.first_alone(r).expect("the runs' state is the plain body");
+                let mut made = made.borrow_mut();
+                let runs = match made.iter().find(|m| m.0 == p) {
+                    Some((_, runs)) => runs.clone(),
+                    None => {
+                        let runs = Arc::new(BodyRuns::new(a, p, &s, firsts));
+                        made.push((p, runs.clone()));
+                        runs
+                    }
+                };
+                mapped.set(mapped.get() + 1);
+                Arc::new(runs.in_dfa(&d, r).expect("the states match the same"))
+            };
+            for prefix in ["\"", "\"a", "\"c", "\"x", "\"ax"] {
+                let from = d.run(d.start(), prefix.as_bytes());
+                assert_ne!(from, DEAD, "{names} {prefix}");
+                let t = walk_generic(&d, from, &s, &mut loops, &body_runs);
+                let mut inside = FixedBitSet::with_capacity(s.width());
+                t.inside.union_into(&mut inside);
+                let found = rests(&t, &s);
+                let mut ends: Vec<(StateId, Vec<u8>, u32)> = t
+                    .suffixes
+                    .iter()
+                    .zip(&found)
+                    .flat_map(|((state, _), rs)| rs.iter().map(|(r, k)| (*state, r.clone(), *k)))
+                    .collect();
+                ends.sort();
+                let mut want_inside = Vec::new();
+                let mut want_ends = Vec::new();
+                for (k, w) in words.iter().enumerate() {
+                    match run_suffix(&d, from, w.as_bytes()) {
+                        Outcome::Alive => want_inside.push(k),
+                        Outcome::Dead => {}
+                        Outcome::Ending { state, at } => {
+                            want_ends.push((state, w.as_bytes()[at..].to_vec(), k as u32))
+                        }
+                    }
+                }
+                want_ends.sort();
+                assert_eq!(
+                    inside.ones().collect::<Vec<_>>(),
+                    want_inside,
+                    "{names} {prefix}"
+                );
+                assert_eq!(ends, want_ends, "{names} {prefix}");
+            }
+            reused += mapped.get();
+        }
+        assert_eq!(made.borrow().len(), 1, "one plain body state, run once");
+        assert!(reused >= 2, "both products took the plain key's runs");
     }
 }

@@ -212,6 +212,18 @@ impl LexemeDfa {
         }
     }
 
+    /// Where this DFA is `a & ~b` and `state` is a pair in which `b` has died: `a` and its
+    /// state there, which from then on matches exactly what `state` does (the plain body of
+    /// a key that is no longer spelling one of the schema's names). What is computed for
+    /// `a`'s state serves every such product over the same `a`, once its end states are
+    /// found again in the product.
+    pub fn first_alone(&self, state: StateId) -> Option<(&std::sync::Arc<LexemeDfa>, StateId)> {
+        match &self.fill {
+            Fill::Product(p) if state != DEAD => p.first_alone(state.index32()),
+            _ => None,
+        }
+    }
+
     /// The class of `byte`: bytes of one class lead every state to the same place.
     #[inline]
     pub fn class_of(&self, byte: u8) -> u8 {

@@ -236,6 +236,16 @@ impl LazyProduct {
         self.overflow.load(Relaxed) || self.a.overflowed() || self.b.overflowed()
     }
 
+    /// `a`'s state in state index `i`, where the product is `a & ~b` and `b` has died
+    /// there: from then on the product matches what `a` matches.
+    pub(super) fn first_alone(&self, i: u32) -> Option<(&Arc<LexemeDfa>, StateId)> {
+        if self.how != Combine::FirstNotSecond {
+            return None;
+        }
+        let (x, y) = *super::lock(&self.pairs).of.get(i as usize)?;
+        (y == DEAD && x != DEAD).then_some((&self.a, x))
+    }
+
     /// Number of states so far, [`DEAD`] included.
     pub(super) fn len(&self) -> usize {
         super::lock(&self.pairs).of.len()
