@@ -798,6 +798,41 @@ mod tests {
             .collect()
     }
 
+    /// Each of `words` (the space's tokens, by id) run whole from `from`, against what walk
+    /// `t` found there: the tokens inside, and each end state's rests.
+    fn agrees_with_runs(
+        d: &LexemeDfa,
+        from: StateId,
+        t: &LexTokens,
+        (s, words): (&TokenSpace, &[&str]),
+        what: &str,
+    ) {
+        let mut inside = FixedBitSet::with_capacity(s.width());
+        t.inside.union_into(&mut inside);
+        let found = rests(t, s);
+        let mut ends: Vec<(StateId, Vec<u8>, u32)> = t
+            .suffixes
+            .iter()
+            .zip(&found)
+            .flat_map(|((state, _), rs)| rs.iter().map(|(r, k)| (*state, r.clone(), *k)))
+            .collect();
+        ends.sort();
+        let mut want_inside = Vec::new();
+        let mut want_ends = Vec::new();
+        for (k, w) in words.iter().enumerate() {
+            match run_suffix(d, from, w.as_bytes()) {
+                Outcome::Alive => want_inside.push(k),
+                Outcome::Dead => {}
+                Outcome::Ending { state, at } => {
+                    want_ends.push((state, w.as_bytes()[at..].to_vec(), k as u32))
+                }
+            }
+        }
+        want_ends.sort();
+        assert_eq!(inside.ones().collect::<Vec<_>>(), want_inside, "{what}");
+        assert_eq!(ends, want_ends, "{what}");
+    }
+
     fn owned(rests: &[(&[u8], u32)]) -> Vec<(Vec<u8>, u32)> {
         rests.iter().map(|&(b, t)| (b.to_vec(), t)).collect()
     }
@@ -952,31 +987,7 @@ mod tests {
                 .iter()
                 .filter(|r| matches!(r.1, Rests::Shared { .. }))
                 .count();
-            // Each token run whole from the state, against what the walk found.
-            let mut inside = FixedBitSet::with_capacity(s.width());
-            t.inside.union_into(&mut inside);
-            let found = rests(&t, &s);
-            let mut ends: Vec<(usize, Vec<u8>, u32)> = t
-                .suffixes
-                .iter()
-                .zip(&found)
-                .flat_map(|((state, _), rs)| rs.iter().map(|(r, k)| (state.index(), r.clone(), *k)))
-                .collect();
-            ends.sort();
-            let mut want_inside = Vec::new();
-            let mut want_ends = Vec::new();
-            for (k, w) in words.iter().enumerate() {
-                match run_suffix(&d, from, w.as_bytes()) {
-                    Outcome::Alive => want_inside.push(k),
-                    Outcome::Dead => {}
-                    Outcome::Ending { state, at } => {
-                        want_ends.push((state.index(), w.as_bytes()[at..].to_vec(), k as u32))
-                    }
-                }
-            }
-            want_ends.sort();
-            assert_eq!(inside.ones().collect::<Vec<_>>(), want_inside, "{prefix}");
-            assert_eq!(ends, want_ends, "{prefix}");
+            agrees_with_runs(&d, from, &t, (&s, &words), prefix);
         }
         assert!(shared >= 4, "the states past the first byte share runs");
     }
@@ -1030,34 +1041,7 @@ mod tests {
                 let from = d.run(d.start(), prefix.as_bytes());
                 assert_ne!(from, DEAD, "{names} {prefix}");
                 let t = walk_generic(&d, from, &s, &mut loops, &body_runs);
-                let mut inside = FixedBitSet::with_capacity(s.width());
-                t.inside.union_into(&mut inside);
-                let found = rests(&t, &s);
-                let mut ends: Vec<(StateId, Vec<u8>, u32)> = t
-                    .suffixes
-                    .iter()
-                    .zip(&found)
-                    .flat_map(|((state, _), rs)| rs.iter().map(|(r, k)| (*state, r.clone(), *k)))
-                    .collect();
-                ends.sort();
-                let mut want_inside = Vec::new();
-                let mut want_ends = Vec::new();
-                for (k, w) in words.iter().enumerate() {
-                    match run_suffix(&d, from, w.as_bytes()) {
-                        Outcome::Alive => want_inside.push(k),
-                        Outcome::Dead => {}
-                        Outcome::Ending { state, at } => {
-                            want_ends.push((state, w.as_bytes()[at..].to_vec(), k as u32))
-                        }
-                    }
-                }
-                want_ends.sort();
-                assert_eq!(
-                    inside.ones().collect::<Vec<_>>(),
-                    want_inside,
-                    "{names} {prefix}"
-                );
-                assert_eq!(ends, want_ends, "{names} {prefix}");
+                agrees_with_runs(&d, from, &t, (&s, &words), &format!("{names} {prefix}"));
             }
             reused += mapped.get();
         }
