@@ -315,7 +315,8 @@ impl BodyRuns {
         }
         let mut alive = Vec::new();
         let mut groups: Groups = Vec::new();
-        let mut witnesses: Vec<(StateId, Box<[u8]>)> = Vec::new();
+        // Parallel to `groups`: the first rest run into each end state.
+        let mut witnesses: Vec<Box<[u8]>> = Vec::new();
         let tokens = (0..0x80u8)
             .filter(|&b| covered.contains(b))
             .flat_map(|b| slice.every_other_token_from(b));
@@ -331,8 +332,8 @@ impl BodyRuns {
                 Outcome::Alive => alive.push((first, e.token)),
                 Outcome::Dead => {}
                 Outcome::Ending { state, at } => {
-                    if !witnesses.iter().any(|w| w.0 == state) {
-                        witnesses.push((state, rest[..at].into()));
+                    if !groups.iter().any(|g| g.0 == state) {
+                        witnesses.push(rest[..at].into());
                     }
                     group(&mut groups, state).push((&rest[at..], e.token))
                 }
@@ -343,15 +344,6 @@ impl BodyRuns {
         for (b, at) in alive_at.iter_mut().enumerate() {
             *at = alive.partition_point(|&(f, _)| (f as usize) < b) as u32;
         }
-        let witnesses = groups
-            .iter()
-            .map(|g| {
-                let w = witnesses.iter().find(|w| w.0 == g.0);
-                w.expect("each end state has its first token's bytes")
-                    .1
-                    .clone()
-            })
-            .collect();
         BodyRuns {
             covered,
             alive: alive.into_iter().map(|(_, t)| t).collect(),
