@@ -2,6 +2,7 @@
 //! match two branches.
 
 use super::*;
+use std::borrow::Cow;
 
 impl Compiler<'_> {
     /// Whether no value is valid for both (conservative: `false` when unsure).
@@ -74,11 +75,11 @@ impl Compiler<'_> {
     }
 
     /// A schema flattened for inspection, without compiling (`None` if it cannot be).
-    pub(super) fn view(&mut self, s: &Value) -> Option<Map<String, Value>> {
+    pub(super) fn view<'v>(&mut self, s: &'v Value) -> Option<Cow<'v, Map<String, Value>>> {
         let saved = self.deferred.len();
         let r = match s {
-            Value::Bool(true) => Some(Map::new()),
-            Value::Bool(false) => Some(single("enum", Value::Array(Vec::new()))),
+            Value::Bool(true) => Some(Cow::Owned(Map::new())),
+            Value::Bool(false) => Some(Cow::Owned(single("enum", Value::Array(Vec::new())))),
             Value::Object(m) => self.flatten(m, "").ok(),
             _ => None,
         };

@@ -2,6 +2,7 @@
 //! map, unknown or unsupported keywords checked, and the JSON types it allows.
 
 use super::*;
+use std::borrow::Cow;
 
 /// JSON types as a bit set; `integer` is a subset of `number`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,23 +55,26 @@ impl Types {
 }
 
 impl Compiler<'_> {
-    /// `m` with its `$ref` and `allOf` merged in (recursively), so neither is at the top.
-    pub(super) fn flatten(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
-        self.depth += 1;
-        if self.depth > self.opts.max_schema_depth {
-            self.depth -= 1;
+    /// `m` with its `$ref` and `allOf` merged in (recursively), so neither is at the top;
+    /// `m` itself (not copied: it holds every subschema below) where it has neither.
+    pub(super) fn flatten<'m>(
+        &mut self,
+        m: &'m Map<String, Value>,
+        ptr: &str,
+    ) -> Res<Cow<'m, Map<String, Value>>> {
+        if self.depth >= self.opts.max_schema_depth {
             return Err(too_deep(ptr, self.opts.max_schema_depth));
         }
+        if !m.contains_key("$ref") && !m.contains_key("allOf") {
+            return Ok(Cow::Borrowed(m));
+        }
+        self.depth += 1;
         let r = self.flatten_inner(m, ptr);
         self.depth -= 1;
-        r
+        r.map(Cow::Owned)
     }
 
-    pub(super) fn flatten_inner(
-        &mut self,
-        m: &Map<String, Value>,
-        ptr: &str,
-    ) -> Res<Map<String, Value>> {
+    fn flatten_inner(&mut self, m: &Map<String, Value>, ptr: &str) -> Res<Map<String, Value>> {
         let mut base = m.clone();
         let mut parts: Vec<Map<String, Value>> = Vec::new();
         if let Some(r) = base.shift_remove("$ref") {
@@ -111,7 +115,7 @@ impl Compiler<'_> {
                 m.insert("enum".into(), Value::Array(Vec::new()));
                 Ok(m)
             }
-            Value::Object(m) => self.flatten(m, ptr),
+            Value::Object(m) => self.flatten(m, ptr).map(Cow::into_owned),
             _ => Err(invalid(ptr, "a schema must be an object or a boolean")),
         }
     }

@@ -2,6 +2,13 @@
 //! `minProperties`/`maxProperties`, and additional or pattern properties.
 
 use super::*;
+use std::borrow::Cow;
+
+/// A keyword's members, `(name, subschema)`, borrowed from the schema.
+type Members<'m> = [(&'m str, &'m Value)];
+
+/// A named property: its name, schema, pointer, and whether it is required.
+type Named<'m> = (&'m str, Cow<'m, Value>, String, bool);
 
 impl Compiler<'_> {
     /// An object schema: `{`, its members in the configured order, `}`.
@@ -14,24 +21,24 @@ impl Compiler<'_> {
         let props = entries(m, ptr, "properties")?;
         let pats = entries(m, ptr, "patternProperties")?;
         let required = required_names(m, ptr)?;
+        let closed = Value::Bool(false);
         let ap = m
             .get("additionalProperties")
-            .cloned()
-            .or_else(|| self.opts.closed_objects.then_some(Value::Bool(false)));
-        let ap_false = ap == Some(Value::Bool(false));
+            .or_else(|| self.opts.closed_objects.then_some(&closed));
+        let ap_false = ap == Some(&closed);
         let min_p = count(m, ptr, "minProperties")?.unwrap_or(0);
         let max_p = count(m, ptr, "maxProperties")?;
         if max_p.is_some_and(|max| max < min_p) {
             return Ok(None);
         }
-        let named = self.named_properties(&props, &required, &pats, ap.as_ref(), ptr)?;
+        let named = self.named_properties(&props, &required, &pats, ap, ptr)?;
         let ws = self.ws.clone();
         let mut items: Vec<(Expr, bool)> = Vec::new();
         for (k, v, p, req) in &named {
             match self.value(v, p, k)? {
                 Some(val) => {
                     let kv = seq(vec![
-                        lit(&Value::String(k.clone()).to_string()),
+                        lit(&Value::String(k.to_string()).to_string()),
                         ws.clone(),
                         lit(":"),
                         ws.clone(),
@@ -43,8 +50,8 @@ impl Compiler<'_> {
                 None => {}
             }
         }
-        let names: Vec<String> = named.iter().map(|n| n.0.clone()).collect();
-        let extra = self.extra_members(&names, &pats, ap.as_ref(), ap_false, ptr, hint)?;
+        let names: Vec<String> = named.iter().map(|n| n.0.to_string()).collect();
+        let extra = self.extra_members(&names, &pats, ap, ap_false, ptr, hint)?;
         let chain = match self.opts.property_order {
             PropertyOrder::Schema => {
                 self.ordered_members(&items, extra.as_ref(), min_p, max_p, ptr, hint)?
@@ -63,32 +70,32 @@ impl Compiler<'_> {
     /// The named properties, `(name, schema, pointer, required)`: `properties` in order,
     /// then required names not listed there (with the additional properties' schema); each
     /// merged with the `patternProperties` whose pattern its name matches.
-    fn named_properties(
+    fn named_properties<'m>(
         &mut self,
-        props: &[(String, Value)],
-        required: &[String],
-        pats: &[(String, Value)],
-        ap: Option<&Value>,
+        props: &Members<'m>,
+        required: &'m [String],
+        pats: &Members<'m>,
+        ap: Option<&'m Value>,
         ptr: &str,
-    ) -> Res<Vec<(String, Value, String, bool)>> {
-        let mut named: Vec<(String, Value, String, bool)> = Vec::new();
-        for (k, v) in props {
+    ) -> Res<Vec<Named<'m>>> {
+        let mut named: Vec<Named> = Vec::new();
+        for &(k, v) in props {
             named.push((
-                k.clone(),
-                v.clone(),
+                k,
+                Cow::Borrowed(v),
                 child(&child(ptr, "properties"), k),
-                required.contains(k),
+                required.iter().any(|r| r == k),
             ));
         }
         for r in required {
-            if !props.iter().any(|(k, _)| k == r) && !named.iter().any(|n| &n.0 == r) {
-                let s = ap.cloned().unwrap_or(Value::Bool(true));
-                named.push((r.clone(), s, child(ptr, "required"), true));
+            if !props.iter().any(|(k, _)| k == r) && !named.iter().any(|n| n.0 == r) {
+                let s = ap.map_or(Cow::Owned(Value::Bool(true)), Cow::Borrowed);
+                named.push((r, s, child(ptr, "required"), true));
             }
         }
         for (k, v, _, _) in named.iter_mut() {
             let mut matching = Vec::new();
-            for (p, s) in pats {
+            for &(p, s) in pats {
                 if self.pattern_matches(p, k, ptr)? {
                     matching.push(s.clone());
                 }
@@ -96,16 +103,16 @@ impl Compiler<'_> {
             if !matching.is_empty() {
                 let from_props = props.iter().any(|(pk, _)| pk == k);
                 let mut all = if from_props {
-                    vec![v.clone()]
+                    vec![v.as_ref().clone()]
                 } else {
                     Vec::new()
                 };
                 all.extend(matching);
-                *v = if all.len() == 1 {
+                *v = Cow::Owned(if all.len() == 1 {
                     all.pop().expect("one")
                 } else {
                     Value::Object(single("allOf", Value::Array(all)))
-                };
+                });
             }
         }
         Ok(named)
@@ -133,11 +140,10 @@ impl Compiler<'_> {
     }
 
     /// Members beyond the named properties: `key: value` (one), or `None` if none may appear.
-    /// Members beyond the named properties: `key: value` (one), or `None` if none may appear.
     pub(super) fn extra_members(
         &mut self,
         names: &[String],
-        pats: &[(String, Value)],
+        pats: &Members,
         ap: Option<&Value>,
         ap_false: bool,
         ptr: &str,
@@ -210,12 +216,12 @@ impl Compiler<'_> {
     fn pattern_member(
         &mut self,
         names: &[String],
-        pats: &[(String, Value)],
+        pats: &Members,
         i: usize,
         ptr: &str,
         hint: &str,
     ) -> Res<Option<Expr>> {
-        let (p, s) = &pats[i];
+        let (p, s) = pats[i];
         let hir = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
             Ok(h) => h,
             Err(e) => {
@@ -231,7 +237,7 @@ impl Compiler<'_> {
                 .and_then(|d| d.as_ref())
                 .is_some_and(|d| d.matches(n.as_bytes()))
         });
-        for (q, _) in &pats[i + 1..] {
+        for &(q, _) in &pats[i + 1..] {
             let (Some(Some(a)), Some(Some(b))) =
                 (self.pattern_dfas.get(p), self.pattern_dfas.get(q))
             else {
@@ -490,10 +496,10 @@ impl Compiler<'_> {
 }
 
 /// The members of an object-valued keyword (`properties`, `patternProperties`), in order.
-fn entries(m: &Map<String, Value>, ptr: &str, key: &str) -> Res<Vec<(String, Value)>> {
+fn entries<'m>(m: &'m Map<String, Value>, ptr: &str, key: &str) -> Res<Vec<(&'m str, &'m Value)>> {
     match m.get(key) {
         None => Ok(Vec::new()),
-        Some(Value::Object(p)) => Ok(p.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+        Some(Value::Object(p)) => Ok(p.iter().map(|(k, v)| (k.as_str(), v)).collect()),
         Some(_) => Err(invalid(
             &child(ptr, key),
             format!("{key} must be an object"),
