@@ -14,7 +14,7 @@
 //! benchmark of cold compiles wants.
 
 use crate::error::ErrorKind;
-use crate::lexeme::LexemeDfa;
+use crate::lexeme::{LexemeDfa, regex_key};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -180,13 +180,13 @@ impl DfaCache {
 }
 
 impl LexemeDfa {
-    /// [`LexemeDfa::build`] through `cache` (keyed by the regex's display form), if given.
+    /// [`LexemeDfa::build`] through `cache` (keyed by [`regex_key`]), if given.
     pub fn build_cached(
         hir: &regex_syntax::hir::Hir,
         size_limit: usize,
         cache: Option<&DfaCache>,
     ) -> Result<Arc<LexemeDfa>, ErrorKind> {
-        build_with(cache, &hir.to_string(), size_limit, || {
+        build_with(cache, &regex_key(hir), size_limit, || {
             LexemeDfa::build_in(hir, size_limit, cache)
         })
     }
@@ -200,7 +200,7 @@ impl LexemeDfa {
         size_limit: usize,
         cache: Option<&DfaCache>,
     ) -> Result<Arc<LexemeDfa>, ErrorKind> {
-        build_with(cache, &format!("#t {hir}"), size_limit, || {
+        build_with(cache, &format!("#t {}", regex_key(hir)), size_limit, || {
             LexemeDfa::build_tables(hir, size_limit)
         })
     }

@@ -47,7 +47,7 @@ pub fn compile_regex(pattern: &str, opts: &CompileOptions) -> Result<Arc<Grammar
     } else {
         pattern.to_string()
     };
-    let lexeme = b.lexeme(hir, &display).map_err(err)?;
+    let lexeme = b.lexeme(hir, || display).map_err(err)?;
     b.add_production(root, vec![Sym::Lexeme(lexeme)])
         .map_err(err)?;
     b.build(root).map(Arc::new).map_err(err)

@@ -12,7 +12,7 @@ pub struct GrammarBuilder {
     rule_names: Vec<String>,
     prods: Vec<(RuleId, Vec<Sym>)>,
     lexemes: Vec<Lexeme>,
-    lexeme_index: FxHashMap<String, LexemeId>,
+    lexeme_index: FxHashMap<Arc<str>, LexemeId>,
     token_refs: Vec<TokenAst>,
     token_index: FxHashMap<TokenAst, TokenRefId>,
     size: usize,
@@ -87,10 +87,16 @@ impl GrammarBuilder {
         Ok(())
     }
 
-    /// The lexeme for `hir`, compiled once per distinct regular expression.
-    pub fn lexeme(&mut self, hir: Hir, display: &str) -> Result<LexemeId, ErrorKind> {
-        let key = hir.to_string();
-        if let Some(&id) = self.lexeme_index.get(&key) {
+    /// The lexeme for `hir`, compiled once per distinct regular expression; `display` names
+    /// it for messages (asked only for a new lexeme: most of a machine-written grammar's
+    /// runs repeat one already made).
+    pub fn lexeme(
+        &mut self,
+        hir: Hir,
+        display: impl FnOnce() -> String,
+    ) -> Result<LexemeId, ErrorKind> {
+        let key = crate::lexeme::regex_key(&hir);
+        if let Some(&id) = self.lexeme_index.get(key.as_str()) {
             return Ok(id);
         }
         let p = hir.properties();
@@ -111,13 +117,13 @@ impl GrammarBuilder {
             key: key.clone(),
             nullable,
             empty,
-            display: display.to_string(),
+            display: display(),
         });
-        self.lexeme_index.insert(key.to_string(), id);
+        self.lexeme_index.insert(key, id);
         Ok(id)
     }
 
-    /// The lexeme named `key` (a regex's display form, or a combination of them), its DFA
+    /// The lexeme named `key` (a [`crate::lexeme::regex_key`], or a combination of them), its DFA
     /// from `build` the first time.
     pub fn lexeme_with(
         &mut self,
@@ -138,7 +144,7 @@ impl GrammarBuilder {
             nullable,
             display: display.to_string(),
         });
-        self.lexeme_index.insert(key.to_string(), id);
+        self.lexeme_index.insert(Arc::from(key), id);
         Ok(id)
     }
 

@@ -354,9 +354,12 @@ pub(super) fn compose(
     // Pieces by subset construction, shared through the cache (`#t ` keeps their keys
     // apart from lexemes', which may be composed).
     let tables = |h: &Hir| {
-        crate::dfa_cache::build_with(cache, &format!("#t {h}"), size_limit, || {
-            LexemeDfa::build_tables(h, size_limit)
-        })
+        crate::dfa_cache::build_with(
+            cache,
+            &format!("#t {}", super::regex_key(h)),
+            size_limit,
+            || LexemeDfa::build_tables(h, size_limit),
+        )
     };
     let items: Vec<&Hir> = match hir.kind() {
         HirKind::Concat(xs) => xs.iter().collect(),

@@ -17,6 +17,7 @@
 
 mod build;
 mod compose;
+mod key;
 mod minimize;
 mod product;
 mod shortest;
@@ -24,6 +25,7 @@ mod state;
 mod subset;
 mod table;
 
+pub use key::regex_key;
 use minimize::*;
 use state::INDEX;
 pub use state::StateId;

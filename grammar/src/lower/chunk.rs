@@ -29,7 +29,7 @@ pub(super) fn chunking(
     Some((chunk / inner_units.max(1)).clamp(1, u32::MAX as usize) as u32)
 }
 
-impl Lowerer<'_> {
+impl<'a> Lowerer<'a> {
     /// The chunk size if `inner{min,max}` is a big repetition of a regular `inner`.
     pub(super) fn chunk_size(&self, inner: &Expr, min: u32, max: Option<u32>) -> Option<u32> {
         let key = (inner as *const Expr as usize, min, max);
@@ -65,7 +65,7 @@ impl Lowerer<'_> {
             let hir = hir_of(inner, self.index, self.rule_hir);
             let limit = self.b.limits().max_lexeme_bytes;
             self.b
-                .cached_dfa(&format!("#t {hir}"), || {
+                .cached_dfa(&format!("#t {}", crate::lexeme::regex_key(&hir)), || {
                     LexemeDfa::build_tables(&hir, limit)
                 })
                 .is_ok_and(|d| d.composable_body())
@@ -118,7 +118,7 @@ impl Lowerer<'_> {
                 if p.maximum_len() == Some(0) {
                     return Ok(None);
                 }
-                lw.b.lexeme(h, &shown)
+                lw.b.lexeme(h, || shown)
                     .map(|id| Some(Sym::Lexeme(id)))
                     .map_err(|kind| (kind, e.span))
             };

@@ -132,6 +132,7 @@ pub fn lower(
         rule_ids: vec![None; rules.len()],
         anon: 0,
         chunks: RefCell::default(),
+        runs: FxHashMap::default(),
     };
     for (i, r) in rules.iter().enumerate() {
         if reachable[i] && (!regular[i] || i == start_ix) {
@@ -180,31 +181,17 @@ struct Lowerer<'a> {
     /// [`Lowerer::chunk_size`] by (repeated expression's address, min, max): asked again at
     /// every level of nesting above a repetition.
     chunks: RefCell<FxHashMap<RepeatKey, Option<u32>>>,
+    /// The lexeme made of each run of regular items met so far (`None`: it matches only
+    /// ""), by the items themselves: a machine-written grammar repeats most runs (a
+    /// property's `ws ":" ws json-string`), and building a run's regex and its key costs far
+    /// more than hashing the items.
+    runs: FxHashMap<Vec<&'a Expr>, Option<crate::LexemeId>>,
 }
 
-impl Lowerer<'_> {
-    /// How a run of items reads in messages and lexeme names: their source text, or for
-    /// rules with no source, the items printed as GBNF (at most 40 characters, see
-    /// [`display_source`]).
+impl<'a> Lowerer<'a> {
+    /// [`shown`] with this grammar's source text.
     fn shown(&self, items: &[&Expr]) -> String {
-        let (Some(first), Some(last)) = (items.first(), items.last()) else {
-            return String::new();
-        };
-        if let Some(text) = self.text {
-            let span = first.span.to(last.span);
-            return display_source(&text[span.start..span.end]);
-        }
-        // Printing stops a little past what the name keeps.
-        let mut out = Bounded(String::new());
-        for (i, x) in items.iter().enumerate() {
-            let sep = if i > 0 { " " } else { "" };
-            if std::fmt::Write::write_str(&mut out, sep).is_err()
-                || std::fmt::Write::write_fmt(&mut out, format_args!("{x}")).is_err()
-            {
-                break;
-            }
-        }
-        display_source(&out.0)
+        shown(self.text, items)
     }
 
     fn is_regular(&self, e: &Expr) -> bool {
@@ -227,7 +214,7 @@ impl Lowerer<'_> {
     }
 
     /// One production per alternative of `e`.
-    fn lower_alternatives(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<()> {
+    fn lower_alternatives(&mut self, lhs: RuleId, e: &'a Expr) -> LowerResult<()> {
         let mut alts = Vec::new();
         alternatives(e, &mut alts);
         for alt in alts {
@@ -239,11 +226,11 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    fn lower_sequence(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<Vec<Sym>> {
+    fn lower_sequence(&mut self, lhs: RuleId, e: &'a Expr) -> LowerResult<Vec<Sym>> {
         let mut items = Vec::new();
         sequence_items(e, &mut items);
         let mut out = Vec::new();
-        let mut run: Vec<&Expr> = Vec::new();
+        let mut run: Vec<&'a Expr> = Vec::new();
         let mut i = 0;
         while i < items.len() {
             let item = items[i];
@@ -274,8 +261,13 @@ impl Lowerer<'_> {
     }
 
     /// Turns a run of regular items into one lexeme (nothing if it only matches "").
-    fn flush(&mut self, run: &mut Vec<&Expr>, out: &mut Vec<Sym>) -> LowerResult<()> {
+    fn flush(&mut self, run: &mut Vec<&'a Expr>, out: &mut Vec<Sym>) -> LowerResult<()> {
         if run.is_empty() {
+            return Ok(());
+        }
+        if let Some(&made) = self.runs.get(run.as_slice()) {
+            out.extend(made.map(Sym::Lexeme));
+            run.clear();
             return Ok(());
         }
         let span = run[0].span.to(run[run.len() - 1].span);
@@ -286,26 +278,27 @@ impl Lowerer<'_> {
         );
         let props = hir.properties();
         if props.maximum_len() == Some(0) && props.minimum_len() == Some(0) {
-            run.clear();
+            self.runs.insert(std::mem::take(run), None);
             return Ok(());
         }
-        let display = match run.as_slice() {
+        let text = self.text;
+        let display = || match run.as_slice() {
             [
                 Expr {
                     kind: ExprKind::RuleRef(name),
                     ..
                 },
             ] => name.clone(),
-            _ => self.shown(run),
+            _ => shown(text, run),
         };
-        let id = self.b.lexeme(hir, &display).map_err(|k| (k, span))?;
+        let id = self.b.lexeme(hir, display).map_err(|k| (k, span))?;
         out.push(Sym::Lexeme(id));
-        run.clear();
+        self.runs.insert(std::mem::take(run), Some(id));
         Ok(())
     }
 
     /// A non-regular item of a sequence.
-    fn lower_item(&mut self, lhs: RuleId, e: &Expr, out: &mut Vec<Sym>) -> LowerResult<()> {
+    fn lower_item(&mut self, lhs: RuleId, e: &'a Expr, out: &mut Vec<Sym>) -> LowerResult<()> {
         match &e.kind {
             ExprKind::Repeat { inner, min, max }
                 if self.is_regular(inner)
@@ -417,7 +410,7 @@ impl Lowerer<'_> {
     }
 
     fn leaf(&mut self, hir: &Hir, span: Span) -> LowerResult<Combined> {
-        let key = hir.to_string();
+        let key = crate::lexeme::regex_key(hir);
         let limit = self.b.limits().max_lexeme_bytes;
         let dfa = self
             .b
@@ -492,7 +485,7 @@ impl Lowerer<'_> {
     }
 
     /// One symbol standing for `e`: the rule or token itself, or a new anonymous rule.
-    fn symbol_for(&mut self, lhs: RuleId, e: &Expr) -> LowerResult<Sym> {
+    fn symbol_for(&mut self, lhs: RuleId, e: &'a Expr) -> LowerResult<Sym> {
         match &e.kind {
             ExprKind::RuleRef(name) if !self.regular[self.index[name.as_str()]] => Ok(Sym::Rule(
                 self.rule_ids[self.index[name.as_str()]].expect("reachable rule has an id"),
@@ -522,6 +515,30 @@ struct Combined {
     key: String,
     nullable: bool,
     dfa: Arc<LexemeDfa>,
+}
+
+/// How a run of items reads in messages and lexeme names: their source text, or for
+/// rules with no source, the items printed as GBNF (at most 40 characters, see
+/// [`display_source`]).
+fn shown(text: Option<&str>, items: &[&Expr]) -> String {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        return String::new();
+    };
+    if let Some(text) = text {
+        let span = first.span.to(last.span);
+        return display_source(&text[span.start..span.end]);
+    }
+    // Printing stops a little past what the name keeps.
+    let mut out = Bounded(String::new());
+    for (i, x) in items.iter().enumerate() {
+        let sep = if i > 0 { " " } else { "" };
+        if std::fmt::Write::write_str(&mut out, sep).is_err()
+            || std::fmt::Write::write_fmt(&mut out, format_args!("{x}")).is_err()
+        {
+            break;
+        }
+    }
+    display_source(&out.0)
 }
 
 /// `e` without enclosing groups.
