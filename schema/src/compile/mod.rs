@@ -283,14 +283,24 @@ impl<'a> Compiler<'a> {
     }
 
     fn fresh_name(&mut self, hint: &str) -> String {
-        let mut base: String = hint
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect::<String>()
-            .split('-')
-            .filter(|p| !p.is_empty())
-            .collect::<Vec<_>>()
-            .join("-");
+        // The hint's ASCII letters and digits, each other run of characters one `-` between
+        // them, at most 40 characters (made in one pass: a large schema names thousands).
+        let mut base = String::new();
+        let mut dash = false;
+        for c in hint.chars() {
+            if base.len() >= 40 {
+                break;
+            }
+            if !c.is_ascii_alphanumeric() {
+                dash = !base.is_empty();
+                continue;
+            }
+            if dash {
+                base.push('-');
+                dash = false;
+            }
+            base.push(c);
+        }
         base.truncate(40);
         if base.is_empty() {
             base = "v".into();
