@@ -180,7 +180,7 @@ impl DfaCache {
 }
 
 impl LexemeDfa {
-    /// [`LexemeDfa::build`] through `cache` (keyed by [`regex_key`]), if given.
+    /// [`LexemeDfa::build`] through `cache` (keyed by [`crate::regex_key`]), if given.
     pub fn build_cached(
         hir: &regex_syntax::hir::Hir,
         size_limit: usize,

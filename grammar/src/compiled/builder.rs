@@ -123,7 +123,7 @@ impl GrammarBuilder {
         Ok(id)
     }
 
-    /// The lexeme named `key` (a [`crate::lexeme::regex_key`], or a combination of them), its DFA
+    /// The lexeme named `key` (a [`crate::regex_key`], or a combination of them), its DFA
     /// from `build` the first time.
     pub fn lexeme_with(
         &mut self,

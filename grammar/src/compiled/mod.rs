@@ -66,7 +66,7 @@ pub struct Lexeme {
     /// Built on first use ([`Lexeme::dfa`]); shared with other grammars compiled through the
     /// same [`crate::DfaCache`].
     dfa: DeferredDfa,
-    /// The regular expression the DFA was built from (its [`crate::lexeme::regex_key`]; for
+    /// The regular expression the DFA was built from (its [`crate::regex_key`]; for
     /// `&`/`~`, the combination of its operands'): equal keys mean the same language, and with the
     /// DFA's [`LexemeDfa::numbering`] the same DFA state for state, so caches of per-state
     /// data can be shared between grammars by the pair.
