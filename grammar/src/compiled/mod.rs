@@ -67,9 +67,9 @@ pub struct Lexeme {
     /// same [`crate::DfaCache`].
     dfa: DeferredDfa,
     /// The regular expression the DFA was built from (its [`crate::regex_key`]; for
-    /// `&`/`~`, the combination of its operands'): equal keys mean the same language, and with the
-    /// DFA's [`LexemeDfa::numbering`] the same DFA state for state, so caches of per-state
-    /// data can be shared between grammars by the pair.
+    /// `&`/`~`, the combination of its operands'): equal keys mean the same language, and
+    /// with the DFA's [`LexemeDfa::numbering`] the same DFA state for state, so caches of
+    /// per-state data can be shared between grammars by the pair.
     pub key: Arc<str>,
     /// Matches the empty string; the recognizer treats it as a nullable terminal (the DFA
     /// itself only ever completes after at least one byte).
