@@ -36,6 +36,9 @@ use std::sync::{Arc, OnceLock};
 /// Counted repetitions with fewer iterations are left to subset construction.
 const MIN_COUNT: u32 = 2;
 
+/// The longest segment keys, summed, for which a composed DFA names its residuals.
+const MAX_RESIDUAL_KEYS: usize = 1 << 14;
+
 /// A 256-bit byte set.
 type Bytes = [u64; 4];
 
@@ -201,6 +204,11 @@ pub(super) struct Composed {
     /// Per segment: the shortest yield of the segments after it (saturating), and its first
     /// byte (`None` when it is empty).
     tail: OnceLock<Vec<(u32, Option<u8>)>>,
+    /// Per segment: its piece's key (the plain run's, or a counted segment's body's).
+    keys: Vec<String>,
+    /// Per segment: the key of the segments from it on (see [`Composed::residual`]);
+    /// empty where they would be too long.
+    residuals: OnceLock<Vec<Arc<str>>>,
 }
 
 impl Composed {
@@ -208,6 +216,49 @@ impl Composed {
     fn locate(&self, g: u32) -> (usize, u32) {
         let j = self.offset.partition_point(|&o| o <= g) - 1;
         (j, g - self.offset[j])
+    }
+
+    /// What is left of the lexeme from global index `g`: the key of the segments it can
+    /// still read, its local state in the first of them, and that segment's offset (its
+    /// global index of local 0). A state where its segment is finished (accepting, and
+    /// no byte continues the segment) is named as the next segment's start, which reads
+    /// the same. From two states with equal residuals (in two DFAs, or one) every byte
+    /// string leads the same way, to states whose global indices differ by the difference
+    /// of the offsets: segments are numbered in order, equal segments have equal sizes,
+    /// and no byte leads back to an earlier segment. `None` for the dead state, for a
+    /// state past every segment, and where the keys would exceed [`MAX_RESIDUAL_KEYS`].
+    pub(super) fn residual(&self, g: u32) -> Option<(Arc<str>, u32, u32)> {
+        if g == DEAD_IX {
+            return None;
+        }
+        let keys = self.residuals.get_or_init(|| {
+            if self.keys.iter().map(String::len).sum::<usize>() > MAX_RESIDUAL_KEYS {
+                return Vec::new();
+            }
+            // Each segment by its kind, its bounds and its key, the key's length first, so
+            // that the concatenation names the segments one-to-one.
+            let mut out: Vec<Arc<str>> = Vec::with_capacity(self.keys.len());
+            let mut tail = String::new();
+            for (seg, key) in self.segments.iter().zip(&self.keys).rev() {
+                let named = match seg {
+                    Segment::Plain(..) => format!("P{}:{key}", key.len()),
+                    Segment::Counted { min, max, .. } => {
+                        format!("C{min},{max},{}:{key}", key.len())
+                    }
+                };
+                tail.insert_str(0, &named);
+                out.push(tail.as_str().into());
+            }
+            out.reverse();
+            out
+        });
+        let (mut j, mut q) = self.locate(g);
+        let seg = &self.segments[j];
+        if seg.accepting(q) && !seg.can_continue(q) {
+            j += 1;
+            q = self.segments.get(j)?.start();
+        }
+        keys.get(j).map(|k| (k.clone(), q, self.offset[j]))
     }
 
     /// Global index `g` with its flags.
@@ -353,13 +404,13 @@ pub(super) fn compose(
 ) -> Option<Result<LexemeDfa, ErrorKind>> {
     // Pieces by subset construction, shared through the cache (`#t ` keeps their keys
     // apart from lexemes', which may be composed).
+    // Each piece's key also names its segment (see [`Composed::residual`]).
     let tables = |h: &Hir| {
-        crate::dfa_cache::build_with(
-            cache,
-            &format!("#t {}", super::regex_key(h)),
-            size_limit,
-            || LexemeDfa::build_tables(h, size_limit),
-        )
+        let key = format!("#t {}", super::regex_key(h));
+        crate::dfa_cache::build_with(cache, &key, size_limit, || {
+            LexemeDfa::build_tables(h, size_limit)
+        })
+        .map(|d| (d, key))
     };
     let items: Vec<&Hir> = match hir.kind() {
         HirKind::Concat(xs) => xs.iter().collect(),
@@ -369,12 +420,16 @@ pub(super) fn compose(
         return None;
     }
     let mut segments = Vec::new();
+    let mut keys = Vec::new();
     let mut plain: Vec<Hir> = Vec::new();
-    let flush = |plain: &mut Vec<Hir>, segments: &mut Vec<Segment>| -> Result<bool, ErrorKind> {
+    let flush = |plain: &mut Vec<Hir>,
+                 segments: &mut Vec<Segment>,
+                 keys: &mut Vec<String>|
+     -> Result<bool, ErrorKind> {
         if plain.is_empty() {
             return Ok(true);
         }
-        let d = tables(&Hir::concat(std::mem::take(plain)))?;
+        let (d, key) = tables(&Hir::concat(std::mem::take(plain)))?;
         // Composition needs every segment's language non-empty and not only the empty
         // string.
         if d.start == DEAD || !d.start.can_continue() {
@@ -382,6 +437,7 @@ pub(super) fn compose(
         }
         let tags = d.tags();
         segments.push(Segment::Plain(d, tags));
+        keys.push(key);
         Ok(true)
     };
     for h in items {
@@ -389,18 +445,19 @@ pub(super) fn compose(
             plain.push(h.clone());
             continue;
         };
-        let body = match tables(sub) {
+        let (body, key) = match tables(sub) {
             Ok(b) => b,
             Err(e) => return Some(Err(e)),
         };
         if !prefix_free(&body) {
             return None;
         }
-        match flush(&mut plain, &mut segments) {
+        match flush(&mut plain, &mut segments, &mut keys) {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => return Some(Err(e)),
         }
+        keys.push(key);
         let tags = body.tags();
         segments.push(Segment::Counted {
             body,
@@ -409,12 +466,12 @@ pub(super) fn compose(
             max,
         });
     }
-    match flush(&mut plain, &mut segments) {
+    match flush(&mut plain, &mut segments, &mut keys) {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => return Some(Err(e)),
     }
-    join(segments, size_limit).transpose()
+    join(segments, keys, size_limit).transpose()
 }
 
 /// `x{m,n}` with a non-nullable `x` and a large enough finite `n`: `(x, m, n)`.
@@ -448,7 +505,11 @@ fn prefix_free(body: &LexemeDfa) -> bool {
 
 /// The composed DFA of `segments` in sequence; `Ok(None)` where a junction is not
 /// deterministic.
-fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, ErrorKind> {
+fn join(
+    segments: Vec<Segment>,
+    keys: Vec<String>,
+    size_limit: usize,
+) -> Result<Option<LexemeDfa>, ErrorKind> {
     let k = segments.len();
     // Determinism: where segment j may end, the bytes that continue it and the bytes that
     // start each following segment reachable from there are pairwise disjoint.
@@ -519,6 +580,8 @@ fn join(segments: Vec<Segment>, size_limit: usize) -> Result<Option<LexemeDfa>, 
         reps,
         segments,
         tail: OnceLock::new(),
+        keys,
+        residuals: OnceLock::new(),
     };
     let start = composed.tag(composed.offset[0] + composed.segments[0].start());
     let live: Vec<bool> = (0..stride)

@@ -83,6 +83,17 @@ pub(crate) fn any_failed() -> bool {
 
 static LAZY_NUMBERING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// What is left of a lexeme from a state of a composed DFA ([`LexemeDfa::residual`]): the
+/// segments from the state's own on, named by their keys, and the state's local index in
+/// the first of them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Residual {
+    /// The keys of the segments, each with its kind and length.
+    pub segments: std::sync::Arc<str>,
+    /// The state's index within its segment.
+    pub local: u32,
+}
+
 impl LexemeDfa {
     /// How this DFA numbers its states: 0 if the numbering follows from its regex alone,
     /// so that per-state data keyed by (regex, state) is valid for every DFA of that regex;
@@ -212,6 +223,33 @@ impl LexemeDfa {
             Fill::Composed(c) => c.tag(c.recount(t.index32(), from.index32(), to.index32())),
             _ => t,
         }
+    }
+
+    /// What is left of the lexeme from `state` of a composed DFA, and where in this DFA's
+    /// numbering it starts: from states with equal residuals (of this DFA or another)
+    /// bytes lead alike, to states whose indices differ by the difference of their
+    /// offsets (see [`LexemeDfa::counterpart`]). `None` for other DFAs, for the dead
+    /// state, and for a state where nothing more can be read.
+    pub fn residual(&self, state: StateId) -> Option<(Residual, u32)> {
+        match &self.fill {
+            Fill::Composed(c) => c
+                .residual(state.index32())
+                .map(|(segments, local, offset)| (Residual { segments, local }, offset)),
+            _ => None,
+        }
+    }
+
+    /// The state of this DFA that stands where `t` stands in another DFA (or this one),
+    /// where `t` was reached from a state with the same residual as a state of this DFA,
+    /// and their residuals' offsets ([`LexemeDfa::residual`]) were `from` there and `to`
+    /// here. [`DEAD`] stays dead.
+    pub fn counterpart(&self, t: StateId, from: u32, to: u32) -> StateId {
+        if t.is_dead() {
+            return t;
+        }
+        let index = t.index32() as i64 + to as i64 - from as i64;
+        debug_assert!((1..self.len as i64).contains(&index), "a state of this DFA");
+        StateId::new(index as u32, t.is_accepting(), t.can_continue())
     }
 
     /// Where this DFA is `a & ~b` and `state` is a pair in which `b` has died: `a` and its

@@ -144,3 +144,86 @@ fn ambiguous_junctions_are_not_composed() {
     // Nothing counted: subset construction.
     assert!(compose(&hir("ab*c"), 1 << 20, None).is_none());
 }
+
+#[test]
+fn states_with_equal_residuals_lead_alike_in_every_dfa() {
+    // Separators of two keys that end alike, the end alone, and plain whitespace.
+    let res = [
+        r#"[ \n]{0,3},[ \n]{0,3}"ab"[ \n]{0,3}:[ \n]{0,3}"#,
+        r#"[ \n]{0,3},[ \n]{0,3}"cd"[ \n]{0,3}:[ \n]{0,3}"#,
+        r#"\{[ \n]{0,3}"#,
+        r#"[ \n]{0,3}"#,
+        r#"x[ \n]{2,3}y"#,
+    ];
+    let alphabet = b" \n,\"abcd:{xy";
+    let dfas: Vec<_> = res
+        .iter()
+        .map(|re| compose(&hir(re), 1 << 24, None).unwrap().unwrap())
+        .collect();
+    let states: Vec<Vec<StateId>> = dfas.iter().map(|d| reachable(d, alphabet)).collect();
+    let (mut shared, mut across) = (0, 0);
+    for (i, a) in dfas.iter().enumerate() {
+        for &s in &states[i] {
+            let Some((rs, from)) = a.residual(s) else {
+                continue;
+            };
+            for (j, b) in dfas.iter().enumerate() {
+                for &t in &states[j] {
+                    let Some((rt, to)) = b.residual(t) else {
+                        continue;
+                    };
+                    if rs != rt || (i, s) == (j, t) {
+                        continue;
+                    }
+                    shared += 1;
+                    across += usize::from(i != j);
+                    assert_eq!(
+                        s.is_accepting(),
+                        t.is_accepting(),
+                        "{} / {}",
+                        res[i],
+                        res[j]
+                    );
+                    assert_eq!(
+                        s.can_continue(),
+                        t.can_continue(),
+                        "{} / {}",
+                        res[i],
+                        res[j]
+                    );
+                    // Every string of up to four bytes: from `s` and `t` to counterparts.
+                    let mut frontier = vec![(s, t)];
+                    for _ in 0..4 {
+                        let mut next = Vec::new();
+                        for (x, y) in frontier {
+                            for &c in alphabet {
+                                let (x, y) = (a.next(x, c), b.next(y, c));
+                                assert_eq!(
+                                    b.counterpart(x, from, to),
+                                    y,
+                                    "{} / {}",
+                                    res[i],
+                                    res[j]
+                                );
+                                if x != DEAD {
+                                    next.push((x, y));
+                                }
+                            }
+                        }
+                        frontier = next;
+                    }
+                }
+            }
+        }
+    }
+    // The keys' separators share their ends (after ':' and in the last run), with each
+    // other, with '{' and its run, and with the run alone.
+    assert!(across >= 20, "{across} pairs across DFAs ({shared} in all)");
+    // A residual names what is left, not the place: the two keys' states before their
+    // names differ, as do the start of `x[ \n]{2,3}y`'s run and a plain run's start.
+    let start = |k: usize| dfas[k].residual(dfas[k].start()).unwrap().0;
+    assert_ne!(start(0), start(1));
+    assert_ne!(start(3), start(4));
+    let after_x = dfas[4].next(dfas[4].start(), b'x');
+    assert_ne!(dfas[4].residual(after_x).unwrap().0, start(3));
+}
