@@ -15,7 +15,7 @@ use crate::classes::StateClasses;
 use crate::tokens::{
     AsciiBytes, BodyRuns, LexTokens, Loops, SuffixWalk, walk_generic, walk_suffixes,
 };
-use corral_grammar::{LexemeDfa, StateId};
+use corral_grammar::{LexemeDfa, Residual, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -91,12 +91,20 @@ type Walks = RwLock<FxHashMap<Key, Arc<SuffixWalk>>>;
 /// DFAs whose state classes are kept at once (then they start over).
 const CLASS_TABLES: usize = 256;
 
+/// What an entry of the residuals' map is counted as (its key's text is the DFA's).
+const RESIDUAL_ENTRY_BYTES: usize = 64;
+
 /// Token sets of lexeme DFA states for one token space. See the module docs.
 #[derive(Debug)]
 pub struct MaskCache {
     space: Arc<TokenSpace>,
     limits: MaskCacheLimits,
     generic: RwLock<FxHashMap<Key, Arc<LexTokens>>>,
+    /// Generic sets by the residual of the state they were walked from, with its offset:
+    /// a state of another composed DFA with the same residual takes them, its end states
+    /// mapped (see [`LexemeDfa::residual`]). The separators of different keys end alike
+    /// (`... ":" ws`), as a plain `ws` does.
+    residuals: RwLock<FxHashMap<Residual, (u32, Arc<LexTokens>)>>,
     /// The runs of a string body's leaving tokens from a state many states' first bytes
     /// lead to (see [`BodyRuns`]).
     body_runs: RwLock<FxHashMap<Key, Arc<BodyRuns>>>,
@@ -135,6 +143,7 @@ impl MaskCache {
             space,
             limits,
             generic: RwLock::default(),
+            residuals: RwLock::default(),
             body_runs: RwLock::default(),
             plain_runs: RwLock::default(),
             walks: Default::default(),
@@ -186,6 +195,10 @@ impl MaskCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.residuals
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.body_runs
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -205,20 +218,36 @@ impl MaskCache {
         self.bytes.store(0, Relaxed);
     }
 
-    /// The generic token sets of `state` of the DFA named `key`.
+    /// The generic token sets of `state` of the DFA named `key`, with the offsets that map
+    /// their end states to this DFA's ([`LexemeDfa::counterpart`]): equal where the sets
+    /// were walked from `state` itself, else those of another composed DFA's state with
+    /// the same residual, and of `state`'s.
     pub(crate) fn generic(
         &self,
         key: &Arc<str>,
         dfa: &LexemeDfa,
         state: StateId,
-    ) -> Arc<LexTokens> {
+    ) -> (Arc<LexTokens>, u32, u32) {
+        let residual = dfa.residual(state);
+        if let Some((r, here)) = &residual
+            && let Some((there, sets)) = self
+                .residuals
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(r)
+        {
+            self.hits.fetch_add(1, Relaxed);
+            return (sets.clone(), *there, *here);
+        }
         let mut k = Key::state(key, dfa, state);
         if !self.holds(&self.generic, &k)
             && let Some(class) = self.class(key, dfa, state)
         {
             k.at = StateOrClass::Class(class);
         }
-        self.get_or(&self.generic, k, || {
+        let mut walked = false;
+        let sets = self.get_or(&self.generic, k, || {
+            walked = true;
             let body_runs = |from, firsts| {
                 let k = Key::state(key, dfa, from);
                 self.get_or(&self.body_runs, k, || {
@@ -251,7 +280,17 @@ impl MaskCache {
                 + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
                 + t.subtrees.len() * 8;
             (Arc::new(t), bytes)
-        })
+        });
+        // Only sets walked from this very state name its end states (a class's are the
+        // first walked state's).
+        if walked && let Some((r, here)) = residual {
+            let mut m = self.residuals.write().unwrap_or_else(|e| e.into_inner());
+            if m.insert(r, (here, sets.clone())).is_none() {
+                self.bytes.fetch_add(RESIDUAL_ENTRY_BYTES, Relaxed);
+            }
+            return (sets, here, here);
+        }
+        (sets, 0, 0)
     }
 
     /// What the DFA named `key` does with the suffixes of `alphabet`'s slice from `state`,

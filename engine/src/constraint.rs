@@ -71,8 +71,15 @@ impl<T: Default> Slots<T> {
 /// The token sets of one lexeme DFA state (see [`crate::tokens`]).
 #[derive(Debug)]
 pub(crate) enum StateTokens {
-    /// Found by one walk of the token trie.
-    Generic(Arc<LexTokens>),
+    /// Found by one walk of the token trie, perhaps from a state of another DFA with the
+    /// same residual (see [`MaskCache::generic`]): the offsets `from` there and `to` here
+    /// map the sets' end states to this DFA's
+    /// ([`corral_grammar::LexemeDfa::counterpart`]).
+    Generic {
+        sets: Arc<LexTokens>,
+        from: u32,
+        to: u32,
+    },
     /// A state slice characters shift uniformly: its chain, and the suffix walks from the
     /// chain's first states (one for a loop).
     Sliced {
@@ -278,11 +285,10 @@ impl Constraint {
                     walks,
                 })
             }
-            None => Arc::new(StateTokens::Generic(self.cache.generic(
-                &lex.key,
-                lex.dfa(),
-                state,
-            ))),
+            None => {
+                let (sets, from, to) = self.cache.generic(&lex.key, lex.dfa(), state);
+                Arc::new(StateTokens::Generic { sets, from, to })
+            }
         })
     }
 }
@@ -313,7 +319,7 @@ mod tests {
     fn kind(c: &Constraint, state: StateId) -> Option<Alphabet> {
         match &**c.state_tokens(LexemeId(0), state) {
             StateTokens::Sliced { alphabet, .. } => Some(*alphabet),
-            StateTokens::Generic(_) => None,
+            StateTokens::Generic { .. } => None,
         }
     }
 

@@ -518,3 +518,61 @@ fn counted_runs_take_rests_only_within_their_room() {
     ];
     masks_along(grammar, &words, &path);
 }
+
+/// Separators of two keys end alike (`":" ws`), and `"}"`'s run starts as their last run
+/// does: the token sets of such states are walked once and serve the others with their end
+/// states mapped. Every mask along documents with whitespace of every width equals brute
+/// force.
+#[test]
+fn states_that_end_alike_across_lexemes_share_exact_sets() {
+    let grammar = r#"
+root ::= obj
+obj ::= "{" ws "\"ab\"" ws ":" ws val ws "," ws "\"cd\"" ws ":" ws val ws "}"
+val ::= [0-9]+ | obj
+ws ::= [ \n]{0,3}
+"#;
+    let words: &[&[u8]] = &[
+        b"{", b"}", b"\"", b"a", b"b", b"c", b"d", b":", b",", b" ", b"\n", b"1", b"2", b"\": ",
+        b"\":", b":\n", b": ", b"  ", b"   ", b"\n ", b" \n", b", \"", b",\n", b"\"cd", b"\"ab\"",
+        b"1,", b" 1", b" {", b"}\n", b"} ", b"12", b" }", b"\n\n\n", b" \"", b": {",
+    ];
+    let docs = [
+        "{\"ab\":1,\"cd\":2}",
+        "{ \"ab\" : 1 , \"cd\" : 2 }",
+        "{\n  \"ab\": {\"ab\":12,\n\"cd\":1},\n  \"cd\": 2\n}",
+        "{\"ab\":   {\n \"ab\" :\n1 ,\"cd\":{\"ab\":1,\"cd\":2}  },\"cd\":\n\n\n1\n}",
+    ];
+    let space = space(words);
+    for doc in docs {
+        let mut a = RobustConstrainedAdapter::new(Constraint::new(
+            compile_gbnf(grammar, &CompileOptions::default()).unwrap(),
+            space.clone(),
+        ));
+        let mut rest = doc.as_bytes();
+        while !rest.is_empty() {
+            let m = mask(&mut a);
+            let brute = brute_force(&a);
+            assert_eq!(
+                m,
+                brute,
+                "{doc:?} at {:?}",
+                String::from_utf8_lossy(a.output())
+            );
+            // The longest token that begins the rest, as a tokenizer would take it.
+            let (t, w) = words
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| !w.is_empty() && rest.starts_with(w))
+                .max_by_key(|(_, w)| w.len())
+                .expect("single bytes cover the document");
+            assert!(
+                m.contains(&(t as u32)),
+                "{doc:?}: {:?} refused",
+                String::from_utf8_lossy(w)
+            );
+            a.step_with_token(TokenId(t as u32)).unwrap();
+            rest = &rest[w.len()..];
+        }
+        assert!(mask(&mut a).contains(&EOS), "{doc:?} complete");
+    }
+}

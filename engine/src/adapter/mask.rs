@@ -63,15 +63,24 @@ struct Memos<'a> {
 }
 
 /// The tokens of a run in a generic state: its inside set, the suffix tries where its
-/// lexeme ends inside a token, and the main-trie subtrees below such ends.
+/// lexeme ends inside a token, and the main-trie subtrees below such ends. `from` and `to`
+/// map the sets' end states to the run's DFA (see [`StateTokens::Generic`]).
 fn generic_run(
     c: &Constraint,
     walker: &mut Walker<'_>,
     memo: &mut Memos<'_>,
     run: Run,
-    sets: &LexTokens,
+    (sets, from, to): (&LexTokens, u32, u32),
     mask: &mut FixedBitSet,
 ) {
+    let dfa = c.grammar.lexeme(run.lexeme).dfa();
+    let here = |t: StateId| {
+        if from == to {
+            t
+        } else {
+            dfa.counterpart(t, from, to)
+        }
+    };
     sets.inside.union_into(mask);
     // Where the lexeme can end inside a token: continue from there with the recognizer
     // just after the lexeme's end (one push per distinct end state).
@@ -79,14 +88,18 @@ fn generic_run(
     let trie = space.trie();
     let nodes = trie.nodes();
     for (end_state, rests) in &sets.suffixes {
-        let end_state = *end_state;
+        let end_state = here(*end_state);
         match rests {
-            Rests::Shared { trie, from, firsts } => {
+            Rests::Shared {
+                trie,
+                from: runs_from,
+                firsts,
+            } => {
                 let key = WalkKey {
                     from_set: walker.rec.set_uid(run.set),
                     lexeme: run.lexeme,
                     end_state,
-                    walked: Walked::BodyRests(*from),
+                    walked: Walked::BodyRests(here(*runs_from)),
                 };
                 let tokens = remembered(memo, key, || {
                     let mut tokens = Vec::new();
@@ -128,11 +141,12 @@ fn generic_run(
     }
     let mut k = 0;
     while k < sets.subtrees.len() {
-        let end_state = sets.subtrees[k].0;
+        let walked_end = sets.subtrees[k].0;
         let group_end = k + sets.subtrees[k..]
             .iter()
-            .take_while(|e| e.0 == end_state)
+            .take_while(|e| e.0 == walked_end)
             .count();
+        let end_state = here(walked_end);
         // The lexeme ends at the node and does not go on (where it could, the nodes below
         // the walk took it on). What the walk below a node finds depends only on where the
         // lexeme started, the lexeme, and its end state: remembered across masks.
@@ -350,8 +364,8 @@ impl RobustConstrainedAdapter {
         };
         for &run in &self.runs {
             match &**c.state_tokens(run.lexeme, run.state) {
-                StateTokens::Generic(sets) => {
-                    generic_run(&c, &mut walker, &mut memo, run, sets, mask);
+                StateTokens::Generic { sets, from, to } => {
+                    generic_run(&c, &mut walker, &mut memo, run, (sets, *from, *to), mask);
                 }
                 StateTokens::Sliced {
                     alphabet,
