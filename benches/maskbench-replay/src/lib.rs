@@ -376,16 +376,21 @@ impl BruteCheck {
     }
 }
 
-/// [`brute_schema`] on the first `instances` instances of each entry, compact, in parallel
-/// across schemas.
-pub fn brute_all(e: &Engines, entries: &[Entry], instances: usize) -> Vec<BruteCheck> {
+/// [`brute_schema`] on the first `instances` instances of each entry, written in `forms`
+/// (an instance without a pretty form counts once), in parallel across schemas.
+pub fn brute_all(
+    e: &Engines,
+    entries: &[Entry],
+    instances: usize,
+    forms: &[Form],
+) -> Vec<BruteCheck> {
     use rayon::prelude::*;
     entries
         .par_iter()
         .map(|entry| {
             let docs: Vec<_> = documents(entry, instances)
                 .into_iter()
-                .filter(|d| d.form == Form::Compact)
+                .filter(|d| forms.contains(&d.form))
                 .collect();
             brute_schema(e, entry, &docs)
         })

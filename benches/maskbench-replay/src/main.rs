@@ -9,7 +9,8 @@
 //! Timing runs first, on one thread, schema after schema: per document a cold compile and
 //! first pass in each engine, then `--warm` corral passes (all of it `--reps` times). The
 //! brute-force check runs after,
-//! in parallel across schemas, on the first `--brute` instances of each (default 1, compact).
+//! in parallel across schemas, on the first `--brute` instances of each (default 1), in the
+//! forms `--brute-forms` names: `compact`, `pretty` or `both` (the default).
 //! The summary goes to standard output, per-schema results to `--json` (default
 //! `target/maskbench-replay-TOKENIZER.json`).
 
@@ -28,7 +29,7 @@ use std::time::Instant;
 
 const USAGE: &str = "usage: corral-maskbench-replay [--tokenizer llama3_1|qwen3|gemma3] \
 [--sample N] [--seed S] [--schema Collection/file.json] [--instances N] [--brute N] \
-[--no-timing] [--warm N] [--json FILE] [--slowest N] [--reps N]";
+[--brute-forms compact|pretty|both] [--no-timing] [--warm N] [--json FILE] [--slowest N] [--reps N]";
 
 struct Args {
     tokenizer: String,
@@ -37,6 +38,7 @@ struct Args {
     schema: Option<String>,
     instances: usize,
     brute: usize,
+    brute_forms: Vec<Form>,
     timing: bool,
     warm: usize,
     json: Option<String>,
@@ -52,6 +54,7 @@ fn args() -> Result<Args> {
         schema: None,
         instances: usize::MAX,
         brute: 1,
+        brute_forms: vec![Form::Compact, Form::Pretty],
         timing: true,
         warm: 1,
         json: None,
@@ -71,6 +74,14 @@ fn args() -> Result<Args> {
             "--schema" => a.schema = it.next(),
             "--instances" => a.instances = num(it.next(), "--instances")?,
             "--brute" => a.brute = num(it.next(), "--brute")?,
+            "--brute-forms" => {
+                a.brute_forms = match it.next().as_deref() {
+                    Some("compact") => vec![Form::Compact],
+                    Some("pretty") => vec![Form::Pretty],
+                    Some("both") => vec![Form::Compact, Form::Pretty],
+                    _ => return Err(anyhow!("--brute-forms compact|pretty|both")),
+                }
+            }
             "--no-timing" => a.timing = false,
             "--warm" => a.warm = num(it.next(), "--warm")?,
             "--json" => a.json = it.next(),
@@ -353,7 +364,7 @@ fn main() -> Result<()> {
     let mut checks = Vec::new();
     if a.brute > 0 {
         let t0 = Instant::now();
-        checks = brute_all(&e, &entries, a.brute);
+        checks = brute_all(&e, &entries, a.brute, &a.brute_forms);
         report_brute(&entries, &checks, t0.elapsed().as_secs_f64());
     }
     let json = a.json.unwrap_or_else(|| {

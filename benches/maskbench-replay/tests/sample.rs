@@ -1,12 +1,12 @@
 //! MaskBench's CI sample: 200 JSONSchemaBench schemas chosen by a fixed seed, on the
-//! Llama-3.1 tokenizer, every mask of one valid instance per schema (compact) compared with
-//! brute force. Fails on any wrong mask, on any valid instance refused (a false rejection)
+//! Llama-3.1 tokenizer, every mask of one valid instance per schema (compact, and pretty
+//! where the whitespace bound allows) compared with brute force. Fails on any wrong mask, on any valid instance refused (a false rejection)
 //! unless a validator with formats asserted refuses it too or its properties are out of
 //! the schema's order (which the default grammar keeps), and on an instance the tokenizer
 //! cannot encode. Times nothing: `cargo run --release -p corral-maskbench-replay` does that.
 
 use corral_llguidance_compare::{Engines, root};
-use corral_maskbench_replay::{BruteCheck, bench_dir, brute_all, corpus, sample};
+use corral_maskbench_replay::{BruteCheck, Form, bench_dir, brute_all, corpus, sample};
 
 #[path = "../../../tests/support/require.rs"]
 mod require;
@@ -33,7 +33,7 @@ fn sampled_schemas_have_exact_masks_and_take_their_valid_instances() {
     let entries = sample(&all, SCHEMAS, SEED);
     let e = Engines::load("llama3_1", &tokenizer).unwrap();
     let t0 = std::time::Instant::now();
-    let checks = brute_all(&e, &entries, 1);
+    let checks = brute_all(&e, &entries, 1, &[Form::Compact, Form::Pretty]);
     let compiled = checks.iter().filter(|c| c.corral_error.is_none()).count();
     let steps: usize = checks.iter().map(|c| c.steps).sum();
     let explained: usize = checks
