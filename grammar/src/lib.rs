@@ -66,7 +66,7 @@ pub use dfa_cache::{DEFAULT_DFA_CACHE_BYTES, DfaCache, DfaCacheStats};
 pub use earley::{Expected, Recognizer, Run, SetIdx};
 pub use error::{ErrorKind, GrammarError, Location, RecognizeError, Span, write_positioned};
 pub use gbnf::parse as parse_gbnf;
-pub use lexeme::{Combine, DEAD, LexemeDfa, Residual, StateId, regex_key};
+pub use lexeme::{ByteRun, Combine, DEAD, LexemeDfa, Residual, StateId, regex_key};
 pub use limits::Limits;
 pub use matcher::{MatchOutcome, StreamMatcher, describe_expected, match_bytes};
 pub use regex::compile_regex;

@@ -218,6 +218,37 @@ impl Composed {
         (j, g - self.offset[j])
     }
 
+    /// Where global index `g` starts an iteration of a counted segment whose body is one
+    /// ASCII byte of a set and that the lexeme cannot end in (the segments after it are not
+    /// all nullable): the set, the iterations left, and those still needed before another
+    /// segment may start. Every byte of the set leads on to the next count; any other byte
+    /// leaves the segment.
+    pub(super) fn byte_run(&self, g: u32) -> Option<(u128, u32, u32)> {
+        if g == DEAD_IX {
+            return None;
+        }
+        let (j, q) = self.settle(g)?;
+        let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
+            return None;
+        };
+        let (c, x) = Segment::split(body, q);
+        if x != body.start.index32() || self.nullable_after[j + 1] {
+            return None;
+        }
+        let mut bytes = 0u128;
+        for b in 0..=255u8 {
+            let t = body.next(body.start, b);
+            if t == DEAD {
+                continue;
+            }
+            if b >= 0x80 || !t.is_accepting() || t.can_continue() {
+                return None;
+            }
+            bytes |= 1 << b;
+        }
+        Some((bytes, max - c, min.saturating_sub(c)))
+    }
+
     /// What is left of the lexeme from global index `g`: the key of the segments it can
     /// still read, its local state in the first of them, and that segment's offset (its
     /// global index of local 0). A state where its segment is finished (accepting, and
@@ -252,13 +283,21 @@ impl Composed {
             out.reverse();
             out
         });
-        let (mut j, mut q) = self.locate(g);
+        let (j, q) = self.settle(g)?;
+        keys.get(j).map(|k| (k.clone(), q, self.offset[j]))
+    }
+
+    /// The segment and local state of global index `g` (not dead), where a finished
+    /// segment (accepting, and no byte continues it) stands as the next one's start, which
+    /// reads the same; `None` past the last segment.
+    fn settle(&self, g: u32) -> Option<(usize, u32)> {
+        let (j, q) = self.locate(g);
         let seg = &self.segments[j];
         if seg.accepting(q) && !seg.can_continue(q) {
-            j += 1;
-            q = self.segments.get(j)?.start();
+            let next = self.segments.get(j + 1)?;
+            return Some((j + 1, next.start()));
         }
-        keys.get(j).map(|k| (k.clone(), q, self.offset[j]))
+        Some((j, q))
     }
 
     /// Global index `g` with its flags.
@@ -316,7 +355,7 @@ impl Composed {
         if g == DEAD_IX {
             return None;
         }
-        let (j, q) = self.locate(g);
+        let (j, q) = self.settle(g)?;
         let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
             return None;
         };

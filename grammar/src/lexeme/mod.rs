@@ -83,6 +83,17 @@ pub(crate) fn any_failed() -> bool {
 
 static LAZY_NUMBERING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// A counted run of single ASCII bytes from a state ([`LexemeDfa::byte_run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRun {
+    /// The run's bytes: bit `b` for byte `b`.
+    pub bytes: u128,
+    /// How many more of them the lexeme takes.
+    pub room: u32,
+    /// How many it needs before any other byte.
+    pub needed: u32,
+}
+
 /// What is left of a lexeme from a state of a composed DFA ([`LexemeDfa::residual`]): the
 /// segments from the state's own on, named by their keys, and the state's local index in
 /// the first of them.
@@ -222,6 +233,23 @@ impl LexemeDfa {
         match &self.fill {
             Fill::Composed(c) => c.tag(c.recount(t.index32(), from.index32(), to.index32())),
             _ => t,
+        }
+    }
+
+    /// Where `state` of a composed DFA starts a counted run of single ASCII bytes that the
+    /// lexeme cannot end in (`[ \t\n\r]{0,32}` before a key): the run's bytes as a set
+    /// (bit `b` for byte `b`), how many more it takes, and how many it still needs before
+    /// another byte may follow. Each of its bytes leads to the same next state.
+    pub fn byte_run(&self, state: StateId) -> Option<ByteRun> {
+        match &self.fill {
+            Fill::Composed(c) => c
+                .byte_run(state.index32())
+                .map(|(bytes, room, needed)| ByteRun {
+                    bytes,
+                    room,
+                    needed,
+                }),
+            _ => None,
         }
     }
 
