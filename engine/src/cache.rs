@@ -13,7 +13,7 @@
 
 use crate::classes::StateClasses;
 use crate::tokens::{
-    AsciiBytes, BodyRuns, LexTokens, Loops, SuffixWalk, walk_generic, walk_suffixes,
+    AsciiBytes, BodyRuns, LexTokens, Loops, RunPaths, SuffixWalk, walk_generic, walk_suffixes,
 };
 use corral_grammar::{LexemeDfa, Residual, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
@@ -91,7 +91,8 @@ type Walks = RwLock<FxHashMap<Key, Arc<SuffixWalk>>>;
 /// DFAs whose state classes are kept at once (then they start over).
 const CLASS_TABLES: usize = 256;
 
-/// What an entry of the residuals' map is counted as (its key's text is the DFA's).
+/// What an entry of the residuals' map is counted as, besides its key's text (which the
+/// map may keep after the DFA that named it is gone).
 const RESIDUAL_ENTRY_BYTES: usize = 64;
 
 /// Token sets of lexeme DFA states for one token space. See the module docs.
@@ -105,6 +106,9 @@ pub struct MaskCache {
     /// mapped (see [`LexemeDfa::residual`]). The separators of different keys end alike
     /// (`... ":" ws`), as a plain `ws` does.
     residuals: RwLock<FxHashMap<Residual, (u32, Arc<LexTokens>)>>,
+    /// The trie's paths through counted runs of single bytes, by the bytes and the room
+    /// left (see [`RunPaths`]).
+    run_paths: RwLock<FxHashMap<(u128, u32), Arc<RunPaths>>>,
     /// The runs of a string body's leaving tokens from a state many states' first bytes
     /// lead to (see [`BodyRuns`]).
     body_runs: RwLock<FxHashMap<Key, Arc<BodyRuns>>>,
@@ -144,6 +148,7 @@ impl MaskCache {
             limits,
             generic: RwLock::default(),
             residuals: RwLock::default(),
+            run_paths: RwLock::default(),
             body_runs: RwLock::default(),
             plain_runs: RwLock::default(),
             walks: Default::default(),
@@ -168,9 +173,12 @@ impl MaskCache {
         self.depth
     }
 
-    /// A snapshot of the counters; entries counts generic sets and suffix walks.
+    /// A snapshot of the counters; entries counts every map's (generic sets, suffix walks,
+    /// runs and paths).
     pub fn stats(&self) -> MaskCacheStats {
         let entries = self.generic.read().map_or(0, |m| m.len())
+            + self.residuals.read().map_or(0, |m| m.len())
+            + self.run_paths.read().map_or(0, |m| m.len())
             + self.body_runs.read().map_or(0, |m| m.len())
             + self.plain_runs.read().map_or(0, |m| m.len())
             + self
@@ -196,6 +204,10 @@ impl MaskCache {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.residuals
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.run_paths
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -269,7 +281,20 @@ impl MaskCache {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&dfa_key)
                 .unwrap_or_else(|| Loops::new(Alphabet::Strings, self.depth, true));
-            let t = walk_generic(dfa, state, &self.space, &mut loops, &body_runs);
+            let run_paths = |bytes, room| {
+                self.get_or(&self.run_paths, (bytes, room), || {
+                    let paths = RunPaths::new(&self.space, bytes, room);
+                    let used = paths.memory_usage();
+                    (Arc::new(paths), used)
+                })
+            };
+            let t = walk_generic(
+                dfa,
+                state,
+                &self.space,
+                &mut loops,
+                (&body_runs, &run_paths),
+            );
             let mut kept = self.loops.lock().unwrap_or_else(|e| e.into_inner());
             if kept.len() >= CLASS_TABLES {
                 kept.clear();
@@ -285,8 +310,9 @@ impl MaskCache {
         // first walked state's).
         if walked && let Some((r, here)) = residual {
             let mut m = self.residuals.write().unwrap_or_else(|e| e.into_inner());
+            let bytes = RESIDUAL_ENTRY_BYTES + r.segments.len();
             if m.insert(r, (here, sets.clone())).is_none() {
-                self.bytes.fetch_add(RESIDUAL_ENTRY_BYTES, Relaxed);
+                self.bytes.fetch_add(bytes, Relaxed);
             }
             return (sets, here, here);
         }

@@ -56,7 +56,7 @@
 mod generic;
 
 pub(crate) use generic::walk_generic;
-pub use generic::{AsciiBytes, BodyRuns, LexTokens, Rests};
+pub use generic::{AsciiBytes, BodyRuns, LexTokens, Rests, RunPaths};
 
 use corral_grammar::{DEAD, LexemeDfa, StateId};
 use corral_trie::{Alphabet, CharSlice, FixedBitSet, NodeId, Prefix, SuffixId};

@@ -393,23 +393,80 @@ impl BodyRuns {
     }
 }
 
+/// The paths of the token trie through a counted run of single bytes (see
+/// [`corral_grammar::LexemeDfa::byte_run`]) with room for `room` more: the same for every
+/// lexeme with such a run, whatever follows it.
+#[derive(Debug)]
+pub struct RunPaths {
+    /// The tokens made of the run's bytes only, at most `room` of them.
+    inside: Vec<TokenId>,
+    /// `(byte, run bytes before it, node)`: the nodes whose byte leaves the run after at
+    /// least one of its bytes, sorted by byte, then by the run bytes before.
+    exits: Vec<(u8, u32, u32)>,
+}
+
+impl RunPaths {
+    /// The paths of the run of `bytes` (bit `b` for byte `b`, ASCII) in `space`'s trie.
+    pub(crate) fn new(space: &TokenSpace, bytes: u128, room: u32) -> RunPaths {
+        let trie = space.trie();
+        let nodes = trie.nodes();
+        let in_run = |b: u8| b < 0x80 && bytes >> b & 1 == 1;
+        let (mut inside, mut exits) = (Vec::new(), Vec::new());
+        for &(byte, first) in trie.root_children() {
+            if !in_run(byte) {
+                continue;
+            }
+            let mut i = first as usize;
+            let end = i + nodes[i].subtree as usize;
+            while i < end {
+                let n = nodes[i];
+                if !in_run(n.byte) {
+                    // The parent is a run node within the room: its depth is the run bytes.
+                    exits.push((n.byte, n.depth as u32 - 1, i as u32));
+                    i += n.subtree as usize;
+                } else if n.depth as u32 > room {
+                    i += n.subtree as usize;
+                } else {
+                    inside.extend(trie.tokens_at(i));
+                    i += 1;
+                }
+            }
+        }
+        exits.sort_unstable();
+        RunPaths { inside, exits }
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn memory_usage(&self) -> usize {
+        self.inside.len() * 4 + self.exits.len() * 12
+    }
+}
+
 /// A state's tokens are taken from [`BodyRuns`] where at least this many ASCII first bytes
 /// lead to the state they were run from; with fewer, each token is run.
 const MIN_SHARED_FIRSTS: u32 = 16;
+
+/// What a walk takes from its caller's memory: the [`BodyRuns`] of a state for first bytes,
+/// and the [`RunPaths`] of a run's bytes with room for so many.
+type Shared<'a> = (
+    &'a dyn Fn(StateId, AsciiBytes) -> Arc<BodyRuns>,
+    &'a dyn Fn(u128, u32) -> Arc<RunPaths>,
+);
 
 /// One walk of the whole trie with the DFA alone, except below a node where the DFA reaches
 /// a string's body: there the slice's tails decide (see [`CharSlice::subtree_tails`]).
 ///
 /// `loops` holds what earlier walks of this DFA found about its states (for
-/// [`Alphabet::Strings`], looking beyond loops), and `body_runs` gives the [`BodyRuns`] of
+/// [`Alphabet::Strings`], looking beyond loops), `body_runs` gives the [`BodyRuns`] of
 /// a state of this DFA for first bytes that lead there (both remembered by the caller: the
-/// runs made for the first bytes first asked for).
+/// runs made for the first bytes first asked for), and `run_paths` the [`RunPaths`] of a
+/// counted run of single bytes (remembered across DFAs).
 pub(crate) fn walk_generic(
     dfa: &LexemeDfa,
     start: StateId,
     space: &TokenSpace,
     loops: &mut Loops,
-    body_runs: &dyn Fn(StateId, AsciiBytes) -> Arc<BodyRuns>,
+    (body_runs, run_paths): Shared<'_>,
 ) -> LexTokens {
     INSIDE.with_borrow_mut(|inside| {
         // Exactly this space's width: a set kept from a wider space would widen the masks
@@ -417,7 +474,7 @@ pub(crate) fn walk_generic(
         if inside.len() != space.width() {
             *inside = FixedBitSet::with_capacity(space.width());
         }
-        let tokens = walk_generic_into(dfa, start, (space, loops), inside, body_runs);
+        let tokens = walk_generic_into(dfa, start, (space, loops), inside, (body_runs, run_paths));
         inside.clear();
         tokens
     })
@@ -479,7 +536,7 @@ fn walk_generic_into(
     start: StateId,
     (space, loops): (&TokenSpace, &mut Loops),
     inside: &mut FixedBitSet,
-    body_runs: &dyn Fn(StateId, AsciiBytes) -> Arc<BodyRuns>,
+    (body_runs, run_paths): Shared<'_>,
 ) -> LexTokens {
     const NONE: u32 = u32::MAX;
     let trie = space.trie();
@@ -587,14 +644,16 @@ fn walk_generic_into(
         return tokens;
     }
     let prefilled = prefill_first_bytes(dfa, start, space, loops, inside);
-    // The root's children one by one, skipping those the DFA refuses at once (a walk
-    // from the root would read each of them far apart in the node array).
-    for &(first_byte, first) in trie.root_children() {
-        if dfa.next(start, first_byte) == DEAD {
-            continue;
-        }
-        let mut i = first as usize;
-        let end = i + nodes[i].subtree as usize;
+    // A counted run of whitespace before a key (`[ \t\n\r]{0,32}`): the paths of its
+    // bytes are the same in every lexeme with such a run (`run_paths`, remembered by the
+    // caller); only the subtrees where another byte leaves the run are this DFA's.
+    let run = dfa.byte_run(start).map(|r| (r, run_paths(r.bytes, r.room)));
+    // Walks the subtree range `i..end` of nodes at depth `path.len()` and below.
+    let mut walk_range = |mut i: usize,
+                          end: usize,
+                          path: &mut Vec<(StateId, u32, u8)>,
+                          inside: &mut FixedBitSet,
+                          loops: &mut Loops| {
         while i < end {
             let n = nodes[i];
             let d = n.depth as usize;
@@ -690,6 +749,64 @@ fn walk_generic_into(
             path.truncate(d);
             path.push((next, here, needs));
             i += 1;
+        }
+    };
+    // The root's children one by one, skipping those the DFA refuses at once (a walk
+    // from the root would read each of them far apart in the node array).
+    for &(first_byte, first) in trie.root_children() {
+        if dfa.next(start, first_byte) == DEAD
+            || run
+                .as_ref()
+                .is_some_and(|(r, _)| first_byte < 0x80 && r.bytes >> first_byte & 1 == 1)
+        {
+            continue;
+        }
+        let first = first as usize;
+        path.truncate(1);
+        walk_range(
+            first,
+            first + nodes[first].subtree as usize,
+            &mut path,
+            inside,
+            loops,
+        );
+    }
+    if let Some((r, paths)) = run {
+        paths.inside.iter().for_each(|t| inside.insert(t.index()));
+        // The states after each count of the run's bytes (any one of them: they all lead
+        // to the next count).
+        let step = r.bytes.trailing_zeros() as u8;
+        let mut states = vec![start];
+        let mut k = 0;
+        while k < paths.exits.len() {
+            let byte = paths.exits[k].0;
+            let group_end = k + paths.exits[k..].iter().take_while(|e| e.0 == byte).count();
+            for &(_, after, node) in &paths.exits[k..group_end] {
+                let after = after as usize;
+                while states.len() <= after {
+                    let last = *states.last().expect("non-empty");
+                    states.push(dfa.next(last, step));
+                }
+                if dfa.next(states[after], byte) == DEAD {
+                    // Past the count the run needs, a byte the lexeme refuses after one
+                    // count it refuses after any (exits are sorted by count).
+                    if after as u32 >= r.needed {
+                        break;
+                    }
+                    continue;
+                }
+                path.clear();
+                path.extend(states[..=after].iter().map(|&s| (s, NONE, 0)));
+                let node = node as usize;
+                walk_range(
+                    node,
+                    node + nodes[node].subtree as usize,
+                    &mut path,
+                    inside,
+                    loops,
+                );
+            }
+            k = group_end;
         }
     }
     lex_tokens(inside, (groups, below), subtrees, space)
@@ -832,13 +949,88 @@ mod tests {
     /// A generic walk with nothing remembered from earlier walks of the DFA.
     fn walk_afresh(d: &LexemeDfa, from: StateId, s: &TokenSpace) -> LexTokens {
         let body_runs = |r, firsts| Arc::new(BodyRuns::new(d, r, s, firsts));
+        let run_paths = |bytes, room| Arc::new(RunPaths::new(s, bytes, room));
         walk_generic(
             d,
             from,
             s,
             &mut Loops::new(Alphabet::Strings, 4, true),
-            &body_runs,
+            (&body_runs, &run_paths),
         )
+    }
+
+    #[test]
+    fn runs_of_whitespace_before_a_key_walk_their_own_exits_only() {
+        let d = dfa(r#"[ \n]{0,3},[ \n]{0,3}"ab"[ \n]{0,2}:[ \n]{0,2}"#);
+        let words = [
+            " ",
+            "\n",
+            "  ",
+            "   ",
+            "    ",
+            "\n ",
+            " \n  ",
+            ",",
+            ", ",
+            ",\n",
+            " ,",
+            "  , ",
+            "\"",
+            " \"",
+            "\n\"a",
+            "  \"ab",
+            "\"ab\"",
+            " \"ab\":",
+            "\"ab\" :",
+            "a",
+            " a",
+            "\nx",
+            ",\"",
+            ", \"a",
+            "   \"",
+            "    \"",
+            ":",
+            "\":",
+            " ,\n\"ab\"\n:",
+        ];
+        let s = space(&words);
+        s.prepare_slices();
+        let mut runs = 0;
+        for prefix in [
+            "",
+            " ",
+            "  ",
+            "   ",
+            ",",
+            ", ",
+            ",\n ",
+            ", \n ",
+            "\n,\n",
+            ",\"ab\"",
+            ",\"ab\"\n",
+        ] {
+            let from = d.run(d.start(), prefix.as_bytes());
+            assert_ne!(from, DEAD, "{prefix:?}");
+            runs += usize::from(d.byte_run(from).is_some());
+            let t = walk_afresh(&d, from, &s);
+            agrees_with_runs(&d, from, &t, (&s, &words), &format!("{prefix:?}"));
+        }
+        // Every state before ':' is in a run, except at a run's bound (three bytes), where
+        // what follows is the next segment.
+        assert_eq!(runs, 9);
+        // After ':' the run may end the lexeme: walked whole.
+        let after = d.run(d.start(), b",\"ab\":");
+        assert!(d.byte_run(after).is_none());
+        let t = walk_afresh(&d, after, &s);
+        agrees_with_runs(&d, after, &t, (&s, &words), "after ':'");
+        // A run that needs two bytes before the key: exits after fewer die.
+        let d = dfa(r#",[ \n]{2,4}"ab":"#);
+        for prefix in [",", ", ", ",\n ", ",\n  "] {
+            let from = d.run(d.start(), prefix.as_bytes());
+            assert!(d.byte_run(from).is_some(), "{prefix:?}");
+            let t = walk_afresh(&d, from, &s);
+            agrees_with_runs(&d, from, &t, (&s, &words), &format!("{prefix:?}"));
+        }
     }
 
     #[test]
@@ -961,6 +1153,7 @@ mod tests {
         // as the cache keeps them per DFA.
         let mut loops = Loops::new(Alphabet::Strings, 8, true);
         let kept: std::cell::RefCell<Vec<(StateId, Arc<BodyRuns>)>> = Default::default();
+        let run_paths = |bytes, room| Arc::new(RunPaths::new(&s, bytes, room));
         let body_runs = |r, firsts| {
             let mut kept = kept.borrow_mut();
             if let Some((_, runs)) = kept.iter().find(|k| k.0 == r) {
@@ -973,7 +1166,7 @@ mod tests {
         for prefix in ["\"", "\"a", "\"ab", "\"x", "\"ax", "\"x\\n"] {
             let from = d.run(d.start(), prefix.as_bytes());
             assert_ne!(from, DEAD, "{prefix}");
-            let t = walk_generic(&d, from, &s, &mut loops, &body_runs);
+            let t = walk_generic(&d, from, &s, &mut loops, (&body_runs, &run_paths));
             shared += t
                 .suffixes
                 .iter()
@@ -1015,6 +1208,7 @@ mod tests {
             let d = product(names);
             let mut loops = Loops::new(Alphabet::Strings, 8, true);
             let mapped = std::cell::Cell::new(0);
+            let run_paths = |bytes, room| Arc::new(RunPaths::new(&s, bytes, room));
             let body_runs = |r, firsts| {
                 let (a, p) = d.first_alone(r).expect("the runs' state is the plain body");
                 let mut made = made.borrow_mut();
@@ -1032,7 +1226,7 @@ mod tests {
             for prefix in ["\"", "\"a", "\"c", "\"x", "\"ax"] {
                 let from = d.run(d.start(), prefix.as_bytes());
                 assert_ne!(from, DEAD, "{names} {prefix}");
-                let t = walk_generic(&d, from, &s, &mut loops, &body_runs);
+                let t = walk_generic(&d, from, &s, &mut loops, (&body_runs, &run_paths));
                 agrees_with_runs(&d, from, &t, (&s, &words), &format!("{names} {prefix}"));
             }
             reused += mapped.get();
