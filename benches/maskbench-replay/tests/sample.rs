@@ -1,9 +1,10 @@
 //! MaskBench's CI sample: 200 JSONSchemaBench schemas chosen by a fixed seed, on the
 //! Llama-3.1 tokenizer, every mask of one valid instance per schema (compact, and pretty
-//! where the whitespace bound allows) compared with brute force. Fails on any wrong mask, on any valid instance refused (a false rejection)
-//! unless a validator with formats asserted refuses it too or its properties are out of
-//! the schema's order (which the default grammar keeps), and on an instance the tokenizer
-//! cannot encode. Times nothing: `cargo run --release -p corral-maskbench-replay` does that.
+//! where the whitespace bound allows) compared with brute force. Fails on any wrong mask,
+//! on any valid instance refused (a false rejection) unless a validator with formats
+//! asserted refuses it too or its properties are out of the schema's order (which the
+//! default grammar keeps), and on an instance the tokenizer cannot encode. Times nothing:
+//! `cargo run --release -p corral-maskbench-replay` does that.
 
 use corral_llguidance_compare::{Engines, root};
 use corral_maskbench_replay::{BruteCheck, Form, bench_dir, brute_all, corpus, sample};
