@@ -228,10 +228,7 @@ impl Composed {
             return None;
         }
         let (j, q) = self.settle(g)?;
-        let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
-            return None;
-        };
-        let (c, x) = Segment::split(body, q);
+        let (body, min, max, c, x) = self.counted_at(j, q)?;
         if x != body.start.index32() || self.nullable_after[j + 1] {
             return None;
         }
@@ -285,6 +282,16 @@ impl Composed {
         });
         let (j, q) = self.settle(g)?;
         keys.get(j).map(|k| (k.clone(), q, self.offset[j]))
+    }
+
+    /// Segment `j`'s body, bounds, and local state `q`'s count and body state, where the
+    /// segment is counted.
+    fn counted_at(&self, j: usize, q: u32) -> Option<(&LexemeDfa, u32, u32, u32, u32)> {
+        let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
+            return None;
+        };
+        let (c, x) = Segment::split(body, q);
+        Some((body, *min, *max, c, x))
     }
 
     /// The segment and local state of global index `g` (not dead), where a finished
@@ -355,18 +362,15 @@ impl Composed {
         if g == DEAD_IX {
             return None;
         }
-        let (j, q) = self.settle(g)?;
-        let Segment::Counted { body, min, max, .. } = &self.segments[j] else {
-            return None;
-        };
-        let (c, x) = Segment::split(body, q);
+        let (j, q) = self.locate(g);
+        let (body, min, max, c, x) = self.counted_at(j, q)?;
         let reach = c as u64 + depth as u64;
-        if reach >= *max as u64 {
+        if reach >= max as u64 {
             return None;
         }
-        let lowest = if c >= *min {
-            *min
-        } else if reach < *min as u64 {
+        let lowest = if c >= min {
+            min
+        } else if reach < min as u64 {
             0
         } else {
             return None;
