@@ -99,7 +99,7 @@ fn generic_run(
                     from_set: walker.rec.set_uid(run.set),
                     lexeme: run.lexeme,
                     end_state,
-                    walked: Walked::BodyRests(here(*runs_from)),
+                    walked: Walked::BodyRests(here(*runs_from), Arc::as_ptr(trie) as usize),
                 };
                 let tokens = remembered(memo, key, || {
                     let mut tokens = Vec::new();

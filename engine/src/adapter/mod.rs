@@ -155,8 +155,10 @@ enum Walked {
     Tokens(NodeId),
     /// Below a node of an alphabet's suffix trie.
     Suffixes(Alphabet, NodeId),
-    /// The rests of a string body's tokens run from a state ([`crate::tokens::BodyRuns`]).
-    BodyRests(StateId),
+    /// The rests of a string body's tokens run from a state ([`crate::tokens::BodyRuns`]),
+    /// and which runs' trie they are (two runs from one state may cover different first
+    /// bytes: made for different states, or one taken from another DFA by residual).
+    BodyRests(StateId, usize),
 }
 
 impl RobustConstrainedAdapter {
