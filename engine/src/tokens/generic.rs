@@ -1023,6 +1023,16 @@ mod tests {
         assert!(d.byte_run(after).is_none());
         let t = walk_afresh(&d, after, &s);
         agrees_with_runs(&d, after, &t, (&s, &words), "after ':'");
+        // Exactly two digits, then more: the third digit starts what follows, so the
+        // state is walked whole.
+        let d = dfa(r#"x[0-9]{2}[0-9]+y"#);
+        let from = d.run(d.start(), b"x");
+        assert!(d.byte_run(from).is_none());
+        let digits = ["1", "12", "123", "1234", "12y", "123y", "x1", "y"];
+        let s2 = space(&digits);
+        s2.prepare_slices();
+        let t = walk_afresh(&d, from, &s2);
+        agrees_with_runs(&d, from, &t, (&s2, &digits), "two digits, then more");
         // A run that needs two bytes before the key: exits after fewer die.
         let d = dfa(r#",[ \n]{2,4}"ab":"#);
         for prefix in [",", ", ", ",\n ", ",\n  "] {

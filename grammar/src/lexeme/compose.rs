@@ -219,17 +219,19 @@ impl Composed {
     }
 
     /// Where global index `g` starts an iteration of a counted segment whose body is one
-    /// ASCII byte of a set and that the lexeme cannot end in (the segments after it are not
-    /// all nullable): the set, the iterations left, and those still needed before another
-    /// segment may start. Every byte of the set leads on to the next count; any other byte
-    /// leaves the segment.
+    /// ASCII byte of a set, whose bounds differ, and that the lexeme cannot end in (the
+    /// segments after it are not all nullable): the set, the iterations left, and those
+    /// still needed before another segment may start. Every byte of the set leads on to
+    /// the next count, and is dead past the last; any other byte leaves the segment.
     pub(super) fn byte_run(&self, g: u32) -> Option<(u128, u32, u32)> {
         if g == DEAD_IX {
             return None;
         }
         let (j, q) = self.settle(g)?;
         let (body, min, max, c, x) = self.counted_at(j, q)?;
-        if x != body.start.index32() || self.nullable_after[j + 1] {
+        // With `min < max` a byte of the run never starts what follows (the junction was
+        // checked); with `min == max` it may, once the run is done.
+        if x != body.start.index32() || self.nullable_after[j + 1] || min >= max {
             return None;
         }
         let mut bytes = 0u128;
