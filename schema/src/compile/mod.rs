@@ -106,7 +106,26 @@ fn count(m: &Map<String, Value>, ptr: &str, key: &str) -> Res<Option<u64>> {
 }
 
 fn child(ptr: &str, token: &str) -> String {
-    format!("{ptr}/{}", token.replace('~', "~0").replace('/', "~1"))
+    let mut out = String::with_capacity(ptr.len() + token.len() + 1);
+    out.push_str(ptr);
+    push_token(&mut out, token);
+    out
+}
+
+/// Appends `/token` to a JSON pointer, escaping `~` and `/` (RFC 6901).
+fn push_token(ptr: &mut String, token: &str) {
+    ptr.push('/');
+    for (i, part) in token.split('~').enumerate() {
+        if i > 0 {
+            ptr.push_str("~0");
+        }
+        for (j, piece) in part.split('/').enumerate() {
+            if j > 0 {
+                ptr.push_str("~1");
+            }
+            ptr.push_str(piece);
+        }
+    }
 }
 
 /// How the GBNF of a schema is compiled.
@@ -203,7 +222,12 @@ impl<'a> Compiler<'a> {
                     .any(|d| s.contains(d))
             });
         let mut ids = FxHashMap::default();
-        collect_ids(root, "", &mut ids, (0, opts.max_schema_depth))?;
+        collect_ids(
+            root,
+            &mut String::new(),
+            &mut ids,
+            (0, opts.max_schema_depth),
+        )?;
         let mut names = FxHashSet::default();
         names.insert("root".to_string());
         names.insert("ws".to_string());

@@ -109,10 +109,11 @@ pub(super) const AMBIGUOUS: &str = "\0ambiguous";
 
 /// `$id`s (absolute, and without a trailing `#`) and anchors (`$anchor`, draft-07 `$id: "#x"`)
 /// of the document, to their JSON pointers. `v` is at nesting `depth`; past `max` is an
-/// error, not a silent stop that would leave identifiers unresolved.
+/// error, not a silent stop that would leave identifiers unresolved. `ptr` is `v`'s pointer;
+/// children extend it in place and leave it as they found it.
 pub(super) fn collect_ids(
     v: &Value,
-    ptr: &str,
+    ptr: &mut String,
     out: &mut FxHashMap<String, String>,
     (depth, max): (u32, u32),
 ) -> Result<(), super::Fail> {
@@ -123,7 +124,7 @@ pub(super) fn collect_ids(
     let mut define = |name: String| {
         out.entry(name)
             .and_modify(|p| *p = AMBIGUOUS.to_string())
-            .or_insert_with(|| ptr.to_string());
+            .or_insert_with(|| ptr.clone());
     };
     match v {
         Value::Object(m) => {
@@ -148,15 +149,30 @@ pub(super) fn collect_ids(
                 ) {
                     continue;
                 }
-                collect_ids(x, &child(ptr, k), out, (depth + 1, max))?;
+                descend(x, k, ptr, out, (depth, max))?;
             }
         }
         Value::Array(xs) => {
             for (i, x) in xs.iter().enumerate() {
-                collect_ids(x, &child(ptr, &i.to_string()), out, (depth + 1, max))?;
+                descend(x, &i.to_string(), ptr, out, (depth, max))?;
             }
         }
         _ => {}
     }
     Ok(())
+}
+
+/// [`collect_ids`] of `x`, the child `token` of the value at `ptr`.
+fn descend(
+    x: &Value,
+    token: &str,
+    ptr: &mut String,
+    out: &mut FxHashMap<String, String>,
+    (depth, max): (u32, u32),
+) -> Result<(), super::Fail> {
+    let len = ptr.len();
+    super::push_token(ptr, token);
+    let r = collect_ids(x, ptr, out, (depth + 1, max));
+    ptr.truncate(len);
+    r
 }
