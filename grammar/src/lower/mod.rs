@@ -588,18 +588,19 @@ impl std::fmt::Write for Bounded {
     }
 }
 
-/// Source text for messages: whitespace collapsed, at most 40 characters.
+/// Source text for messages: whitespace collapsed, at most 40 characters (over 40: the
+/// first 37 and an ellipsis).
 fn display_source(s: &str) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(s.len().min(44));
     let mut chars = 0;
-    for word in s.split_whitespace() {
-        if chars > 0 {
-            out.push(' ');
-            chars += 1;
+    let mut gap = false;
+    for c in s.trim().chars() {
+        if c.is_whitespace() {
+            gap = true;
+            continue;
         }
-        for c in word.chars() {
+        for c in [' '].into_iter().filter(|_| gap).chain([c]) {
             if chars == 40 {
-                // Over 40: the first 37 and an ellipsis.
                 let cut = out.char_indices().nth(37).map_or(out.len(), |(i, _)| i);
                 out.truncate(cut);
                 out.push_str("...");
@@ -608,6 +609,26 @@ fn display_source(s: &str) -> String {
             out.push(c);
             chars += 1;
         }
+        gap = false;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_source;
+
+    #[test]
+    fn source_text_collapses_and_stops_at_forty_characters() {
+        assert_eq!(display_source("  a \n\t b  c "), "a b c");
+        let forty = "x".repeat(40);
+        assert_eq!(display_source(&forty), forty);
+        let cut = format!("{}...", "x".repeat(37));
+        assert_eq!(display_source(&format!("{forty}y")), cut);
+        // The space after the fortieth character counts as the forty-first.
+        assert_eq!(display_source(&format!("{forty} y")), cut);
+        assert_eq!(display_source(&format!("{forty}  ")), forty);
+        let wide = "é".repeat(41);
+        assert_eq!(display_source(&wide), format!("{}...", "é".repeat(37)));
+    }
 }
