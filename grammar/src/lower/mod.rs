@@ -185,7 +185,51 @@ struct Lowerer<'a> {
     /// ""), by the items themselves: a machine-written grammar repeats most runs (a
     /// property's `ws ":" ws json-string`), and building a run's regex and its key costs far
     /// more than hashing the items.
-    runs: FxHashMap<Vec<&'a Expr>, Option<crate::LexemeId>>,
+    runs: FxHashMap<RunKey<'a>, Option<crate::LexemeId>>,
+}
+
+/// A run of items as a key of [`Lowerer::runs`]: compared in full, hashed by the top two
+/// levels of each item (hashing every level of an enum's alternation cost more than the
+/// lookups saved).
+#[derive(PartialEq, Eq)]
+struct RunKey<'a>(Vec<&'a Expr>);
+
+impl std::hash::Hash for RunKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_usize(self.0.len());
+        for e in &self.0 {
+            shallow_hash(e, 2, h);
+        }
+    }
+}
+
+/// Hashes what [`Expr`]'s equality compares, down to `levels` levels (first and last
+/// children only below the top): equal expressions hash alike.
+fn shallow_hash<H: std::hash::Hasher>(e: &Expr, levels: u32, h: &mut H) {
+    use std::hash::Hash;
+    h.write_u32(e.depth);
+    std::mem::discriminant(&e.kind).hash(h);
+    if levels == 0 {
+        return;
+    }
+    match &e.kind {
+        ExprKind::Seq(xs) | ExprKind::Alt(xs) | ExprKind::And(xs) => {
+            h.write_usize(xs.len());
+            for x in xs.first().into_iter().chain(xs.last()) {
+                shallow_hash(x, levels - 1, h);
+            }
+        }
+        ExprKind::Literal(chars) => chars.hash(h),
+        ExprKind::Class(c) => c.hash(h),
+        ExprKind::Any => {}
+        ExprKind::RuleRef(name) => name.hash(h),
+        ExprKind::Token(t) => t.hash(h),
+        ExprKind::Repeat { inner, min, max } => {
+            (min, max).hash(h);
+            shallow_hash(inner, levels - 1, h);
+        }
+        ExprKind::Group(inner) | ExprKind::Not(inner) => shallow_hash(inner, levels - 1, h),
+    }
 }
 
 impl<'a> Lowerer<'a> {
@@ -265,11 +309,12 @@ impl<'a> Lowerer<'a> {
         if run.is_empty() {
             return Ok(());
         }
-        if let Some(&made) = self.runs.get(run.as_slice()) {
+        let key = RunKey(std::mem::take(run));
+        if let Some(&made) = self.runs.get(&key) {
             out.extend(made.map(Sym::Lexeme));
-            run.clear();
             return Ok(());
         }
+        let run = &key.0;
         let span = run[0].span.to(run[run.len() - 1].span);
         let hir = Hir::concat(
             run.iter()
@@ -278,7 +323,7 @@ impl<'a> Lowerer<'a> {
         );
         let props = hir.properties();
         if props.maximum_len() == Some(0) && props.minimum_len() == Some(0) {
-            self.runs.insert(std::mem::take(run), None);
+            self.runs.insert(key, None);
             return Ok(());
         }
         let text = self.text;
@@ -293,7 +338,7 @@ impl<'a> Lowerer<'a> {
         };
         let id = self.b.lexeme(hir, display).map_err(|k| (k, span))?;
         out.push(Sym::Lexeme(id));
-        self.runs.insert(std::mem::take(run), Some(id));
+        self.runs.insert(key, Some(id));
         Ok(())
     }
 
@@ -616,7 +661,29 @@ fn display_source(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::display_source;
+    use super::{RunKey, display_source};
+    use crate::ast::{Expr, ExprKind};
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn runs_equal_in_full_hash_alike_and_runs_unequal_deep_down_stay_apart() {
+        let lit = |s: &str| Expr::built(ExprKind::Literal(s.chars().collect()));
+        let nest = |deep: &str| {
+            let inner = Expr::built(ExprKind::Alt(vec![lit("a"), lit(deep), lit("z")]));
+            let mid = Expr::built(ExprKind::Seq(vec![lit("x"), inner, lit("y")]));
+            Expr::built(ExprKind::Alt(vec![lit("p"), mid, lit("q")]))
+        };
+        let (a, a2, b) = (nest("m"), nest("m"), nest("n"));
+        let hasher = rustc_hash::FxBuildHasher;
+        let key = |e| RunKey(vec![e]);
+        assert_eq!(hasher.hash_one(key(&a)), hasher.hash_one(key(&a2)));
+        // Equal to the hashed depth, so only the comparison tells them apart.
+        assert_eq!(hasher.hash_one(key(&a)), hasher.hash_one(key(&b)));
+        let mut runs = rustc_hash::FxHashMap::default();
+        runs.insert(key(&a), 1);
+        runs.insert(key(&b), 2);
+        assert_eq!((runs[&key(&a2)], runs[&key(&b)], runs.len()), (1, 2, 2));
+    }
 
     #[test]
     fn source_text_collapses_and_stops_at_forty_characters() {
