@@ -203,10 +203,12 @@ impl std::hash::Hash for RunKey<'_> {
     }
 }
 
-/// Hashes what [`Expr`]'s equality compares, down to `levels` levels (first and last
-/// children only below the top): equal expressions hash alike.
+/// Hashes what [`Expr`]'s equality compares (span, depth, kind), down to `levels` levels
+/// (first and last children only below the top): equal expressions hash alike. The span
+/// keeps a parsed grammar's runs apart: written alike at two places, they are not equal.
 fn shallow_hash<H: std::hash::Hasher>(e: &Expr, levels: u32, h: &mut H) {
     use std::hash::Hash;
+    e.span.hash(h);
     h.write_u32(e.depth);
     std::mem::discriminant(&e.kind).hash(h);
     if levels == 0 {
@@ -683,6 +685,18 @@ mod tests {
         runs.insert(key(&a), 1);
         runs.insert(key(&b), 2);
         assert_eq!((runs[&key(&a2)], runs[&key(&b)], runs.len()), (1, 2, 2));
+        // Parsed runs written alike at two places are unequal, and hash apart.
+        let at = |start| {
+            let mut e = lit(",");
+            e.span = crate::error::Span {
+                start,
+                end: start + 3,
+            };
+            e
+        };
+        let (x, y) = (at(0), at(7));
+        assert!(key(&x) != key(&y));
+        assert_ne!(hasher.hash_one(key(&x)), hasher.hash_one(key(&y)));
     }
 
     #[test]
