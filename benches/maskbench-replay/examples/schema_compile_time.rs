@@ -2,7 +2,7 @@
 //! compile:
 //!
 //! ```text
-//! cargo run --release -p corral-maskbench-replay --example compile_time -- REPLAY.json [N] [REPS]
+//! cargo run --release -p corral-maskbench-replay --example schema_compile_time -- REPLAY.json [N] [REPS]
 //! ```
 //!
 //! `REPLAY.json` is a replay's per-schema output (`--json`); the `N` schemas (default 150)
@@ -24,7 +24,7 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let replay = args
         .next()
-        .ok_or_else(|| anyhow!("usage: compile_time REPLAY.json [N] [REPS]"))?;
+        .ok_or_else(|| anyhow!("usage: schema_compile_time REPLAY.json [N] [REPS]"))?;
     let n: usize = args.next().map_or(Ok(150), |s| s.parse())?;
     let reps: usize = args.next().map_or(Ok(5), |s| s.parse())?.max(1);
     let text = std::fs::read_to_string(&replay).with_context(|| replay.clone())?;
