@@ -638,15 +638,11 @@ impl std::fmt::Write for Bounded {
 /// Source text for messages: whitespace collapsed, at most 40 characters (over 40: the
 /// first 37 and an ellipsis).
 fn display_source(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(44));
+    let mut out = String::new();
     let mut chars = 0;
-    let mut gap = false;
-    for c in s.trim().chars() {
-        if c.is_whitespace() {
-            gap = true;
-            continue;
-        }
-        for c in [' '].into_iter().filter(|_| gap).chain([c]) {
+    for word in s.split_whitespace() {
+        // The space before a word counts as a character too.
+        for c in (chars > 0).then_some(' ').into_iter().chain(word.chars()) {
             if chars == 40 {
                 let cut = out.char_indices().nth(37).map_or(out.len(), |(i, _)| i);
                 out.truncate(cut);
@@ -656,7 +652,6 @@ fn display_source(s: &str) -> String {
             out.push(c);
             chars += 1;
         }
-        gap = false;
     }
     out
 }

@@ -115,15 +115,11 @@ fn child(ptr: &str, token: &str) -> String {
 /// Appends `/token` to a JSON pointer, escaping `~` and `/` (RFC 6901).
 fn push_token(ptr: &mut String, token: &str) {
     ptr.push('/');
-    for (i, part) in token.split('~').enumerate() {
-        if i > 0 {
-            ptr.push_str("~0");
-        }
-        for (j, piece) in part.split('/').enumerate() {
-            if j > 0 {
-                ptr.push_str("~1");
-            }
-            ptr.push_str(piece);
+    for c in token.chars() {
+        match c {
+            '~' => ptr.push_str("~0"),
+            '/' => ptr.push_str("~1"),
+            c => ptr.push(c),
         }
     }
 }
