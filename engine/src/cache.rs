@@ -10,14 +10,23 @@
 //! separators of earlier schemas already done. The cache
 //! is a handle the caller owns (one per loaded tokenizer), bounded by the bytes it holds:
 //! past [`MaskCacheLimits::max_bytes`] it is emptied and refills from what is used next.
+//!
+//! A cache may have a *base* ([`MaskCache::with_base`]): another cache, made beforehand and
+//! never written again, that it reads where it holds nothing. [`MaskCache::prefilled`]
+//! makes one from a grammar: every state of its lexemes whose DFAs number their states by
+//! regex alone, kept by state (class numbers are each cache's own). From the lexemes every
+//! JSON Schema grammar of some options shares, it serves a new schema's brackets and
+//! separators, with their whitespace, from its first mask; it does not depend on any other
+//! grammar, and it stays when the cache over it is emptied.
 
 use crate::classes::StateClasses;
+use crate::constraint::Constraint;
 use crate::tokens::{
     AsciiBytes, BodyRuns, LexTokens, Loops, RunPaths, SuffixWalk, walk_generic, walk_suffixes,
 };
-use corral_grammar::{LexemeDfa, Residual, StateId};
+use corral_grammar::{DEAD, Grammar, LexemeDfa, LexemeId, Residual, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -49,6 +58,8 @@ pub struct MaskCacheStats {
     pub hits: u64,
     /// Lookups that had to walk the DFA against the vocabulary, since it was made.
     pub misses: u64,
+    /// Of the hits, those answered from the base ([`MaskCache::with_base`]).
+    pub base_hits: u64,
     /// Times the cache was emptied for its bound.
     pub resets: u64,
 }
@@ -125,9 +136,16 @@ pub struct MaskCache {
     loops: Mutex<FxHashMap<(Arc<str>, u64), Loops>>,
     /// The longest token's bytes: how far ahead a state's class looks.
     depth: usize,
+    /// Entries made beforehand, read when this cache holds none (see
+    /// [`MaskCache::prefilled`]); never written.
+    base: Option<Arc<MaskCache>>,
+    /// Whether sets are kept by state only, never by class: a base's entries must mean the
+    /// same in every cache over it, and class numbers are each cache's own.
+    by_state: bool,
     bytes: AtomicUsize,
     hits: AtomicU64,
     misses: AtomicU64,
+    base_hits: AtomicU64,
     resets: AtomicU64,
 }
 
@@ -141,9 +159,56 @@ impl MaskCache {
     /// An empty cache for `space` bounded by `limits`; slices the vocabulary now, as
     /// [`MaskCache::new`].
     pub fn with_limits(space: Arc<TokenSpace>, limits: MaskCacheLimits) -> Arc<MaskCache> {
+        Arc::new(MaskCache::empty(space, limits, None))
+    }
+
+    /// An empty cache that reads `base`'s entries where it holds none (see
+    /// [`MaskCache::prefilled`]), bounded by `limits` in the bytes of its own.
+    pub fn with_base(base: &Arc<MaskCache>, limits: MaskCacheLimits) -> Arc<MaskCache> {
+        Arc::new(MaskCache::empty(
+            base.space.clone(),
+            limits,
+            Some(base.clone()),
+        ))
+    }
+
+    /// A cache holding the token sets of every state of `grammar`'s lexemes whose DFAs
+    /// number their states by regex alone ([`LexemeDfa::numbering`] 0), kept by state, to be
+    /// the base of other caches ([`MaskCache::with_base`]). A grammar with the lexemes every
+    /// JSON Schema grammar of some options shares (brackets and separators with their
+    /// whitespace) makes a base that serves a schema's first masks as if those lexemes had
+    /// been seen before; nothing in it depends on any other grammar. Returns the cache and
+    /// the states walked.
+    pub fn prefilled(space: Arc<TokenSpace>, grammar: &Arc<Grammar>) -> (Arc<MaskCache>, usize) {
+        let limits = MaskCacheLimits {
+            max_bytes: usize::MAX,
+        };
+        let mut cache = MaskCache::empty(space, limits, None);
+        cache.by_state = true;
+        let cache = Arc::new(cache);
+        let c = Constraint::with_cache(grammar.clone(), &cache);
+        let mut walked = 0;
+        for (i, lexeme) in grammar.lexemes().iter().enumerate() {
+            let dfa = lexeme.dfa();
+            if dfa.numbering() != 0 {
+                continue;
+            }
+            for state in reachable_states(dfa) {
+                c.state_tokens(LexemeId(i as u32), state);
+                walked += 1;
+            }
+        }
+        (cache, walked)
+    }
+
+    fn empty(
+        space: Arc<TokenSpace>,
+        limits: MaskCacheLimits,
+        base: Option<Arc<MaskCache>>,
+    ) -> MaskCache {
         space.prepare_slices();
         let depth = space.longest_token();
-        Arc::new(MaskCache {
+        MaskCache {
             space,
             limits,
             generic: RwLock::default(),
@@ -155,11 +220,14 @@ impl MaskCache {
             classes: Mutex::default(),
             loops: Mutex::default(),
             depth,
+            base,
+            by_state: false,
             bytes: AtomicUsize::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            base_hits: AtomicU64::new(0),
             resets: AtomicU64::new(0),
-        })
+        }
     }
 
     /// The token space whose sets this cache holds.
@@ -192,6 +260,7 @@ impl MaskCache {
             bytes: self.bytes.load(Relaxed),
             hits: self.hits.load(Relaxed),
             misses: self.misses.load(Relaxed),
+            base_hits: self.base_hits.load(Relaxed),
             resets: self.resets.load(Relaxed),
         }
     }
@@ -242,70 +311,84 @@ impl MaskCache {
     ) -> (Arc<LexTokens>, u32, u32) {
         let residual = dfa.residual(state);
         if let Some((r, here)) = &residual
-            && let Some((there, sets)) = self
-                .residuals
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(r)
+            && let Some((there, sets)) = self.find(&|c| &c.residuals, r)
         {
             self.hits.fetch_add(1, Relaxed);
-            return (sets.clone(), *there, *here);
+            return (sets, there, *here);
         }
         let mut k = Key::state(key, dfa, state);
-        if !self.holds(&self.generic, &k)
+        if let Some(sets) = self.find(&|c| &c.generic, &k) {
+            self.hits.fetch_add(1, Relaxed);
+            return (sets, 0, 0);
+        }
+        if !self.by_state
             && let Some(class) = self.class(key, dfa, state)
         {
             k.at = StateOrClass::Class(class);
         }
         let mut walked = false;
-        let sets = self.get_or(&self.generic, k, || {
-            walked = true;
-            let body_runs = |from, firsts| {
-                let k = Key::state(key, dfa, from);
-                self.get_or(&self.body_runs, k, || {
-                    // The plain body of a key that must not be one of some names: made once
-                    // for every such key over the same plain key.
-                    let runs = dfa
-                        .first_alone(from)
-                        .and_then(|(a, p)| self.plain_body_runs(a, p, firsts).in_dfa(dfa, from))
-                        .unwrap_or_else(|| BodyRuns::new(dfa, from, &self.space, firsts));
-                    let bytes = runs.memory_usage();
-                    (Arc::new(runs), bytes)
-                })
-            };
-            // Taken out for the walk (a walk of the same DFA meanwhile starts afresh).
-            let dfa_key = (key.clone(), dfa.numbering());
-            let mut loops = self
-                .loops
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&dfa_key)
-                .unwrap_or_else(|| Loops::new(Alphabet::Strings, self.depth, true));
-            let run_paths = |bytes, room| {
-                self.get_or(&self.run_paths, (bytes, room), || {
-                    let paths = RunPaths::new(&self.space, bytes, room);
-                    let used = paths.memory_usage();
-                    (Arc::new(paths), used)
-                })
-            };
-            let t = walk_generic(
-                dfa,
-                state,
-                &self.space,
-                &mut loops,
-                (&body_runs, &run_paths),
-            );
-            let mut kept = self.loops.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.len() >= CLASS_TABLES {
-                kept.clear();
-            }
-            kept.insert(dfa_key, loops);
-            drop(kept);
-            let bytes = t.inside.memory_usage()
-                + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
-                + t.subtrees.len() * 8;
-            (Arc::new(t), bytes)
-        });
+        let sets = self.get_or(
+            |c| &c.generic,
+            k,
+            || {
+                walked = true;
+                let body_runs = |from, firsts| {
+                    let k = Key::state(key, dfa, from);
+                    self.get_or(
+                        |c| &c.body_runs,
+                        k,
+                        || {
+                            // The plain body of a key that must not be one of some names: made once
+                            // for every such key over the same plain key.
+                            let runs = dfa
+                                .first_alone(from)
+                                .and_then(|(a, p)| {
+                                    self.plain_body_runs(a, p, firsts).in_dfa(dfa, from)
+                                })
+                                .unwrap_or_else(|| BodyRuns::new(dfa, from, &self.space, firsts));
+                            let bytes = runs.memory_usage();
+                            (Arc::new(runs), bytes)
+                        },
+                    )
+                };
+                // Taken out for the walk (a walk of the same DFA meanwhile starts afresh).
+                let dfa_key = (key.clone(), dfa.numbering());
+                let mut loops = self
+                    .loops
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&dfa_key)
+                    .unwrap_or_else(|| Loops::new(Alphabet::Strings, self.depth, true));
+                let run_paths = |bytes, room| {
+                    self.get_or(
+                        |c| &c.run_paths,
+                        (bytes, room),
+                        || {
+                            let paths = RunPaths::new(&self.space, bytes, room);
+                            let used = paths.memory_usage();
+                            (Arc::new(paths), used)
+                        },
+                    )
+                };
+                let t = walk_generic(
+                    dfa,
+                    state,
+                    &self.space,
+                    &mut loops,
+                    (&body_runs, &run_paths),
+                );
+                let mut kept = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() >= CLASS_TABLES {
+                    kept.clear();
+                }
+                kept.insert(dfa_key, loops);
+                drop(kept);
+                let bytes = t.inside.memory_usage()
+                    + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
+                    + t.subtrees.len() * 8;
+                (Arc::new(t), bytes)
+            },
+        );
         // Only sets walked from this very state name its end states (a class's are the
         // first walked state's).
         if walked && let Some((r, here)) = residual {
@@ -329,30 +412,52 @@ impl MaskCache {
         (alphabet, want): (Alphabet, Prefix),
     ) -> Arc<SuffixWalk> {
         let k = Key::state(key, dfa, state);
-        self.get_or(&self.walks[alphabet.index()][want.index()], k, || {
-            let slice = self.space.slice_of(alphabet);
-            let w = walk_suffixes(dfa, state, (slice, want), self.depth);
-            let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
-            (Arc::new(w), bytes)
-        })
+        self.get_or(
+            |c| &c.walks[alphabet.index()][want.index()],
+            k,
+            || {
+                let slice = self.space.slice_of(alphabet);
+                let w = walk_suffixes(dfa, state, (slice, want), self.depth);
+                let bytes = w.alive.as_slice().len() * 8 + w.endings.len() * 8;
+                (Arc::new(w), bytes)
+            },
+        )
     }
 
     /// The [`BodyRuns`] of state `p` of `a` (see [`LexemeDfa::first_alone`]).
     fn plain_body_runs(&self, a: &Arc<LexemeDfa>, p: StateId, firsts: AsciiBytes) -> Arc<BodyRuns> {
         let k = (Arc::as_ptr(a) as usize, p.index() as u32);
-        let (_, runs) = self.get_or(&self.plain_runs, k, || {
-            let runs = BodyRuns::new(a, p, &self.space, firsts);
-            let bytes = runs.memory_usage();
-            // The DFA is kept with its runs, so that its address names no other while held.
-            ((a.clone(), Arc::new(runs)), bytes)
-        });
+        let (_, runs) = self.get_or(
+            |c| &c.plain_runs,
+            k,
+            || {
+                let runs = BodyRuns::new(a, p, &self.space, firsts);
+                let bytes = runs.memory_usage();
+                // The DFA is kept with its runs, so that its address names no other while held.
+                ((a.clone(), Arc::new(runs)), bytes)
+            },
+        );
         runs
     }
 
-    fn holds<T>(&self, map: &RwLock<FxHashMap<Key, Arc<T>>>, key: &Key) -> bool {
-        map.read()
+    /// The entry of `key` in the map `map` picks, of this cache or else of its base.
+    fn find<K: std::hash::Hash + Eq, V: Clone>(
+        &self,
+        map: &impl Fn(&MaskCache) -> &RwLock<FxHashMap<K, V>>,
+        key: &K,
+    ) -> Option<V> {
+        let own = map(self)
+            .read()
             .unwrap_or_else(|e| e.into_inner())
-            .contains_key(key)
+            .get(key)
+            .cloned();
+        own.or_else(|| {
+            let found = self.base.as_ref()?.find(map, key);
+            if found.is_some() {
+                self.base_hits.fetch_add(1, Relaxed);
+            }
+            found
+        })
     }
 
     /// The class of a state the cache does not hold (see [`crate::classes`]).
@@ -369,13 +474,13 @@ impl MaskCache {
 
     fn get_or<K: std::hash::Hash + Eq, V: Clone>(
         &self,
-        map: &RwLock<FxHashMap<K, V>>,
+        map: impl Fn(&MaskCache) -> &RwLock<FxHashMap<K, V>>,
         key: K,
         make: impl FnOnce() -> (V, usize),
     ) -> V {
-        if let Some(v) = map.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(v) = self.find(&map, &key) {
             self.hits.fetch_add(1, Relaxed);
-            return v.clone();
+            return v;
         }
         self.misses.fetch_add(1, Relaxed);
         // Computed outside the lock: two threads may both compute one entry; one is kept.
@@ -384,10 +489,30 @@ impl MaskCache {
             self.clear();
             self.resets.fetch_add(1, Relaxed);
         }
-        let mut m = map.write().unwrap_or_else(|e| e.into_inner());
+        let mut m = map(self).write().unwrap_or_else(|e| e.into_inner());
         if m.insert(key, v.clone()).is_none() {
             self.bytes.fetch_add(bytes, Relaxed);
         }
         v
     }
+}
+
+/// The states of `dfa` reachable from its start, in the order a breadth-first search over
+/// bytes finds them (every transition is built on the way).
+fn reachable_states(dfa: &LexemeDfa) -> Vec<StateId> {
+    let mut seen = FxHashSet::default();
+    let mut out = vec![dfa.start()];
+    seen.insert(dfa.start());
+    let mut k = 0;
+    while k < out.len() {
+        let s = out[k];
+        k += 1;
+        for b in 0..=255u8 {
+            let t = dfa.next(s, b);
+            if t != DEAD && seen.insert(t) {
+                out.push(t);
+            }
+        }
+    }
+    out
 }

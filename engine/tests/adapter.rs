@@ -6,7 +6,7 @@
 //! tests/llama_cpp_conformance.rs.)
 
 use corral_engine::replay::brute_force_mask;
-use corral_engine::{AdapterError, Constraint, RobustConstrainedAdapter};
+use corral_engine::{AdapterError, Constraint, MaskCache, RobustConstrainedAdapter};
 use corral_grammar::{CompileOptions, compile_gbnf};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
 use proptest::prelude::*;
@@ -523,6 +523,100 @@ fn counted_runs_take_rests_only_within_their_room() {
 /// does: the token sets of such states are walked once and serve the others with their end
 /// states mapped. Every mask along documents with whitespace of every width equals brute
 /// force.
+/// A token-set cache over a base made from another grammar (`MaskCache::prefilled`): the
+/// states whose residuals the base walked (`ws ":" ws` after another key, `ws "}"`) come
+/// from it, with their end states mapped, and every mask still equals brute force.
+#[test]
+fn a_base_from_another_grammar_serves_shared_states_exactly() {
+    let base_grammar = r#"
+root ::= "{" ws "\"ab\"" ws ":" ws [0-9]+ ws "}"
+ws ::= [ \n]{0,3}
+"#;
+    let grammar = r#"
+root ::= obj
+obj ::= "{" ws "\"cd\"" ws ":" ws val ws "}"
+val ::= [0-9]+ | obj
+ws ::= [ \n]{0,3}
+"#;
+    let words: &[&[u8]] = &[
+        b"{", b"}", b"\"", b"c", b"d", b":", b" ", b"\n", b"1", b"2", b"\": ", b"\":", b":\n",
+        b": ", b"  ", b"   ", b"\n ", b" \n", b"\"cd", b"1}", b" 1", b" {", b"}\n", b"} ", b"12",
+        b" }", b"\n\n\n", b" \"", b": {",
+    ];
+    let docs = [
+        "{\"cd\":1}",
+        "{ \"cd\" : 12 }",
+        "{\n  \"cd\": {\"cd\":12\n}\n}",
+        "{\"cd\":   {\n \"cd\" :\n1 }  }",
+    ];
+    let space = space(words);
+    let compile = |g: &str| compile_gbnf(g, &CompileOptions::default()).unwrap();
+    let (base, walked) = MaskCache::prefilled(space.clone(), &compile(base_grammar));
+    assert!(walked > 0, "the base walked no state");
+    for doc in docs {
+        let cache = MaskCache::with_base(&base, Default::default());
+        let mut a = RobustConstrainedAdapter::new(Constraint::with_cache(compile(grammar), &cache));
+        let mut rest = doc.as_bytes();
+        while !rest.is_empty() {
+            let m = mask(&mut a);
+            let out = String::from_utf8_lossy(a.output()).into_owned();
+            assert_eq!(m, brute_force(&a), "{doc:?} at {out:?}");
+            let (t, w) = words
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| rest.starts_with(w))
+                .max_by_key(|(_, w)| w.len())
+                .expect("single bytes cover the document");
+            a.step_with_token(TokenId(t as u32)).unwrap();
+            rest = &rest[w.len()..];
+        }
+        assert!(mask(&mut a).contains(&EOS), "{doc:?} complete");
+        let stats = cache.stats();
+        assert!(
+            stats.base_hits > 0,
+            "{doc:?}: nothing from the base ({stats:?})"
+        );
+    }
+}
+
+/// A counted run of spaces (up to 40) whose states all come from a base made from the same
+/// grammar, reached one or ten at a time in another order than the base walked them:
+/// exact at, near and away from the bound.
+#[test]
+fn a_base_serves_a_counted_run_exactly_near_its_bound() {
+    let grammar = "root ::= \"{\" [ ]{0,40} \"}\"";
+    let ten = [b' '; 10];
+    let words: &[&[u8]] = &[b"{", b"}", b" ", &ten, b" }", b"{ "];
+    let space = space(words);
+    let compile = || compile_gbnf(grammar, &CompileOptions::default()).unwrap();
+    let (base, _) = MaskCache::prefilled(space.clone(), &compile());
+    for spaces in [0, 9, 10, 11, 29, 30, 31, 39, 40] {
+        for first in [1, 10] {
+            let cache = MaskCache::with_base(&base, Default::default());
+            let mut a = RobustConstrainedAdapter::new(Constraint::with_cache(compile(), &cache));
+            a.step_with_token(TokenId(0)).unwrap();
+            let mut left = spaces;
+            let mut step = first;
+            loop {
+                let m = mask(&mut a);
+                let out = String::from_utf8_lossy(a.output()).into_owned();
+                assert_eq!(m, brute_force(&a), "{spaces} spaces at {out:?}");
+                if left == 0 {
+                    break;
+                }
+                let n = if step == 10 && left >= 10 { 10 } else { 1 };
+                a.step_with_token(TokenId(if n == 10 { 3 } else { 2 }))
+                    .unwrap();
+                left -= n;
+                step = 11 - step;
+            }
+            a.step_with_token(TokenId(1)).unwrap();
+            assert!(mask(&mut a).contains(&EOS));
+            assert!(cache.stats().base_hits > 0, "{spaces}: nothing from the base");
+        }
+    }
+}
+
 #[test]
 fn states_that_end_alike_across_lexemes_share_exact_sets() {
     let grammar = r#"
