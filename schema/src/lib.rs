@@ -279,6 +279,27 @@ pub fn compile_json_schema(
     })
 }
 
+/// A grammar with the lexemes every schema compiled with `opts` shares: brackets and
+/// separators with their whitespace, a property's separator after its key, and the scalar
+/// values. It is a fixed schema's grammar, for a token-set cache made once per tokenizer
+/// (`MaskCache::prefilled` in the engine crate), so that a new schema's first masks find
+/// these lexemes' sets already made.
+pub fn shared_lexemes(opts: &JsonSchemaOptions) -> Result<Arc<Grammar>, SchemaError> {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "s": {"type": "string"},
+            "n": {"type": "number"},
+            "i": {"type": "integer"},
+            "b": {"type": "boolean"},
+            "z": {"type": "null"},
+            "a": {"type": "array", "items": {"type": "string"}},
+            "o": {"type": "object"}
+        }
+    });
+    Ok(compile_json_schema_value(&schema, opts)?.grammar)
+}
+
 /// serde_json's message, with its nesting limit spelled out.
 pub fn json_error(e: &serde_json::Error) -> String {
     let m = e.to_string();
