@@ -33,6 +33,18 @@ fn schema(name: &str) -> Arc<Grammar> {
 
 /// Checks `docs` under `grammar` on every fetched tokenizer; returns the masks checked.
 fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
+    check_with(label, docs, |space| {
+        Constraint::new(grammar.clone(), space.clone())
+    })
+}
+
+/// Checks `docs` under the constraint `make` builds on each fetched tokenizer's space (one
+/// per document); returns the masks checked.
+fn check_with(
+    label: &str,
+    docs: &[String],
+    make: impl Fn(&Arc<TokenSpace>) -> Arc<Constraint>,
+) -> usize {
     let mut checked = 0;
     for name in ASSET_TOKENIZERS {
         let path = asset_tokenizer(name);
@@ -41,8 +53,8 @@ fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
         let eos = vocab.default_eos().into_iter().collect();
         let space = Arc::new(TokenSpace::new(vocab, None, eos));
         let cont = continuation_tokenizer(&hf);
-        let c = Constraint::new(grammar.clone(), space.clone());
         for (d, doc) in docs.iter().enumerate() {
+            let c = make(&space);
             let canonical = cont
                 .encode(doc.as_str(), false)
                 .unwrap()
@@ -131,6 +143,52 @@ fn schema_masks_equal_brute_force_with_counts_patterns_and_formats() {
         &schema("nested.schema.json"),
         &[data("nested.json")],
     );
+}
+
+/// Schemas' masks over a token-set cache whose base holds the shared lexemes' sets
+/// (`MaskCache::prefilled` from `corral::schema::shared_lexemes`), each document on a fresh
+/// cache over that base: exact, compact and pretty (whitespace inside the separators the
+/// base walked, keys and values it did not), and the base serves what it holds.
+#[test]
+#[ignore = "needs scripts/fetch-assets"]
+fn masks_stay_exact_over_a_base_of_shared_lexemes() {
+    use corral::engine::MaskCache;
+    let opts = corral::JsonSchemaOptions::default();
+    let shared = corral::schema::shared_lexemes(&opts).unwrap();
+    let pretty = |doc: &str| {
+        let v: serde_json::Value = serde_json::from_str(doc).unwrap();
+        serde_json::to_string_pretty(&v).unwrap()
+    };
+    let bases = std::sync::Mutex::new(Vec::<(usize, Arc<MaskCache>)>::new());
+    let base_of = |space: &Arc<TokenSpace>| {
+        let mut bases = bases.lock().unwrap();
+        let at = Arc::as_ptr(space) as usize;
+        if let Some((_, b)) = bases.iter().find(|(p, _)| *p == at) {
+            return b.clone();
+        }
+        let (base, states) = MaskCache::prefilled(space.clone(), &shared);
+        assert!(states > 100, "the base walked {states} states");
+        bases.push((at, base.clone()));
+        base
+    };
+    for (name, doc) in [
+        ("nested.schema.json", "nested.json"),
+        ("keys.schema.json", "keys.json"),
+    ] {
+        let grammar = schema(name);
+        let docs = [data(doc), pretty(&data(doc))];
+        let served = std::sync::Mutex::new(Vec::new());
+        check_with(name, &docs, |space| {
+            let cache = MaskCache::with_base(&base_of(space), Default::default());
+            served.lock().unwrap().push(cache.clone());
+            Constraint::with_cache(grammar.clone(), &cache)
+        });
+        // Every document found some of its sets in the base.
+        for cache in served.into_inner().unwrap() {
+            let s = cache.stats();
+            assert!(s.base_hits > 0, "{name}: the base served nothing ({s:?})");
+        }
+    }
 }
 
 #[test]

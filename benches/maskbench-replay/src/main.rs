@@ -3,8 +3,14 @@
 //! ```text
 //! cargo run --release -p corral-maskbench-replay -- [--tokenizer llama3_1] [--sample N] [--seed S]
 //!     [--schema Collection/file.json] [--instances N] [--brute N] [--no-timing] [--warm N]
-//!     [--json FILE] [--slowest N] [--reps N]
+//!     [--json FILE] [--slowest N] [--reps N] [--no-shared-lexemes]
 //! ```
+//!
+//! Cold means a schema compiled with no DFA cache, on a fresh token-set cache. That cache
+//! reads, where it holds nothing, the token sets of the lexemes every schema compiled with
+//! the default options shares (brackets and separators with their whitespace), made once
+//! for the tokenizer before any schema and timed as its setup;
+//! `--no-shared-lexemes` leaves them out.
 //!
 //! Timing runs first, on one thread, schema after schema: per document a cold compile and
 //! first pass in each engine, then `--warm` corral passes (all of it `--reps` times). The
@@ -29,7 +35,8 @@ use std::time::Instant;
 
 const USAGE: &str = "usage: corral-maskbench-replay [--tokenizer llama3_1|qwen3|gemma3] \
 [--sample N] [--seed S] [--schema Collection/file.json] [--instances N] [--brute N] \
-[--brute-forms compact|pretty|both] [--no-timing] [--warm N] [--json FILE] [--slowest N] [--reps N]";
+[--brute-forms compact|pretty|both] [--no-timing] [--warm N] [--json FILE] [--slowest N] [--reps N] \
+[--no-shared-lexemes]";
 
 struct Args {
     tokenizer: String,
@@ -44,6 +51,7 @@ struct Args {
     json: Option<String>,
     slowest: usize,
     reps: usize,
+    shared_lexemes: bool,
 }
 
 fn args() -> Result<Args> {
@@ -60,6 +68,7 @@ fn args() -> Result<Args> {
         json: None,
         slowest: 20,
         reps: 1,
+        shared_lexemes: true,
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, flag: &str| -> Result<usize> {
@@ -87,6 +96,7 @@ fn args() -> Result<Args> {
             "--json" => a.json = it.next(),
             "--slowest" => a.slowest = num(it.next(), "--slowest")?,
             "--reps" => a.reps = num(it.next(), "--reps")?.max(1),
+            "--no-shared-lexemes" => a.shared_lexemes = false,
             "--help" | "-h" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -330,7 +340,16 @@ fn main() -> Result<()> {
                 a.tokenizer
             )
         })?;
-    let e = Engines::load(&name, &file)?;
+    let mut e = Engines::load(&name, &file)?;
+    if a.shared_lexemes {
+        let (secs, states) = e.with_shared_lexemes()?;
+        let bytes = e.base.as_ref().map_or(0, |b| b.stats().bytes);
+        eprintln!(
+            "shared lexemes: {states} states' token sets ({:.1} MiB) made in {:.1} ms, once for the tokenizer",
+            bytes as f64 / (1 << 20) as f64,
+            secs * 1e3
+        );
+    }
     eprintln!(
         "{name}: {} ids; {} schemas, {} valid instances",
         e.space.vocab().len(),
