@@ -69,7 +69,7 @@ use candle_core::DType;
 pub use candle_lm::{CandleLm, CandleNet, DEFAULT_PREFILL_CHUNK};
 use chat::ChatTemplate;
 pub use chat::Message;
-use corral_engine::{CacheLimits, CausalLm, ConstraintCache, MaskCache};
+use corral_engine::{CacheLimits, CausalLm, ConstraintCache};
 use corral_trie::{TokenId, TokenSpace, Vocabulary};
 pub use device::DeviceSpec;
 pub use error::LoadError;
@@ -79,21 +79,6 @@ pub use prompt::{Prompt, SpecialTokens};
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-
-/// A constraint cache on `space` whose token sets start from those of the lexemes every
-/// JSON Schema compiled with the default options shares (`MaskCache::prefilled`: about
-/// 10-20 ms and 1.6 MiB once per model on Llama-3.1's 128k tokens), so a schema's first masks find
-/// its brackets and separators done.
-fn constraint_cache(space: &Arc<TokenSpace>, limits: CacheLimits) -> ConstraintCache {
-    match corral_schema::shared_lexemes(&Default::default()) {
-        Ok(g) => {
-            let (base, _) = MaskCache::prefilled(space.clone(), &g);
-            ConstraintCache::with_base(&base, limits)
-        }
-        // The fixed schema compiles; were it not to, the cache starts empty, as before.
-        Err(_) => ConstraintCache::with_limits(space.clone(), limits),
-    }
-}
 
 /// A loaded model: the network, and its text side ([`ModelText`]: tokenizer, chat
 /// template, end-of-generation tokens, the token space and the constraints kept for it).
@@ -346,17 +331,16 @@ impl ModelText {
     /// one-call entry points look their grammar up here, so a grammar or schema used again
     /// starts warm.
     pub fn constraints(&self) -> &ConstraintCache {
-        self.constraints
-            .get_or_init(|| constraint_cache(&self.space, CacheLimits::default()))
+        self.constraints.get_or_init(|| {
+            ConstraintCache::with_limits(self.space.clone(), CacheLimits::default())
+        })
     }
 
     /// Bounds the constraint cache; false (and nothing changes) once it is in use.
     pub fn limit_constraints(&self, limits: CacheLimits) -> bool {
-        self.constraints.get().is_none()
-            && self
-                .constraints
-                .set(constraint_cache(&self.space, limits))
-                .is_ok()
+        self.constraints
+            .set(ConstraintCache::with_limits(self.space.clone(), limits))
+            .is_ok()
     }
 
     /// The tokenizer (for a GGUF file, the one rebuilt from its metadata).

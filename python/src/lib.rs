@@ -116,15 +116,7 @@ impl Tokenizer {
             None => vocab.default_eos().into_iter().collect(),
         };
         let space = Arc::new(TokenSpace::new(vocab, Some(width), eos));
-        // Token sets start from those of the lexemes every schema compiled with the default
-        // options shares (brackets, separators), made once here.
-        let masks = match corral_schema::shared_lexemes(&JsonSchemaOptions::default()) {
-            Ok(g) => MaskCache::with_base(
-                &MaskCache::prefilled(space.clone(), &g).0,
-                Default::default(),
-            ),
-            Err(_) => MaskCache::new(space.clone()),
-        };
+        let masks = MaskCache::new(space.clone());
         Ok(Tokenizer { space, masks })
     }
 }
