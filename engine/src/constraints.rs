@@ -113,19 +113,6 @@ impl ConstraintCache {
         ConstraintCache::with_masks(masks, limits)
     }
 
-    /// An empty cache within `limits` whose token-set cache reads `base` where it holds
-    /// nothing ([`MaskCache::with_base`]: the sets of the lexemes most grammars share, made
-    /// once, stay through the cache's resets).
-    pub fn with_base(base: &Arc<MaskCache>, limits: CacheLimits) -> ConstraintCache {
-        let masks = MaskCache::with_base(
-            base,
-            MaskCacheLimits {
-                max_bytes: limits.bytes / 2,
-            },
-        );
-        ConstraintCache::with_masks(masks, limits)
-    }
-
     /// An empty cache whose constraints share `masks` (whose own bound then stands for the
     /// token sets).
     pub fn with_masks(masks: Arc<MaskCache>, limits: CacheLimits) -> ConstraintCache {

@@ -283,7 +283,9 @@ pub fn compile_json_schema(
 /// separators with their whitespace, a property's separator after its key, and the scalar
 /// values. It is a fixed schema's grammar, for a token-set cache made once per tokenizer
 /// (`MaskCache::prefilled` in the engine crate), so that a new schema's first masks find
-/// these lexemes' sets already made.
+/// these lexemes' sets already made. Only `Flexible` whitespace (a counted run) makes
+/// brackets and separators whose DFAs a base can hold: with `Lines`, `Spaced` or `Compact`
+/// they are built on demand, numbered as reached, and a base holds none of them.
 pub fn shared_lexemes(opts: &JsonSchemaOptions) -> Result<Arc<Grammar>, SchemaError> {
     let schema = serde_json::json!({
         "type": "object",
