@@ -612,7 +612,10 @@ fn a_base_serves_a_counted_run_exactly_near_its_bound() {
             }
             a.step_with_token(TokenId(1)).unwrap();
             assert!(mask(&mut a).contains(&EOS));
-            assert!(cache.stats().base_hits > 0, "{spaces}: nothing from the base");
+            assert!(
+                cache.stats().base_hits > 0,
+                "{spaces}: nothing from the base"
+            );
         }
     }
 }
