@@ -109,15 +109,14 @@ impl Chart {
             && slot.set.index() < self.sets.len()
             && self.sets[slot.set.index()].uid == slot.set_uid
         {
-            // Same completion as an earlier set that is still alive: share its contents.
+            // Same completion as an earlier set that is still alive: share its contents,
+            // and its uid (what follows either goes alike).
             let src = self.sets[slot.set.index()];
             let idx = SetIdx::new(self.sets.len());
             if src.lexemes.1 > src.lexemes.0 {
                 self.runs.push(Run::pending(idx));
             }
-            self.next_uid += 1;
             self.sets.push(SetInfo {
-                uid: self.next_uid,
                 owns: false,
                 pos,
                 ..src

@@ -168,7 +168,9 @@ struct SetInfo {
     items: (u32, u32),
     leo: (u32, u32),
     lexemes: (u32, u32),
-    /// Unique over the recognizer's life (indices are reused after a pop; uids are not).
+    /// Names the set's contents over the recognizer's life (indices are reused after a pop;
+    /// uids are not): a set that shares an earlier one's items (the share cache) takes its
+    /// uid, as everything after the two goes alike; any other set gets a new one.
     uid: u64,
     /// Bytes that can start one of `lexemes` (256-bit set).
     first: [u64; 4],
@@ -400,8 +402,11 @@ impl Recognizer {
         }
     }
 
-    /// A number for Earley set `set` that no other set gets (set indices are reused after
-    /// a pop; these are not).
+    /// A number for Earley set `set` that no set with other contents gets (set indices are
+    /// reused after a pop; these are not). Sets with equal numbers hold the same items over
+    /// the same earlier sets, so whatever follows one follows the other: the same lexeme
+    /// completed at one position of pretty-printed whitespace after another yields sets with
+    /// one number, and what was found after the first serves the next.
     pub fn set_uid(&self, set: SetIdx) -> u64 {
         self.c.sets[set.index()].uid
     }

@@ -96,6 +96,27 @@ fn repeated_completions_share_the_first_sets_items() {
 }
 
 #[test]
+fn sets_that_share_items_share_their_uid_and_a_rebuilt_set_gets_a_new_one() {
+    // What follows a set depends only on its items (and the sets they refer to), so a set
+    // that shares another's items takes its uid: walks remembered by uid serve both. A set
+    // built again after a pop owns its items and gets a uid no set had.
+    let mut r = recognizer(GROUPED);
+    push_all(&mut r, b"{");
+    let before = r.c.sets.len();
+    let first = r.c.sets[before - 1];
+    push_all(&mut r, b"   ");
+    let uids: Vec<u64> = r.c.sets[before..].iter().map(|s| s.uid).collect();
+    assert_eq!(uids, vec![first.uid; 3]);
+    r.pop(4);
+    push_all(&mut r, b"{");
+    let rebuilt = *r.c.sets.last().unwrap();
+    assert!(rebuilt.owns);
+    assert!(rebuilt.uid > first.uid, "a rebuilt set took an old uid");
+    push_all(&mut r, b" [x]}");
+    assert!(r.is_accepting());
+}
+
+#[test]
 fn a_share_slot_is_not_used_after_its_set_is_popped() {
     // Pop the shared sets and build one again from the same completion: the answers stay
     // right, and after the pop the slot's set is gone, so the next set owns its items.
