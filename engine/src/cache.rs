@@ -106,6 +106,19 @@ const CLASS_TABLES: usize = 256;
 /// map may keep after the DFA that named it is gone).
 const RESIDUAL_ENTRY_BYTES: usize = 64;
 
+/// Token sets made beforehand for other caches to read ([`MaskCache::prefilled`],
+/// [`MaskCache::with_base`]). They are kept by state, never by class: class numbers are
+/// each cache's own, so only a base made this way means the same in every cache over it.
+#[derive(Clone, Debug)]
+pub struct MaskBase(Arc<MaskCache>);
+
+impl MaskBase {
+    /// The base's counters: its entries and bytes.
+    pub fn stats(&self) -> MaskCacheStats {
+        self.0.stats()
+    }
+}
+
 /// Token sets of lexeme DFA states for one token space. See the module docs.
 #[derive(Debug)]
 pub struct MaskCache {
@@ -136,8 +149,7 @@ pub struct MaskCache {
     loops: Mutex<FxHashMap<(Arc<str>, u64), Loops>>,
     /// The longest token's bytes: how far ahead a state's class looks.
     depth: usize,
-    /// Entries made beforehand, read when this cache holds none (see
-    /// [`MaskCache::prefilled`]); never written.
+    /// A base's entries ([`MaskBase`]), read when this cache holds none; never written.
     base: Option<Arc<MaskCache>>,
     /// Whether sets are kept by state only, never by class: a base's entries must mean the
     /// same in every cache over it, and class numbers are each cache's own.
@@ -162,24 +174,23 @@ impl MaskCache {
         Arc::new(MaskCache::empty(space, limits, None))
     }
 
-    /// An empty cache that reads `base`'s entries where it holds none (see
-    /// [`MaskCache::prefilled`]), bounded by `limits` in the bytes of its own.
-    pub fn with_base(base: &Arc<MaskCache>, limits: MaskCacheLimits) -> Arc<MaskCache> {
+    /// An empty cache on `base`'s token space that reads `base`'s entries where it holds
+    /// none, bounded by `limits` in the bytes of its own.
+    pub fn with_base(base: &MaskBase, limits: MaskCacheLimits) -> Arc<MaskCache> {
         Arc::new(MaskCache::empty(
-            base.space.clone(),
+            base.0.space.clone(),
             limits,
-            Some(base.clone()),
+            Some(base.0.clone()),
         ))
     }
 
-    /// A cache holding the token sets of every state of `grammar`'s lexemes whose DFAs
-    /// number their states by regex alone ([`LexemeDfa::numbering`] 0), kept by state, to be
-    /// the base of other caches ([`MaskCache::with_base`]). A grammar with the lexemes every
-    /// JSON Schema grammar of some options shares (brackets and separators with their
-    /// whitespace) makes a base that serves a schema's first masks as if those lexemes had
-    /// been seen before; nothing in it depends on any other grammar. Returns the cache and
-    /// the states walked.
-    pub fn prefilled(space: Arc<TokenSpace>, grammar: &Arc<Grammar>) -> (Arc<MaskCache>, usize) {
+    /// A base ([`MaskBase`]) holding the token sets of every state of `grammar`'s lexemes
+    /// whose DFAs number their states by regex alone ([`LexemeDfa::numbering`] 0). A grammar
+    /// with the lexemes every JSON Schema grammar of some options shares (brackets and
+    /// separators with their whitespace) makes a base that serves a schema's first masks as
+    /// if those lexemes had been seen before; nothing in it depends on any other grammar.
+    /// Returns the base and the number of states reached.
+    pub fn prefilled(space: Arc<TokenSpace>, grammar: &Arc<Grammar>) -> (MaskBase, usize) {
         let limits = MaskCacheLimits {
             max_bytes: usize::MAX,
         };
@@ -198,7 +209,7 @@ impl MaskCache {
                 walked += 1;
             }
         }
-        (cache, walked)
+        (MaskBase(cache), walked)
     }
 
     fn empty(
@@ -383,9 +394,7 @@ impl MaskCache {
                 }
                 kept.insert(dfa_key, loops);
                 drop(kept);
-                let bytes = t.inside.memory_usage()
-                    + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
-                    + t.subtrees.len() * 8;
+                let bytes = sets_bytes(&t);
                 (Arc::new(t), bytes)
             },
         );
@@ -465,6 +474,20 @@ impl MaskCache {
         let mut tables = self.classes.lock().unwrap_or_else(|e| e.into_inner());
         if tables.len() >= CLASS_TABLES && !tables.contains_key(&(key.clone(), dfa.numbering())) {
             tables.clear();
+            // The sets kept by class go with the tables: a table made again numbers its
+            // classes afresh, and an old number would name another class's sets.
+            let mut generic = self.generic.write().unwrap_or_else(|e| e.into_inner());
+            let mut freed = 0;
+            generic.retain(|k, t| {
+                let by_state = matches!(k.at, StateOrClass::State(_));
+                if !by_state {
+                    freed += sets_bytes(t);
+                }
+                by_state
+            });
+            let _ = self
+                .bytes
+                .fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(freed)));
         }
         tables
             .entry((key.clone(), dfa.numbering()))
@@ -497,9 +520,19 @@ impl MaskCache {
     }
 }
 
+/// The bytes a state's generic sets are counted as.
+fn sets_bytes(t: &LexTokens) -> usize {
+    t.inside.memory_usage()
+        + t.suffixes.iter().map(|s| s.1.memory_usage()).sum::<usize>()
+        + t.subtrees.len() * 8
+}
+
 /// The states of `dfa` reachable from its start, in the order a breadth-first search over
 /// bytes finds them (every transition is built on the way).
 fn reachable_states(dfa: &LexemeDfa) -> Vec<StateId> {
+    if dfa.start() == DEAD {
+        return Vec::new();
+    }
     let mut seen = FxHashSet::default();
     let mut out = vec![dfa.start()];
     seen.insert(dfa.start());
@@ -515,4 +548,59 @@ fn reachable_states(dfa: &LexemeDfa) -> Vec<StateId> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_grammar::{CompileOptions, compile_gbnf};
+    use corral_trie::{TokenId, Vocabulary};
+
+    /// Emptying the class tables (past [`CLASS_TABLES`] DFAs) drops the sets kept by class:
+    /// a table made again numbers its classes afresh, so an old class number would name
+    /// another class's sets.
+    #[test]
+    fn sets_kept_by_class_go_with_the_class_tables() {
+        let words: [&[u8]; 4] = [b"a", b" ", b"aaaa", b"}"];
+        let vocab = Vocabulary::from_parts(
+            words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
+            [],
+        );
+        let space = Arc::new(TokenSpace::new(vocab, None, Vec::new()));
+        let cache = MaskCache::new(space);
+        let g = compile_gbnf(r#"root ::= "{" [a ]{0,60} "}""#, &CompileOptions::default()).unwrap();
+        let c = Constraint::with_cache(g.clone(), &cache);
+        let by_class = |cache: &MaskCache| {
+            let generic = cache.generic.read().unwrap();
+            generic
+                .keys()
+                .filter(|k| matches!(k.at, StateOrClass::Class(_)))
+                .count()
+        };
+        for state in reachable_states(g.lexeme(LexemeId(0)).dfa()) {
+            c.state_tokens(LexemeId(0), state);
+        }
+        assert!(by_class(&cache) > 0, "the run's states share classes");
+        let before = cache.stats().bytes;
+        {
+            let mut tables = cache.classes.lock().unwrap();
+            for i in 0..CLASS_TABLES {
+                tables.insert(
+                    (Arc::from(format!("other {i}")), 0),
+                    StateClasses::default(),
+                );
+            }
+        }
+        // A DFA the tables do not hold asks for a class: the tables are emptied.
+        let dfa = g.lexeme(LexemeId(0)).dfa();
+        cache.class(&Arc::from("another"), dfa, dfa.start());
+        assert_eq!(by_class(&cache), 0);
+        assert!(
+            cache.stats().bytes < before,
+            "the dropped sets' bytes are given back"
+        );
+    }
 }

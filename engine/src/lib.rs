@@ -59,7 +59,7 @@ mod utf8;
 
 pub use adapter::{AdapterError, Completion, PartialLexeme, RobustConstrainedAdapter, StateInfo};
 pub use batch::{MaskSlot, PARALLEL_BATCH, compute_masks};
-pub use cache::{MaskCache, MaskCacheLimits, MaskCacheStats};
+pub use cache::{MaskBase, MaskCache, MaskCacheLimits, MaskCacheStats};
 pub use cars::{Cars, CarsDraw, CarsOptions, CarsStats};
 pub use constraint::Constraint;
 pub use constraints::{

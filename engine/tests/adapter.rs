@@ -519,10 +519,6 @@ fn counted_runs_take_rests_only_within_their_room() {
     masks_along(grammar, &words, &path);
 }
 
-/// Separators of two keys end alike (`":" ws`), and `"}"`'s run starts as their last run
-/// does: the token sets of such states are walked once and serve the others with their end
-/// states mapped. Every mask along documents with whitespace of every width equals brute
-/// force.
 /// A token-set cache over a base made from another grammar (`MaskCache::prefilled`): the
 /// states whose residuals the base walked (`ws ":" ws` after another key, `ws "}"`) come
 /// from it, with their end states mapped, and every mask still equals brute force.
@@ -620,6 +616,10 @@ fn a_base_serves_a_counted_run_exactly_near_its_bound() {
     }
 }
 
+/// Separators of two keys end alike (`":" ws`), and `"}"`'s run starts as their last run
+/// does: the token sets of such states are walked once and serve the others with their end
+/// states mapped. Every mask along documents with whitespace of every width equals brute
+/// force.
 #[test]
 fn states_that_end_alike_across_lexemes_share_exact_sets() {
     let grammar = r#"

@@ -5,7 +5,7 @@
 //! (`tests/equal_masks.rs`).
 
 use anyhow::{Context, Result, anyhow};
-use corral_engine::{Constraint, MaskCache};
+use corral_engine::{Constraint, MaskBase, MaskCache};
 use corral_grammar::{CompileOptions, Grammar, compile_gbnf};
 use corral_trie::{FixedBitSet, TokenId, TokenSpace, Vocabulary, continuation_tokenizer};
 use std::path::{Path, PathBuf};
@@ -89,7 +89,7 @@ pub struct Engines {
     pub setup: (f64, f64),
     /// corral's token sets of the lexemes every default schema grammar shares, made once
     /// for the tokenizer ([`Engines::with_shared_lexemes`]); cold constraints read them.
-    pub base: Option<Arc<MaskCache>>,
+    pub base: Option<MaskBase>,
 }
 
 impl Engines {
