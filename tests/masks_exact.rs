@@ -33,17 +33,19 @@ fn schema(name: &str) -> Arc<Grammar> {
 
 /// Checks `docs` under `grammar` on every fetched tokenizer; returns the masks checked.
 fn check(label: &str, grammar: &Arc<Grammar>, docs: &[String]) -> usize {
+    // One constraint per tokenizer: the documents after the first find its sets made.
     check_with(label, docs, |space| {
-        Constraint::new(grammar.clone(), space.clone())
+        let c = Constraint::new(grammar.clone(), space.clone());
+        Box::new(move || c.clone())
     })
 }
 
-/// Checks `docs` under the constraint `make` builds on each fetched tokenizer's space (one
-/// per document); returns the masks checked.
+/// Checks `docs` on every fetched tokenizer, each document under the constraint that the
+/// maker `per_space` returns for the tokenizer's space builds; returns the masks checked.
 fn check_with(
     label: &str,
     docs: &[String],
-    make: impl Fn(&Arc<TokenSpace>) -> Arc<Constraint>,
+    per_space: impl Fn(&Arc<TokenSpace>) -> Box<dyn Fn() -> Arc<Constraint>>,
 ) -> usize {
     let mut checked = 0;
     for name in ASSET_TOKENIZERS {
@@ -53,8 +55,9 @@ fn check_with(
         let eos = vocab.default_eos().into_iter().collect();
         let space = Arc::new(TokenSpace::new(vocab, None, eos));
         let cont = continuation_tokenizer(&hf);
+        let make = per_space(&space);
         for (d, doc) in docs.iter().enumerate() {
-            let c = make(&space);
+            let c = make();
             let canonical = cont
                 .encode(doc.as_str(), false)
                 .unwrap()
@@ -159,32 +162,26 @@ fn masks_stay_exact_over_a_base_of_shared_lexemes() {
         let v: serde_json::Value = serde_json::from_str(doc).unwrap();
         serde_json::to_string_pretty(&v).unwrap()
     };
-    let bases = std::sync::Mutex::new(Vec::<(usize, Arc<MaskCache>)>::new());
-    let base_of = |space: &Arc<TokenSpace>| {
-        let mut bases = bases.lock().unwrap();
-        let at = Arc::as_ptr(space) as usize;
-        if let Some((_, b)) = bases.iter().find(|(p, _)| *p == at) {
-            return b.clone();
-        }
-        let (base, states) = MaskCache::prefilled(space.clone(), &shared);
-        assert!(states > 100, "the base walked {states} states");
-        bases.push((at, base.clone()));
-        base
-    };
     for (name, doc) in [
         ("nested.schema.json", "nested.json"),
         ("keys.schema.json", "keys.json"),
     ] {
         let grammar = schema(name);
         let docs = [data(doc), pretty(&data(doc))];
-        let served = std::sync::Mutex::new(Vec::new());
+        let served = Arc::new(std::sync::Mutex::new(Vec::new()));
         check_with(name, &docs, |space| {
-            let cache = MaskCache::with_base(&base_of(space), Default::default());
-            served.lock().unwrap().push(cache.clone());
-            Constraint::with_cache(grammar.clone(), &cache)
+            let (base, states) = MaskCache::prefilled(space.clone(), &shared);
+            assert!(states > 100, "the base reached {states} states");
+            let (grammar, served) = (grammar.clone(), served.clone());
+            // A fresh cache over the base for each document.
+            Box::new(move || {
+                let cache = MaskCache::with_base(&base, Default::default());
+                served.lock().unwrap().push(cache.clone());
+                Constraint::with_cache(grammar.clone(), &cache)
+            })
         });
         // Every document found some of its sets in the base.
-        for cache in served.into_inner().unwrap() {
+        for cache in served.lock().unwrap().iter() {
             let s = cache.stats();
             assert!(s.base_hits > 0, "{name}: the base served nothing ({s:?})");
         }

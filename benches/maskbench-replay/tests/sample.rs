@@ -3,7 +3,8 @@
 //! where the whitespace bound allows) compared with brute force. Fails on any wrong mask,
 //! on any valid instance refused (a false rejection) unless a validator with formats
 //! asserted refuses it too or its properties are out of the schema's order (which the
-//! default grammar keeps), and on an instance the tokenizer cannot encode. Times nothing:
+//! default grammar keeps), and on an instance the tokenizer cannot encode. Each schema's
+//! constraint is cold, over the base of shared lexemes, as the bench's. Times nothing:
 //! `cargo run --release -p corral-maskbench-replay` does that.
 
 use corral_llguidance_compare::{Engines, root};
@@ -32,7 +33,9 @@ fn sampled_schemas_have_exact_masks_and_take_their_valid_instances() {
         all.len()
     );
     let entries = sample(&all, SCHEMAS, SEED);
-    let e = Engines::load("llama3_1", &tokenizer).unwrap();
+    // Cold constraints over the tokenizer's shared lexemes, as the bench times them.
+    let mut e = Engines::load("llama3_1", &tokenizer).unwrap();
+    e.with_shared_lexemes().unwrap();
     let t0 = std::time::Instant::now();
     let checks = brute_all(&e, &entries, 1, &[Form::Compact, Form::Pretty]);
     let compiled = checks.iter().filter(|c| c.corral_error.is_none()).count();
