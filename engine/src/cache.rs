@@ -553,24 +553,15 @@ fn reachable_states(dfa: &LexemeDfa) -> Vec<StateId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::constraint::tests::space_of;
     use corral_grammar::{CompileOptions, compile_gbnf};
-    use corral_trie::{TokenId, Vocabulary};
 
     /// Emptying the class tables (past [`CLASS_TABLES`] DFAs) drops the sets kept by class:
     /// a table made again numbers its classes afresh, so an old class number would name
     /// another class's sets.
     #[test]
     fn sets_kept_by_class_go_with_the_class_tables() {
-        let words: [&[u8]; 4] = [b"a", b" ", b"aaaa", b"}"];
-        let vocab = Vocabulary::from_parts(
-            words
-                .iter()
-                .enumerate()
-                .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
-            [],
-        );
-        let space = Arc::new(TokenSpace::new(vocab, None, Vec::new()));
-        let cache = MaskCache::new(space);
+        let cache = MaskCache::new(space_of(&[b"a", b" ", b"aaaa", b"}"]));
         let g = compile_gbnf(r#"root ::= "{" [a ]{0,60} "}""#, &CompileOptions::default()).unwrap();
         let c = Constraint::with_cache(g.clone(), &cache);
         let by_class = |cache: &MaskCache| {

@@ -294,13 +294,13 @@ impl Constraint {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use corral_grammar::{CompileOptions, compile_gbnf};
     use corral_trie::Vocabulary;
 
-    fn constraint(grammar: &str) -> Arc<Constraint> {
-        let words: [&[u8]; 8] = [b"ab", b"a1", b"x,", b",", b"Q", b"zz!", b" ", b"a b"];
+    /// A token space of `words`, ids in order, no end token.
+    pub(crate) fn space_of(words: &[&[u8]]) -> Arc<TokenSpace> {
         let vocab = Vocabulary::from_parts(
             words
                 .iter()
@@ -308,10 +308,14 @@ mod tests {
                 .map(|(i, w)| (TokenId(i as u32), w.to_vec())),
             [],
         );
-        let space = Arc::new(TokenSpace::new(vocab, None, Vec::new()));
+        Arc::new(TokenSpace::new(vocab, None, Vec::new()))
+    }
+
+    fn constraint(grammar: &str) -> Arc<Constraint> {
+        let words: [&[u8]; 8] = [b"ab", b"a1", b"x,", b",", b"Q", b"zz!", b" ", b"a b"];
         Constraint::new(
             compile_gbnf(grammar, &CompileOptions::default()).unwrap(),
-            space,
+            space_of(&words),
         )
     }
 
