@@ -27,7 +27,7 @@ use crate::tokens::{
 use corral_grammar::{DEAD, Grammar, LexemeDfa, LexemeId, Residual, StateId};
 use corral_trie::{Alphabet, Prefix, TokenSpace};
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Bounds of a [`MaskCache`].
@@ -79,8 +79,9 @@ enum StateOrClass {
     /// One state, by index.
     State(u32),
     /// Every state of a class ([`crate::classes`]): states no token tells apart share the
-    /// sets of the first one walked.
-    Class(u32),
+    /// sets of the first one walked. By the class tables' generation and the class: a
+    /// table made again after the tables were emptied numbers its classes afresh.
+    Class(u32, u32),
 }
 
 impl Key {
@@ -159,6 +160,8 @@ pub struct MaskCache {
     misses: AtomicU64,
     base_hits: AtomicU64,
     resets: AtomicU64,
+    /// Bumped, under the `classes` lock, whenever the class tables are emptied.
+    class_generation: AtomicU32,
 }
 
 impl MaskCache {
@@ -238,6 +241,7 @@ impl MaskCache {
             misses: AtomicU64::new(0),
             base_hits: AtomicU64::new(0),
             resets: AtomicU64::new(0),
+            class_generation: AtomicU32::new(0),
         }
     }
 
@@ -302,10 +306,11 @@ impl MaskCache {
         for w in self.walks.iter().flatten() {
             w.write().unwrap_or_else(|e| e.into_inner()).clear();
         }
-        self.classes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+        classes.clear();
+        // A walk under way keeps its class's old generation (see `MaskCache::class`).
+        self.class_generation.fetch_add(1, Relaxed);
+        drop(classes);
         self.loops.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.bytes.store(0, Relaxed);
     }
@@ -335,7 +340,7 @@ impl MaskCache {
         if !self.by_state
             && let Some(class) = self.class(key, dfa, state)
         {
-            k.at = StateOrClass::Class(class);
+            k.at = StateOrClass::Class(class.0, class.1);
         }
         let mut walked = false;
         let sets = self.get_or(
@@ -469,13 +474,16 @@ impl MaskCache {
         })
     }
 
-    /// The class of a state the cache does not hold (see [`crate::classes`]).
-    fn class(&self, key: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Option<u32> {
+    /// The class of a state the cache does not hold (see [`crate::classes`]), with the
+    /// class tables' generation.
+    fn class(&self, key: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Option<(u32, u32)> {
         let mut tables = self.classes.lock().unwrap_or_else(|e| e.into_inner());
         if tables.len() >= CLASS_TABLES && !tables.contains_key(&(key.clone(), dfa.numbering())) {
             tables.clear();
-            // The sets kept by class go with the tables: a table made again numbers its
-            // classes afresh, and an old number would name another class's sets.
+            // A table made again numbers its classes afresh: sets kept by an old number
+            // would answer for another class. The generation keeps them apart (a walk
+            // under way inserts under the old one), and the old sets go with the tables.
+            self.class_generation.fetch_add(1, Relaxed);
             let mut generic = self.generic.write().unwrap_or_else(|e| e.into_inner());
             let mut freed = 0;
             generic.retain(|k, t| {
@@ -489,10 +497,12 @@ impl MaskCache {
                 .bytes
                 .fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(freed)));
         }
-        tables
+        let generation = self.class_generation.load(Relaxed);
+        let class = tables
             .entry((key.clone(), dfa.numbering()))
             .or_default()
-            .class(dfa, state, self.depth)
+            .class(dfa, state, self.depth)?;
+        Some((generation, class))
     }
 
     fn get_or<K: std::hash::Hash + Eq, V: Clone>(
@@ -568,7 +578,7 @@ mod tests {
             let generic = cache.generic.read().unwrap();
             generic
                 .keys()
-                .filter(|k| matches!(k.at, StateOrClass::Class(_)))
+                .filter(|k| matches!(k.at, StateOrClass::Class(..)))
                 .count()
         };
         for state in reachable_states(g.lexeme(LexemeId(0)).dfa()) {
@@ -585,10 +595,13 @@ mod tests {
                 );
             }
         }
-        // A DFA the tables do not hold asks for a class: the tables are emptied.
+        // A DFA the tables do not hold asks for a class: the tables are emptied, and later
+        // classes are of a new generation (a walk under way keeps the old one).
+        let generation = cache.class_generation.load(Relaxed);
         let dfa = g.lexeme(LexemeId(0)).dfa();
         cache.class(&Arc::from("another"), dfa, dfa.start());
         assert_eq!(by_class(&cache), 0);
+        assert_eq!(cache.class_generation.load(Relaxed), generation + 1);
         assert!(
             cache.stats().bytes < before,
             "the dropped sets' bytes are given back"
