@@ -120,7 +120,7 @@ impl Engines {
     /// Makes corral's token sets of the lexemes every schema compiled with the default
     /// options shares (`corral_schema::shared_lexemes`), once for the tokenizer, as part of
     /// its setup: the seconds are added to `setup.0`. Returns the seconds and the states
-    /// walked.
+    /// reached.
     pub fn with_shared_lexemes(&mut self) -> Result<(f64, usize)> {
         let t0 = std::time::Instant::now();
         let grammar = corral_schema::shared_lexemes(&Default::default())?;

@@ -345,7 +345,7 @@ fn main() -> Result<()> {
         let (secs, states) = e.with_shared_lexemes()?;
         let bytes = e.base.as_ref().map_or(0, |b| b.stats().bytes);
         eprintln!(
-            "shared lexemes: {states} states' token sets ({:.1} MiB) made in {:.1} ms, once for the tokenizer",
+            "shared lexemes: token sets of {states} states ({:.1} MiB) made in {:.1} ms, once for the tokenizer",
             bytes as f64 / (1 << 20) as f64,
             secs * 1e3
         );
