@@ -661,7 +661,16 @@ impl Loops {
         let looped = rep(dfa.next(s, b'a')) == me
             && !s.is_accepting()
             && matches!(shift(dfa, s, self.alphabet), Shift::To(t) if rep(t) == me);
+        // A key that must not be one of a few names: as the plain string's body.
+        let first_loops = || {
+            dfa.first_over_finite(s).is_some_and(|(a, x)| {
+                !x.is_accepting()
+                    && a.next(x, b'a') == x
+                    && matches!(shift(a, x, self.alphabet), Shift::To(t) if t == x)
+            })
+        };
         let answer = looped
+            || first_loops()
             || (self.beyond_loops
                 && self.ascii_leaving(dfa, s, 0) == 0
                 && self.stays_inside(dfa, s));
@@ -841,6 +850,40 @@ mod tests {
         let ends = dfa(r#""[a-w]*x?"#);
         let body = ends.next(ends.start(), b'"');
         assert!(!Loops::new(Alphabet::Strings, depth, true).test(&ends, body));
+    }
+
+    /// A key that must not be one of a few names stays in its body as the plain string's
+    /// body does, answered from the plain string's state without building the product's
+    /// states; a key that must not match an infinite language is searched as before.
+    #[test]
+    fn keys_that_must_not_be_a_few_names_loop_as_the_plain_body() {
+        use corral_grammar::Combine::FirstNotSecond;
+        use std::sync::Arc;
+        let plain = Arc::new(dfa(r#""(?:[^"\\\x00-\x1f]|\\["\\nt])*""#));
+        let names = Arc::new(dfa(r#""(?:apple|apricot|banana)""#));
+        let key = LexemeDfa::product(&plain, &names, FirstNotSecond, 1 << 24);
+        let body = key.next(key.start(), b'"');
+        let (a, x) = key.first_over_finite(body).expect("the names are finite");
+        assert_eq!(
+            shift(a, x, Alphabet::Strings),
+            Shift::To(x),
+            "the plain body"
+        );
+        let before = key.len();
+        let mut loops = Loops::new(Alphabet::Strings, 16, true);
+        assert!(loops.test(&key, body), "every character stays in the key");
+        assert!(key.len() <= before + 1, "no search of the product's states");
+        // A name spelled out is refused, a longer key is not.
+        let run = |bytes: &[u8]| bytes.iter().fold(key.start(), |s, &b| key.next(s, b));
+        assert_eq!(run(b"\"apple\""), DEAD);
+        assert!(run(b"\"apples\"").is_accepting());
+        // Names that start with `a`, then anything: infinitely many, so no shortcut; the
+        // search still finds that every character stays inside.
+        let any_a = Arc::new(dfa(r#""a[^"\\\x00-\x1f]*""#));
+        let key = LexemeDfa::product(&plain, &any_a, FirstNotSecond, 1 << 24);
+        let body = key.next(key.start(), b'"');
+        assert!(key.first_over_finite(body).is_none());
+        assert!(Loops::new(Alphabet::Strings, 16, true).test(&key, body));
     }
 
     #[test]

@@ -21,10 +21,14 @@ impl LexemeDfa {
         size_limit: usize,
         cache: Option<&crate::DfaCache>,
     ) -> Result<LexemeDfa, ErrorKind> {
-        match compose::compose(hir, size_limit, cache) {
-            Some(composed) => composed,
-            None => Self::build_lazy(hir, size_limit),
-        }
+        let dfa = match compose::compose(hir, size_limit, cache) {
+            Some(composed) => composed?,
+            None => Self::build_lazy(hir, size_limit)?,
+        };
+        Ok(LexemeDfa {
+            finite: hir.properties().maximum_len().is_some(),
+            ..dfa
+        })
     }
 
     /// [`LexemeDfa::build`] by subset construction of every state and minimization, never
@@ -179,6 +183,7 @@ impl LexemeDfa {
             fill,
             shortest: OnceLock::new(),
             numbering: LAZY_NUMBERING.fetch_add(1, Relaxed),
+            finite: false,
         };
         let mut first = [0u64; 4];
         if !start.is_dead() {
@@ -278,6 +283,7 @@ impl LexemeDfa {
             fill: Fill::Built,
             shortest: OnceLock::new(),
             numbering: 0,
+            finite: false,
         }
     }
 }

@@ -648,6 +648,7 @@ fn join(
         fill: Fill::Composed(Box::new(composed)),
         shortest: OnceLock::new(),
         numbering: 0,
+        finite: false,
     }))
 }
 

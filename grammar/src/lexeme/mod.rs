@@ -62,6 +62,8 @@ pub struct LexemeDfa {
     /// regexes, equal numbering); a number of this DFA's own where they follow the order
     /// states were first reached (lazy subset construction).
     numbering: u64,
+    /// The language is known to be finite (its regex bounds the length of a match).
+    finite: bool,
 }
 
 /// Numbers the lazily built DFAs (see [`LexemeDfa::numbering`]).
@@ -187,6 +189,7 @@ impl LexemeDfa {
             fill: Fill::Built,
             shortest: OnceLock::new(),
             numbering: 0,
+            finite: true,
         }
     }
 
@@ -288,6 +291,22 @@ impl LexemeDfa {
     pub fn first_alone(&self, state: StateId) -> Option<(&std::sync::Arc<LexemeDfa>, StateId)> {
         match &self.fill {
             Fill::Product(p) if state != DEAD => p.first_alone(state.index32()),
+            _ => None,
+        }
+    }
+
+    /// Where this DFA is `a & ~b` with `b`'s language finite: `a` and its state in `state`.
+    /// From such a pair, a character on which `a`'s state loops (live, not accepting)
+    /// leads the product to a live pair that does not accept either: `a` matches
+    /// infinitely many strings from there, `b` finitely many. So a key that must not be one
+    /// of a schema's names stays in its body wherever the plain string's body does, found
+    /// without building the product's states.
+    pub fn first_over_finite(
+        &self,
+        state: StateId,
+    ) -> Option<(&std::sync::Arc<LexemeDfa>, StateId)> {
+        match &self.fill {
+            Fill::Product(p) if state != DEAD => p.first_over_finite(state.index32()),
             _ => None,
         }
     }

@@ -246,6 +246,16 @@ impl LazyProduct {
         (y == DEAD && x != DEAD).then_some((&self.a, x))
     }
 
+    /// `a`'s state in state index `i`, where the product is `a & ~b` and `b`'s language
+    /// is finite (see [`LexemeDfa::first_over_finite`]).
+    pub(super) fn first_over_finite(&self, i: u32) -> Option<(&Arc<LexemeDfa>, StateId)> {
+        if self.how != Combine::FirstNotSecond || !self.b.finite {
+            return None;
+        }
+        let (x, _) = *super::lock(&self.pairs).of.get(i as usize)?;
+        (x != DEAD).then_some((&self.a, x))
+    }
+
     /// Number of states so far, [`DEAD`] included.
     pub(super) fn len(&self) -> usize {
         super::lock(&self.pairs).of.len()
@@ -294,8 +304,14 @@ pub(super) fn product(
         shortest: Mutex::new(FxHashMap::default()),
         size_limit,
     };
+    let finite = match how {
+        Combine::Both => lp.a.finite || lp.b.finite,
+        Combine::FirstNotSecond => lp.a.finite,
+    };
     let start = lp.target(&mut super::lock(&lp.pairs), start_pair);
-    LexemeDfa::built_on_demand(classes, stride, start, super::Fill::Product(Box::new(lp)))
+    let dfa =
+        LexemeDfa::built_on_demand(classes, stride, start, super::Fill::Product(Box::new(lp)));
+    LexemeDfa { finite, ..dfa }
 }
 
 #[cfg(test)]
