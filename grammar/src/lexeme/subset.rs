@@ -270,10 +270,11 @@ const STATE_OVERHEAD: usize = 32;
 fn distances_to_match(nfa: &NFA) -> Vec<u32> {
     let states = nfa.states();
     let n = states.len();
-    // Predecessors: (from, cost).
-    let mut preds: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
+    // Edges (from, to, cost); then each state's predecessors, (from, cost), as one run of
+    // a flat array (a vector per state costs more than the search on a large NFA).
+    let mut edges: Vec<(u32, u32, u32)> = Vec::new();
     let mut edge =
-        |from: usize, to: StateID, cost: u32| preds[to.as_usize()].push((from as u32, cost));
+        |from: usize, to: StateID, cost: u32| edges.push((from as u32, to.as_u32(), cost));
     for (i, s) in states.iter().enumerate() {
         match s {
             State::ByteRange { trans } => edge(i, trans.next, 1),
@@ -293,6 +294,21 @@ fn distances_to_match(nfa: &NFA) -> Vec<u32> {
             State::Look { .. } | State::Fail | State::Match { .. } => {}
         }
     }
+    // `first[t]..first[t + 1]`: where state `t`'s predecessors are.
+    let mut first = vec![0u32; n + 1];
+    for &(_, to, _) in &edges {
+        first[to as usize + 1] += 1;
+    }
+    for i in 0..n {
+        first[i + 1] += first[i];
+    }
+    let mut next = first.clone();
+    let mut preds = vec![(0u32, 0u32); edges.len()];
+    for &(from, to, cost) in &edges {
+        let at = &mut next[to as usize];
+        preds[*at as usize] = (from, cost);
+        *at += 1;
+    }
     let mut dist = vec![u32::MAX; n];
     let mut queue = std::collections::VecDeque::new();
     for (i, s) in states.iter().enumerate() {
@@ -303,7 +319,7 @@ fn distances_to_match(nfa: &NFA) -> Vec<u32> {
     }
     while let Some(t) = queue.pop_front() {
         let d = dist[t];
-        for &(p, cost) in &preds[t] {
+        for &(p, cost) in &preds[first[t] as usize..first[t + 1] as usize] {
             let p = p as usize;
             if d + cost < dist[p] {
                 dist[p] = d + cost;
