@@ -38,10 +38,15 @@ pub struct Node {
     pub depth: u16,
     /// The last byte of the prefix this node stands for (0 at the root).
     pub byte: u8,
-    /// Whether other tokens have this node's bytes (in the trie's duplicates); it fills
-    /// the node's padding, and spares the walk a search of the duplicates per token.
-    duplicated: bool,
+    /// [`DUPLICATED`] and [`WIDE`]; they fill the node's padding.
+    flags: u8,
 }
+
+/// Other tokens have the node's bytes (in the trie's duplicates): spares the walk a search
+/// of the duplicates per token.
+const DUPLICATED: u8 = 1;
+/// The node is wide: its children are listed apart (see [`WIDE_CHILDREN`]).
+const WIDE: u8 = 2;
 
 impl Node {
     /// The token whose bytes end here, if any (tokens with the same bytes as this one are
@@ -59,6 +64,23 @@ pub trait ByteRecognizer {
     fn push(&mut self, byte: u8) -> bool;
     /// Undoes the last `n` successful pushes.
     fn pop(&mut self, n: usize);
+    /// A set of bytes (bit `b` of word `b / 64` for byte `b`) that holds every byte
+    /// [`ByteRecognizer::push`] would take now; `None` (the default) if not known. A walk
+    /// asks it below a node with many children, and goes down only those whose byte is in
+    /// it (rather than trying every child).
+    fn next_bytes(&mut self) -> Option<[u64; 4]> {
+        None
+    }
+}
+
+/// A node with at least this many children is wide: the trie lists them apart
+/// ([`TokenTrie::walk_range`] goes down only those the recognizer may take).
+const WIDE_CHILDREN: usize = 32;
+
+/// Whether byte `b` is in the 256-bit set `bytes`.
+#[inline]
+fn has_byte(bytes: &[u64; 4], b: u8) -> bool {
+    bytes[b as usize / 64] >> (b % 64) & 1 == 1
 }
 
 /// A flat depth-first token trie. See the module docs.
@@ -72,6 +94,11 @@ pub struct TokenTrie {
     /// The root's children: `(byte, node)`. They lie far apart in `nodes` (each after its
     /// whole subtree), so a walk that tries every first byte reads them from here.
     root_children: Vec<(u8, u32)>,
+    /// The wide nodes (the root among them, if it is): `(node, its children's range in
+    /// `wide_children`)`, sorted by node.
+    wide: Vec<(u32, u32, u32)>,
+    /// The children of the wide nodes, `(byte, node index)`, each node's in byte order.
+    wide_children: Vec<(u8, u32)>,
 }
 
 impl TokenTrie {
@@ -119,7 +146,7 @@ impl TokenTrie {
             token: NO_TOKEN,
             depth: 0,
             byte: 0,
-            duplicated: false,
+            flags: 0,
         }];
         let mut duplicates = Vec::new();
         // Stack of node indices on the current path; stack[d] is the node at depth d.
@@ -148,7 +175,7 @@ impl TokenTrie {
                     token: NO_TOKEN,
                     depth: (d + 1).min(u16::MAX as usize) as u16,
                     byte: b,
-                    duplicated: false,
+                    flags: 0,
                 });
             }
             nodes.last_mut().expect("just pushed").token = id.0;
@@ -159,7 +186,7 @@ impl TokenTrie {
         }
         duplicates.sort_unstable();
         for &(n, _) in &duplicates {
-            nodes[n as usize].duplicated = true;
+            nodes[n as usize].flags |= DUPLICATED;
         }
         nodes.shrink_to_fit();
         duplicates.shrink_to_fit();
@@ -169,11 +196,32 @@ impl TokenTrie {
             root_children.push((nodes[i].byte, i as u32));
             i += nodes[i].subtree as usize;
         }
+        let (mut wide, mut wide_children) = (Vec::new(), Vec::new());
+        for n in 0..nodes.len() {
+            if (nodes[n].subtree as usize) <= WIDE_CHILDREN {
+                continue;
+            }
+            let from = wide_children.len();
+            let (mut i, end) = (n + 1, n + nodes[n].subtree as usize);
+            while i < end {
+                wide_children.push((nodes[i].byte, i as u32));
+                i += nodes[i].subtree as usize;
+            }
+            if wide_children.len() - from >= WIDE_CHILDREN {
+                wide.push((n as u32, from as u32, wide_children.len() as u32));
+                nodes[n].flags |= WIDE;
+            } else {
+                wide_children.truncate(from);
+            }
+        }
+        wide_children.shrink_to_fit();
         TokenTrie {
             nodes,
             duplicates,
             id_bound,
             root_children,
+            wide,
+            wide_children,
         }
     }
 
@@ -199,6 +247,8 @@ impl TokenTrie {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.duplicates.capacity() * 8
             + self.root_children.capacity() * 8
+            + self.wide.capacity() * 12
+            + self.wide_children.capacity() * 8
     }
 
     /// Marks the token(s) ending at node `i` in `mask`.
@@ -207,7 +257,7 @@ impl TokenTrie {
         let n = self.nodes[i];
         if n.token != NO_TOKEN {
             mask.insert(n.token as usize);
-            if n.duplicated {
+            if n.flags & DUPLICATED != 0 {
                 self.mark_duplicates(i, mask);
             }
         }
@@ -225,7 +275,7 @@ impl TokenTrie {
 
     /// Every token id ending at node `i` (the node's token and its duplicates).
     pub fn tokens_at(&self, i: usize) -> impl Iterator<Item = TokenId> + '_ {
-        let start = match self.nodes[i].duplicated {
+        let start = match self.nodes[i].flags & DUPLICATED != 0 {
             true => self.duplicates.partition_point(|&(n, _)| (n as usize) < i),
             false => self.duplicates.len(),
         };
@@ -253,7 +303,7 @@ impl TokenTrie {
         end: usize,
         base_depth: usize,
     ) {
-        self.walk_range_with(r, (start, end), base_depth, |i| self.mark(i, mask));
+        self.walk_range_with(r, (start, end), base_depth, &mut |i| self.mark(i, mask));
     }
 
     /// [`TokenTrie::walk_range`], appending the tokens found to `out` instead of marking
@@ -266,7 +316,7 @@ impl TokenTrie {
         end: usize,
         base_depth: usize,
     ) {
-        self.walk_range_with(r, (start, end), base_depth, |i| {
+        self.walk_range_with(r, (start, end), base_depth, &mut |i| {
             out.extend(self.tokens_at(i))
         });
     }
@@ -278,9 +328,17 @@ impl TokenTrie {
         r: &mut R,
         (start, end): (usize, usize),
         base_depth: usize,
-        mut found: impl FnMut(usize),
+        found: &mut impl FnMut(usize),
     ) {
         let nodes = &self.nodes;
+        // The range is every child of a wide node.
+        if let Some(parent) = start.checked_sub(1)
+            && nodes[parent].flags & WIDE != 0
+            && parent + nodes[parent].subtree as usize == end
+            && self.walk_wide(r, parent, base_depth, found)
+        {
+            return;
+        }
         let mut depth = base_depth; // bytes pushed (relative to the trie root)
         let mut i = start;
         while i < end {
@@ -293,7 +351,11 @@ impl TokenTrie {
             if r.push(n.byte) {
                 depth += 1;
                 found(i);
-                i += 1;
+                if n.flags & WIDE != 0 && self.walk_wide(r, i, depth, found) {
+                    i += n.subtree as usize;
+                } else {
+                    i += 1;
+                }
             } else {
                 i += n.subtree as usize;
             }
@@ -301,6 +363,30 @@ impl TokenTrie {
         if depth > base_depth {
             r.pop(depth - base_depth);
         }
+    }
+
+    /// Walks below the wide node `node` (pushed, at `depth`), down only the children whose
+    /// byte `r` may take; false (nothing walked) where `r` does not say which.
+    fn walk_wide<R: ByteRecognizer>(
+        &self,
+        r: &mut R,
+        node: usize,
+        depth: usize,
+        found: &mut impl FnMut(usize),
+    ) -> bool {
+        let Some(bytes) = r.next_bytes() else {
+            return false;
+        };
+        let at = self.wide.partition_point(|w| (w.0 as usize) < node);
+        let (_, from, to) = self.wide[at];
+        for &(b, child) in &self.wide_children[from as usize..to as usize] {
+            if has_byte(&bytes, b) {
+                let child = child as usize;
+                let end = child + self.nodes[child].subtree as usize;
+                self.walk_range_with(r, (child, end), depth, found);
+            }
+        }
+        true
     }
 
     /// Every token that is a prefix of `text`: `(token, length)`, shortest first.
@@ -539,5 +625,98 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Takes the prefixes of a set of words, counting its pushes; says which bytes it may
+    /// take next (with some it refuses) where `tell` is set.
+    struct Counted {
+        words: Vec<Vec<u8>>,
+        at: Vec<u8>,
+        pushes: usize,
+        tell: bool,
+    }
+
+    impl ByteRecognizer for Counted {
+        fn push(&mut self, b: u8) -> bool {
+            self.pushes += 1;
+            self.at.push(b);
+            if self.words.iter().any(|w| w.starts_with(&self.at)) {
+                true
+            } else {
+                self.at.pop();
+                false
+            }
+        }
+        fn pop(&mut self, n: usize) {
+            self.at.truncate(self.at.len() - n);
+        }
+        fn next_bytes(&mut self) -> Option<[u64; 4]> {
+            let mut bytes = [0u64; 4];
+            let d = self.at.len();
+            for w in self.words.iter().filter(|w| w.starts_with(&self.at)) {
+                if let Some(&b) = w.get(d) {
+                    bytes[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
+            // A byte no word takes: the set may hold more than the recognizer takes.
+            bytes[0] |= 1 << b'!';
+            self.tell.then_some(bytes)
+        }
+    }
+
+    #[test]
+    fn a_walk_goes_down_only_the_children_of_a_wide_node_the_recognizer_may_take() {
+        // The root and "x" are wide: 64 children each. "xy" has one child.
+        let mut vocab: Vec<Vec<u8>> = Vec::new();
+        for b in 0x40..0x80u8 {
+            vocab.push(vec![b]);
+            vocab.push(vec![b'x', b]);
+        }
+        vocab.extend([b"xyz".to_vec(), b"!".to_vec(), b"x!".to_vec()]);
+        let t = TokenTrie::from_entries(
+            vocab
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.as_slice(), TokenId(i as u32))),
+        );
+        let words: Vec<Vec<u8>> = [&b"A"[..], b"xB", b"xyz", b"xyq", b"q"]
+            .iter()
+            .map(|w| w.to_vec())
+            .collect();
+        let walk = |tell: bool, (start, end, depth): (usize, usize, usize), at: &[u8]| {
+            let mut r = Counted {
+                words: words.clone(),
+                at: at.to_vec(),
+                pushes: 0,
+                tell,
+            };
+            let mut found = Vec::new();
+            t.walk_range_tokens(&mut r, &mut found, start, end, depth);
+            assert_eq!(r.at, at, "the walk pops what it pushed");
+            found.sort();
+            (found, r.pushes)
+        };
+        let token = |w: &[u8]| TokenId(vocab.iter().position(|v| v == w).unwrap() as u32);
+        let whole = (1, t.nodes().len(), 0);
+        let (told, told_pushes) = walk(true, whole, b"");
+        let (tried, tried_pushes) = walk(false, whole, b"");
+        // Every token that is a prefix of a word.
+        let mut expected: Vec<TokenId> = [&b"A"[..], b"q", b"x", b"xB", b"xy", b"xyz"]
+            .iter()
+            .map(|w| token(w))
+            .collect();
+        expected.sort();
+        assert_eq!(told, expected);
+        assert_eq!(tried, expected);
+        // Told: A, q, x, ! (refused) at the root; B, y, ! (refused) below "x"; z below "xy".
+        assert_eq!(told_pushes, 8);
+        assert!(tried_pushes > 128, "{tried_pushes}");
+        // A walk of the children of a wide node alone (the subtree of "x", "x" pushed).
+        let x = t.root_children().iter().find(|c| c.0 == b'x').unwrap().1 as usize;
+        let below_x = (x + 1, x + t.nodes()[x].subtree as usize, 1);
+        let (told, told_pushes) = walk(true, below_x, b"x");
+        assert_eq!(told, vec![token(b"xB"), token(b"xy"), token(b"xyz")]);
+        assert_eq!(walk(false, below_x, b"x").0, told);
+        assert_eq!(told_pushes, 4);
     }
 }

@@ -31,6 +31,10 @@ impl ByteRecognizer for Walker<'_> {
     fn pop(&mut self, n: usize) {
         self.rec.pop(n);
     }
+
+    fn next_bytes(&mut self) -> Option<[u64; 4]> {
+        Some(self.rec.next_bytes())
+    }
 }
 
 /// Puts the recognizer just after `run`'s lexeme ends in `end_state`; false if that is

@@ -364,6 +364,26 @@ impl Recognizer {
         out
     }
 
+    /// A set of bytes that holds every byte [`Recognizer::push_byte`] would take now (bit
+    /// `b` of word `b / 64` for byte `b`): those some lexer run's DFA does not refuse.
+    pub fn next_bytes(&self) -> [u64; 4] {
+        let mut out = [0u64; 4];
+        let top = self.c.frames.last().expect("at least one frame");
+        for &r in &self.c.runs[top.runs_start as usize..] {
+            let bytes = if r.lexeme == PENDING {
+                self.c.sets[r.set.index()].first
+            } else {
+                self.g.lexemes[r.lexeme.0 as usize]
+                    .dfa()
+                    .live_bytes(r.state)
+            };
+            for (o, b) in out.iter_mut().zip(bytes) {
+                *o |= b;
+            }
+        }
+        out
+    }
+
     /// [`Recognizer::runs`] into a reused buffer (cleared first).
     pub fn runs_into(&self, out: &mut Vec<Run>) {
         out.clear();

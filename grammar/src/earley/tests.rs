@@ -199,3 +199,56 @@ elem ::= "x" | "(" item ")""#;
     }
     assert!(r.is_accepting());
 }
+
+#[test]
+fn the_next_bytes_hold_every_byte_a_push_takes() {
+    // Lexemes under way, lexemes about to start, and a lexeme's end pushed alone.
+    let gbnf = r#"root ::= "[" ws item (ws "," ws item)* ws "]"
+item ::= [0-9]+ | "\"" [a-z]* "\""
+ws ::= [ \n]*"#;
+    let mut r = recognizer(gbnf);
+    let text = b"[ 12 ,\n \"ab\"  ]";
+    for k in 0..=text.len() {
+        let next = r.next_bytes();
+        let mut taken = 0;
+        for b in 0..=255u8 {
+            if r.push_byte(b).unwrap() {
+                taken += 1;
+                assert!(
+                    next[b as usize / 64] >> (b % 64) & 1 == 1,
+                    "{:?} takes {:?}, not in its next bytes",
+                    String::from_utf8_lossy(&text[..k]),
+                    b as char
+                );
+                r.pop(1);
+            }
+        }
+        assert!(taken > 0 || k == text.len());
+        if k < text.len() {
+            push_all(&mut r, &text[k..=k]);
+        }
+    }
+    // After a lexeme's end alone (as the mask's walks push it), the run goes on too.
+    // (Nested, so that the number stays a lexeme of its own.)
+    let mut r = recognizer(
+        r#"root ::= item
+item ::= [0-9]+ | "[" item [ ]* "]""#,
+    );
+    push_all(&mut r, b"[1");
+    let run = r
+        .runs()
+        .into_iter()
+        .find(|run| run.state.is_accepting())
+        .unwrap();
+    r.pop(1);
+    assert!(r.push_lexeme_end(run, run.state).unwrap());
+    let next = r.next_bytes();
+    for b in [b'0', b' ', b']'] {
+        assert!(
+            next[b as usize / 64] >> (b % 64) & 1 == 1,
+            "{:?}",
+            b as char
+        );
+    }
+    assert!(next[b'a' as usize / 64] >> (b'a' % 64) & 1 == 0);
+}

@@ -311,6 +311,30 @@ impl LexemeDfa {
         }
     }
 
+    /// The bytes that lead `state` to a live state (bit `b` of word `b / 64` for byte `b`).
+    pub fn live_bytes(&self, state: StateId) -> [u64; 4] {
+        let mut out = [0u64; 4];
+        if state == DEAD {
+            return out;
+        }
+        // Per class: 0 not yet stepped, 1 live, 2 dead.
+        let mut live = [0u8; 256];
+        for b in 0..=255u8 {
+            let c = self.classes[b as usize] as usize;
+            if live[c] == 0 {
+                live[c] = if self.entry(state.index(), c) == DEAD {
+                    2
+                } else {
+                    1
+                };
+            }
+            if live[c] == 1 {
+                out[b as usize / 64] |= 1 << (b % 64);
+            }
+        }
+        out
+    }
+
     /// The class of `byte`: bytes of one class lead every state to the same place.
     #[inline]
     pub fn class_of(&self, byte: u8) -> u8 {
