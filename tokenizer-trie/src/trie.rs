@@ -129,12 +129,21 @@ impl TokenTrie {
             .filter(|(b, _)| !b.as_ref().is_empty())
             .map(|(b, id)| (lead(b.as_ref()), b, id))
             .collect();
+        // Equal leads of entries of at most 8 bytes: one is the other padded with zeros,
+        // and the shorter comes first. Only longer entries compare their bytes.
         let order = |a: &(u64, B, TokenId), b: &(u64, B, TokenId)| {
+            let (x, y) = (a.1.as_ref(), b.1.as_ref());
             a.0.cmp(&b.0)
-                .then_with(|| (a.1.as_ref(), a.2).cmp(&(b.1.as_ref(), b.2)))
+                .then_with(|| match x.len().max(y.len()) {
+                    ..=8 => x.len().cmp(&y.len()),
+                    _ => x[x.len().min(8)..].cmp(&y[y.len().min(8)..]),
+                })
+                .then(a.2.cmp(&b.2))
         };
         if !entries.is_sorted_by(|a, b| order(a, b).is_le()) {
-            entries.sort_by(order);
+            // Ties end at the token id: no two entries are equal, and the sort need not
+            // be stable.
+            entries.sort_unstable_by(order);
         }
         let id_bound = entries
             .iter()
