@@ -91,14 +91,13 @@ pub struct TokenTrie {
     duplicates: Vec<(u32, TokenId)>,
     /// One past the largest token id in the trie.
     id_bound: usize,
-    /// The root's children: `(byte, node)`. They lie far apart in `nodes` (each after its
-    /// whole subtree), so a walk that tries every first byte reads them from here.
-    root_children: Vec<(u8, u32)>,
-    /// The wide nodes (the root among them, if it is): `(node, its children's range in
-    /// `wide_children`)`, sorted by node.
-    wide: Vec<(u32, u32, u32)>,
-    /// The children of the wide nodes, `(byte, node index)`, each node's in byte order.
-    wide_children: Vec<(u8, u32)>,
+    /// The nodes whose children are listed apart: the root, then the wide nodes, as
+    /// `(node, its children's range in `children`)`, sorted by node.
+    listed: Vec<(u32, u32, u32)>,
+    /// The children of the listed nodes, `(byte, node index)`, each node's in byte order.
+    /// They lie far apart in `nodes` (each after its whole subtree), so a walk that tries
+    /// every child reads them from here.
+    children: Vec<(u8, u32)>,
 }
 
 impl TokenTrie {
@@ -199,38 +198,35 @@ impl TokenTrie {
         }
         nodes.shrink_to_fit();
         duplicates.shrink_to_fit();
-        let mut root_children = Vec::new();
-        let mut i = 1;
-        while i < nodes.len() {
-            root_children.push((nodes[i].byte, i as u32));
-            i += nodes[i].subtree as usize;
-        }
-        let (mut wide, mut wide_children) = (Vec::new(), Vec::new());
+        // The root's children are always listed; another node's where it is wide.
+        let (mut listed, mut children) = (Vec::new(), Vec::new());
         for n in 0..nodes.len() {
-            if (nodes[n].subtree as usize) <= WIDE_CHILDREN {
+            if n > 0 && (nodes[n].subtree as usize) <= WIDE_CHILDREN {
                 continue;
             }
-            let from = wide_children.len();
+            let from = children.len();
             let (mut i, end) = (n + 1, n + nodes[n].subtree as usize);
             while i < end {
-                wide_children.push((nodes[i].byte, i as u32));
+                children.push((nodes[i].byte, i as u32));
                 i += nodes[i].subtree as usize;
             }
-            if wide_children.len() - from >= WIDE_CHILDREN {
-                wide.push((n as u32, from as u32, wide_children.len() as u32));
-                nodes[n].flags |= WIDE;
+            let wide = children.len() - from >= WIDE_CHILDREN;
+            if n == 0 || wide {
+                listed.push((n as u32, from as u32, children.len() as u32));
             } else {
-                wide_children.truncate(from);
+                children.truncate(from);
+            }
+            if wide {
+                nodes[n].flags |= WIDE;
             }
         }
-        wide_children.shrink_to_fit();
+        children.shrink_to_fit();
         TokenTrie {
             nodes,
             duplicates,
             id_bound,
-            root_children,
-            wide,
-            wide_children,
+            listed,
+            children,
         }
     }
 
@@ -243,7 +239,14 @@ impl TokenTrie {
     /// The root's children, `(byte, node index)` in byte order.
     #[inline]
     pub fn root_children(&self) -> &[(u8, u32)] {
-        &self.root_children
+        self.listed_children(0)
+    }
+
+    /// The children of a listed node (the root, or a wide node).
+    fn listed_children(&self, node: usize) -> &[(u8, u32)] {
+        let at = self.listed.partition_point(|l| (l.0 as usize) < node);
+        let (_, from, to) = self.listed[at];
+        &self.children[from as usize..to as usize]
     }
 
     /// One past the largest token id in the trie.
@@ -255,9 +258,8 @@ impl TokenTrie {
     pub fn memory_usage(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.duplicates.capacity() * 8
-            + self.root_children.capacity() * 8
-            + self.wide.capacity() * 12
-            + self.wide_children.capacity() * 8
+            + self.listed.capacity() * 12
+            + self.children.capacity() * 8
     }
 
     /// Marks the token(s) ending at node `i` in `mask`.
@@ -386,9 +388,7 @@ impl TokenTrie {
         let Some(bytes) = r.next_bytes() else {
             return false;
         };
-        let at = self.wide.partition_point(|w| (w.0 as usize) < node);
-        let (_, from, to) = self.wide[at];
-        for &(b, child) in &self.wide_children[from as usize..to as usize] {
+        for &(b, child) in self.listed_children(node) {
             if has_byte(&bytes, b) {
                 let child = child as usize;
                 let end = child + self.nodes[child].subtree as usize;

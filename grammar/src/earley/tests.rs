@@ -206,6 +206,7 @@ fn the_next_bytes_hold_every_byte_a_push_takes() {
     let gbnf = r#"root ::= "[" ws item (ws "," ws item)* ws "]"
 item ::= [0-9]+ | "\"" [a-z]* "\""
 ws ::= [ \n]*"#;
+    let has = |bytes: [u64; 4], b: u8| bytes[b as usize / 64] >> (b % 64) & 1 == 1;
     let mut r = recognizer(gbnf);
     let text = b"[ 12 ,\n \"ab\"  ]";
     for k in 0..=text.len() {
@@ -215,7 +216,7 @@ ws ::= [ \n]*"#;
             if r.push_byte(b).unwrap() {
                 taken += 1;
                 assert!(
-                    next[b as usize / 64] >> (b % 64) & 1 == 1,
+                    has(next, b),
                     "{:?} takes {:?}, not in its next bytes",
                     String::from_utf8_lossy(&text[..k]),
                     b as char
@@ -244,11 +245,7 @@ item ::= [0-9]+ | "[" item [ ]* "]""#,
     assert!(r.push_lexeme_end(run, run.state).unwrap());
     let next = r.next_bytes();
     for b in [b'0', b' ', b']'] {
-        assert!(
-            next[b as usize / 64] >> (b % 64) & 1 == 1,
-            "{:?}",
-            b as char
-        );
+        assert!(has(next, b), "{:?}", b as char);
     }
-    assert!(next[b'a' as usize / 64] >> (b'a' % 64) & 1 == 0);
+    assert!(!has(next, b'a'));
 }

@@ -317,18 +317,8 @@ impl LexemeDfa {
         if state == DEAD {
             return out;
         }
-        // Per class: 0 not yet stepped, 1 live, 2 dead.
-        let mut live = [0u8; 256];
         for b in 0..=255u8 {
-            let c = self.classes[b as usize] as usize;
-            if live[c] == 0 {
-                live[c] = if self.entry(state.index(), c) == DEAD {
-                    2
-                } else {
-                    1
-                };
-            }
-            if live[c] == 1 {
+            if self.next(state, b) != DEAD {
                 out[b as usize / 64] |= 1 << (b % 64);
             }
         }
