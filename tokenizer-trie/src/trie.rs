@@ -117,11 +117,12 @@ impl TokenTrie {
         // Each entry led by its first 8 bytes as a big-endian number (zero-padded), which
         // orders as the bytes do wherever two of them differ: most comparisons of a sort
         // read no bytes behind a pointer.
-        let lead = |b: &[u8]| {
-            let mut word = [0u8; 8];
-            let n = b.len().min(8);
-            word[..n].copy_from_slice(&b[..n]);
-            u64::from_be_bytes(word)
+        let lead = |b: &[u8]| match b.first_chunk::<8>() {
+            Some(word) => u64::from_be_bytes(*word),
+            None => b
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (i, &x)| w | (x as u64) << (56 - 8 * i)),
         };
         let mut entries: Vec<(u64, B, TokenId)> = entries
             .into_iter()
@@ -140,9 +141,9 @@ impl TokenTrie {
                 .then(a.2.cmp(&b.2))
         };
         if !entries.is_sorted_by(|a, b| order(a, b).is_le()) {
-            // Ties end at the token id: no two entries are equal, and the sort need not
-            // be stable.
-            entries.sort_unstable_by(order);
+            // Entries mostly come as a few sorted runs (the tokens below a few trie nodes,
+            // in trie order), which a stable sort finds and merges.
+            entries.sort_by(order);
         }
         let id_bound = entries
             .iter()
