@@ -325,17 +325,22 @@ impl MaskCache {
         dfa: &LexemeDfa,
         state: StateId,
     ) -> (Arc<LexTokens>, u32, u32) {
-        let residual = dfa.residual(state);
-        if let Some((r, here)) = &residual
-            && let Some((there, sets)) = self.find(&|c| &c.residuals, r)
-        {
+        if let Some(held) = self.held(key, dfa, state) {
             self.hits.fetch_add(1, Relaxed);
-            return (sets, there, *here);
+            return held;
         }
+        let residual = dfa.residual(state);
         let mut k = Key::state(key, dfa, state);
-        if let Some(sets) = self.find(&|c| &c.generic, &k) {
-            self.hits.fetch_add(1, Relaxed);
-            return (sets, 0, 0);
+        if let Some(sets) = self.along_run(key, dfa, state) {
+            let sets = self.get_or(
+                |c| &c.generic,
+                k,
+                || {
+                    let bytes = sets_bytes(&sets);
+                    (Arc::new(sets), bytes)
+                },
+            );
+            return self.by_residual(residual, sets);
         }
         if !self.by_state
             && let Some(class) = self.class(key, dfa, state)
@@ -375,17 +380,7 @@ impl MaskCache {
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&dfa_key)
                     .unwrap_or_else(|| Loops::new(Alphabet::Strings, self.depth, true));
-                let run_paths = |bytes, room| {
-                    self.get_or(
-                        |c| &c.run_paths,
-                        (bytes, room),
-                        || {
-                            let paths = RunPaths::new(&self.space, bytes, room);
-                            let used = paths.memory_usage();
-                            (Arc::new(paths), used)
-                        },
-                    )
-                };
+                let run_paths = |bytes, room| self.run_paths(bytes, room);
                 let t = walk_generic(
                     dfa,
                     state,
@@ -405,15 +400,73 @@ impl MaskCache {
         );
         // Only sets walked from this very state name its end states (a class's are the
         // first walked state's).
-        if walked && let Some((r, here)) = residual {
-            let mut m = self.residuals.write().unwrap_or_else(|e| e.into_inner());
-            let bytes = RESIDUAL_ENTRY_BYTES + r.segments.len();
-            if m.insert(r, (here, sets.clone())).is_none() {
-                self.bytes.fetch_add(bytes, Relaxed);
-            }
-            return (sets, here, here);
+        if walked {
+            return self.by_residual(residual, sets);
         }
         (sets, 0, 0)
+    }
+
+    /// The generic sets held for `state` of the DFA named `key`: by its residual (walked
+    /// from a state of this DFA or another), or by the state itself. With the offsets, as
+    /// [`MaskCache::generic`].
+    fn held(
+        &self,
+        key: &Arc<str>,
+        dfa: &LexemeDfa,
+        state: StateId,
+    ) -> Option<(Arc<LexTokens>, u32, u32)> {
+        if let Some((r, here)) = dfa.residual(state)
+            && let Some((there, sets)) = self.find(&|c| &c.residuals, &r)
+        {
+            return Some((sets, there, here));
+        }
+        self.find(&|c| &c.generic, &Key::state(key, dfa, state))
+            .map(|sets| (sets, 0, 0))
+    }
+
+    /// Sets whose end states are this DFA's (from `state` itself), kept by `state`'s
+    /// residual as well, if it has one; with the offsets, as [`MaskCache::generic`].
+    fn by_residual(
+        &self,
+        residual: Option<(Residual, u32)>,
+        sets: Arc<LexTokens>,
+    ) -> (Arc<LexTokens>, u32, u32) {
+        let Some((r, here)) = residual else {
+            return (sets, 0, 0);
+        };
+        let mut m = self.residuals.write().unwrap_or_else(|e| e.into_inner());
+        let bytes = RESIDUAL_ENTRY_BYTES + r.segments.len();
+        if m.insert(r, (here, sets.clone())).is_none() {
+            self.bytes.fetch_add(bytes, Relaxed);
+        }
+        (sets, here, here)
+    }
+
+    /// The sets of `state`, a count of a byte run (`[ \t\n\r]{0,32}` before a key), from
+    /// those held for an earlier count of the run, the nearest first (see
+    /// [`LexTokens::along_run`]): in pretty-printed JSON an indentation takes a few tokens,
+    /// and each count they reach would otherwise walk the trie. `None` where no earlier
+    /// count is held or its sets do not serve.
+    fn along_run(&self, key: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Option<LexTokens> {
+        let run = dfa.byte_run(state)?;
+        let (sets, from, to) = (1..)
+            .map_while(|k| dfa.run_back(state, k))
+            .find_map(|s| self.held(key, dfa, s))?;
+        let paths = self.run_paths(run.bytes, run.room);
+        sets.along_run(&paths, &self.space, |t| dfa.counterpart(t, from, to))
+    }
+
+    /// The paths of the trie through a run of `bytes` with `room` left (remembered).
+    fn run_paths(&self, bytes: u128, room: u32) -> Arc<RunPaths> {
+        self.get_or(
+            |c| &c.run_paths,
+            (bytes, room),
+            || {
+                let paths = RunPaths::new(&self.space, bytes, room);
+                let used = paths.memory_usage();
+                (Arc::new(paths), used)
+            },
+        )
     }
 
     /// What the DFA named `key` does with the suffixes of `alphabet`'s slice from `state`,
@@ -572,7 +625,13 @@ mod tests {
     #[test]
     fn sets_kept_by_class_go_with_the_class_tables() {
         let cache = MaskCache::new(space_of(&[b"a", b" ", b"aaaa", b"}"]));
-        let g = compile_gbnf(r#"root ::= "{" [a ]{0,60} "}""#, &CompileOptions::default()).unwrap();
+        // The run may end the lexeme (no byte run, whose counts take an earlier count's
+        // sets instead).
+        let g = compile_gbnf(
+            r#"root ::= "{" [a ]{0,60} "}"?"#,
+            &CompileOptions::default(),
+        )
+        .unwrap();
         let c = Constraint::with_cache(g.clone(), &cache);
         let by_class = |cache: &MaskCache| {
             let generic = cache.generic.read().unwrap();

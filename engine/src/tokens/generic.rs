@@ -403,6 +403,11 @@ pub struct RunPaths {
     /// `(byte, run bytes before it, node)`: the nodes whose byte leaves the run after at
     /// least one of its bytes, sorted by byte, then by the run bytes before.
     exits: Vec<(u8, u32, u32)>,
+    /// The subtrees (node ranges, in trie order) below `room + 1` of the run's bytes: the
+    /// tokens that start with more of them than the room.
+    beyond: Vec<(u32, u32)>,
+    /// The tokens of `beyond`, sorted (made when first asked for).
+    beyond_tokens: std::sync::OnceLock<Box<[TokenId]>>,
 }
 
 impl RunPaths {
@@ -411,7 +416,7 @@ impl RunPaths {
         let trie = space.trie();
         let nodes = trie.nodes();
         let in_run = |b: u8| b < 0x80 && bytes >> b & 1 == 1;
-        let (mut inside, mut exits) = (Vec::new(), Vec::new());
+        let (mut inside, mut exits, mut beyond) = (Vec::new(), Vec::new(), Vec::new());
         for &(byte, first) in trie.root_children() {
             if !in_run(byte) {
                 continue;
@@ -425,6 +430,7 @@ impl RunPaths {
                     exits.push((n.byte, n.depth as u32 - 1, i as u32));
                     i += n.subtree as usize;
                 } else if n.depth as u32 > room {
+                    beyond.push((i as u32, (i + n.subtree as usize) as u32));
                     i += n.subtree as usize;
                 } else {
                     inside.extend(trie.tokens_at(i));
@@ -433,12 +439,109 @@ impl RunPaths {
             }
         }
         exits.sort_unstable();
-        RunPaths { inside, exits }
+        beyond.sort_unstable();
+        RunPaths {
+            inside,
+            exits,
+            beyond,
+            beyond_tokens: std::sync::OnceLock::new(),
+        }
     }
 
     /// Heap bytes held.
     pub(crate) fn memory_usage(&self) -> usize {
-        self.inside.len() * 4 + self.exits.len() * 12
+        self.inside.len() * 4 + self.exits.len() * 12 + self.beyond.len() * 8
+    }
+
+    /// Whether the subtree of main-trie node `node` holds a token that starts with more
+    /// of the run's bytes than the room.
+    fn reaches_beyond(&self, space: &TokenSpace, node: NodeId) -> bool {
+        let lo = node.index() as u32;
+        let hi = lo + space.trie().nodes()[node.index()].subtree;
+        // Ranges are disjoint and sorted: the first that ends past `lo` is the only one
+        // that may overlap.
+        let k = self.beyond.partition_point(|&(_, end)| end <= lo);
+        self.beyond.get(k).is_some_and(|&(start, _)| start < hi)
+    }
+
+    /// The tokens that start with more of the run's bytes than the room, sorted.
+    fn beyond_tokens(&self, space: &TokenSpace) -> &[TokenId] {
+        self.beyond_tokens.get_or_init(|| {
+            let trie = space.trie();
+            let mut out: Vec<TokenId> = self
+                .beyond
+                .iter()
+                .flat_map(|&(lo, hi)| (lo..hi).flat_map(|j| trie.tokens_at(j as usize)))
+                .collect();
+            out.sort_unstable();
+            out.into_boxed_slice()
+        })
+    }
+}
+
+impl LexTokens {
+    /// These sets (of a count of a byte run, see [`corral_grammar::LexemeDfa::run_back`])
+    /// for a later count of the same run with the room of `paths`: the same but the
+    /// tokens that start with more of the run's bytes than that room, their end states
+    /// mapped by `end`. `None` where such a token needs the parser (its rest is kept with
+    /// others'): those sets are walked afresh.
+    pub(crate) fn along_run(
+        &self,
+        paths: &RunPaths,
+        space: &TokenSpace,
+        end: impl Fn(StateId) -> StateId,
+    ) -> Option<LexTokens> {
+        let beyond = paths.beyond_tokens(space);
+        let far = |t: &TokenId| beyond.binary_search(t).is_ok();
+        let mut suffixes = Vec::with_capacity(self.suffixes.len());
+        for (state, rests) in &self.suffixes {
+            let kept = match rests {
+                Rests::Trie(trie) => {
+                    let nodes = trie.nodes().len();
+                    if (0..nodes).any(|j| trie.tokens_at(j).any(|t| far(&t))) {
+                        return None;
+                    }
+                    Rests::Trie(trie.clone())
+                }
+                Rests::Below(node) if !paths.reaches_beyond(space, *node) => Rests::Below(*node),
+                Rests::Below(_) | Rests::Shared { .. } => return None,
+            };
+            suffixes.push((end(*state), kept));
+        }
+        if self
+            .subtrees
+            .iter()
+            .any(|&(_, node)| paths.reaches_beyond(space, node))
+        {
+            return None;
+        }
+        let inside = match &self.inside {
+            Inside::Few(ts) => {
+                // Both sorted: one pass over each.
+                let mut far = beyond.iter().peekable();
+                let mut kept = Vec::with_capacity(ts.len());
+                for &t in ts.iter() {
+                    while far.next_if(|&&f| f < t).is_some() {}
+                    if far.peek() != Some(&&t) {
+                        kept.push(t);
+                    }
+                }
+                Inside::Few(kept.into_boxed_slice())
+            }
+            Inside::Many(set) => {
+                let mut set = set.clone();
+                beyond.iter().for_each(|t| set.set(t.index(), false));
+                Inside::Many(set)
+            }
+        };
+        let mut subtrees: Vec<(StateId, NodeId)> =
+            self.subtrees.iter().map(|&(s, n)| (end(s), n)).collect();
+        subtrees.sort_unstable();
+        Some(LexTokens {
+            inside,
+            suffixes,
+            subtrees,
+        })
     }
 }
 
@@ -1040,6 +1143,83 @@ mod tests {
             assert!(d.byte_run(from).is_some(), "{prefix:?}");
             let t = walk_afresh(&d, from, &s);
             agrees_with_runs(&d, from, &t, (&s, &words), &format!("{prefix:?}"));
+        }
+    }
+
+    #[test]
+    fn a_later_count_of_a_run_takes_an_earlier_counts_sets_but_the_tokens_past_its_room() {
+        let d = dfa(r#",[ \n]{0,5}"ab"[ \n]{0,2}:"#);
+        let words = [
+            " ",
+            "\n",
+            "  ",
+            "   ",
+            "    ",
+            "     ",
+            "\n\n\n",
+            " \n \n",
+            "\"",
+            " \"",
+            "  \"a",
+            "    \"ab",
+            "     \"ab",
+            "   \"ab\":",
+            "\"ab\":x",
+            " \"ab\":",
+            "x",
+            ":",
+        ];
+        let s = space(&words);
+        s.prepare_slices();
+        for (earlier, later) in [
+            (",", ", "),
+            (",", ",\n \n"),
+            (", ", ",\n\n"),
+            (",\n", ",   "),
+            (", ", ",    "),
+        ] {
+            let (a, b) = (
+                d.run(d.start(), earlier.as_bytes()),
+                d.run(d.start(), later.as_bytes()),
+            );
+            let back = (later.len() - earlier.len()) as u32;
+            // The same place as `a` (which may be the state that ends the segment
+            // before the run, standing as its start).
+            let back = d.run_back(b, back).expect("an earlier count");
+            assert_eq!(d.residual(back), d.residual(a), "{later:?}");
+            let run = d.byte_run(b).expect("in the run");
+            let paths = RunPaths::new(&s, run.bytes, run.room);
+            let t = walk_afresh(&d, a, &s)
+                .along_run(&paths, &s, |t| t)
+                .expect("no rest past the room");
+            agrees_with_runs(
+                &d,
+                b,
+                &t,
+                (&s, &words),
+                &format!("{earlier:?} -> {later:?}"),
+            );
+        }
+        assert_eq!(
+            d.run_back(d.run(d.start(), b", "), 2),
+            None,
+            "no count before 0"
+        );
+        // A rest of a token with three spaces: it serves a count with room for them, not
+        // one without.
+        let words = ["   \"ab\":x", " ", "\"ab\":"];
+        let s = space(&words);
+        s.prepare_slices();
+        let from = walk_afresh(&d, d.run(d.start(), b","), &s);
+        assert!(!from.suffixes.is_empty());
+        for (later, serves) in [(",  ", true), (",   ", false)] {
+            let b = d.run(d.start(), later.as_bytes());
+            let run = d.byte_run(b).expect("in the run");
+            let t = from.along_run(&RunPaths::new(&s, run.bytes, run.room), &s, |t| t);
+            assert_eq!(t.is_some(), serves, "{later:?}");
+            if let Some(t) = t {
+                agrees_with_runs(&d, b, &t, (&s, &words), later);
+            }
         }
     }
 

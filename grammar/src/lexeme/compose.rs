@@ -248,6 +248,18 @@ impl Composed {
         Some((bytes, max - c, min.saturating_sub(c)))
     }
 
+    /// The global index `k` counts before `g` in the counted run of single bytes `g`
+    /// starts (see [`Composed::byte_run`]), where that count has reached the run's lower
+    /// bound; `None` elsewhere. From both, every byte that is not the run's leads to the
+    /// same state: past the lower bound, a count matters only to the run's own bytes.
+    pub(super) fn run_back(&self, g: u32, k: u32) -> Option<u32> {
+        self.byte_run(g)?;
+        let (j, q) = self.settle(g)?;
+        let (body, min, _, c, x) = self.counted_at(j, q)?;
+        let back = c.checked_sub(k).filter(|&b| b >= min && k > 0)?;
+        Some(self.offset[j] + back * body.len as u32 + x)
+    }
+
     /// What is left of the lexeme from global index `g`: the key of the segments it can
     /// still read, its local state in the first of them, and that segment's offset (its
     /// global index of local 0). A state where its segment is finished (accepting, and

@@ -256,6 +256,19 @@ impl LexemeDfa {
         }
     }
 
+    /// The state `k` counts before `state` in the counted run of single bytes `state`
+    /// starts ([`LexemeDfa::byte_run`]), where that count has reached the run's lower
+    /// bound; `None` elsewhere (and for `k` 0). Every byte that is not the run's leads
+    /// from both to the same state, so a token leaves the run alike from both once it has
+    /// room in each: the tokens of `state` are those of the earlier count whose leading
+    /// run bytes fit in `state`'s room.
+    pub fn run_back(&self, state: StateId, k: u32) -> Option<StateId> {
+        match &self.fill {
+            Fill::Composed(c) => c.run_back(state.index32(), k).map(|g| c.tag(g)),
+            _ => None,
+        }
+    }
+
     /// What is left of the lexeme from `state` of a composed DFA, and where in this DFA's
     /// numbering it starts: from states with equal residuals (of this DFA or another)
     /// bytes lead alike, to states whose indices differ by the difference of their
