@@ -331,17 +331,6 @@ impl MaskCache {
         }
         let residual = dfa.residual(state);
         let mut k = Key::state(key, dfa, state);
-        if let Some(sets) = self.along_run(key, dfa, state) {
-            let sets = self.get_or(
-                |c| &c.generic,
-                k,
-                || {
-                    let bytes = sets_bytes(&sets);
-                    (Arc::new(sets), bytes)
-                },
-            );
-            return self.by_residual(residual, sets);
-        }
         if !self.by_state
             && let Some(class) = self.class(key, dfa, state)
         {
@@ -442,18 +431,36 @@ impl MaskCache {
         (sets, here, here)
     }
 
-    /// The sets of `state`, a count of a byte run (`[ \t\n\r]{0,32}` before a key), from
-    /// those held for an earlier count of the run, the nearest first (see
-    /// [`LexTokens::along_run`]): in pretty-printed JSON an indentation takes a few tokens,
-    /// and each count they reach would otherwise walk the trie. `None` where no earlier
-    /// count is held or its sets do not serve.
-    fn along_run(&self, key: &Arc<str>, dfa: &LexemeDfa, state: StateId) -> Option<LexTokens> {
+    /// The generic sets of `state`, a later count of the byte run (`[ \t\n\r]{0,32}`
+    /// before a key) that `earlier`'s sets were found for (with their offsets, as
+    /// [`MaskCache::generic`] gives them): those sets less the tokens that start with more
+    /// of the run's bytes than `state` has room for (see [`LexTokens::along_run`]). In
+    /// pretty-printed JSON an indentation takes a few tokens, and each count they reach
+    /// would otherwise walk the trie. Kept as `state`'s own; `None` where the earlier sets
+    /// do not serve.
+    pub(crate) fn along_run(
+        &self,
+        key: &Arc<str>,
+        dfa: &LexemeDfa,
+        state: StateId,
+        (sets, from, to): (&LexTokens, u32, u32),
+    ) -> Option<(Arc<LexTokens>, u32, u32)> {
+        if let Some(held) = self.held(key, dfa, state) {
+            self.hits.fetch_add(1, Relaxed);
+            return Some(held);
+        }
         let run = dfa.byte_run(state)?;
-        let (sets, from, to) = (1..)
-            .map_while(|k| dfa.run_back(state, k))
-            .find_map(|s| self.held(key, dfa, s))?;
         let paths = self.run_paths(run.bytes, run.room);
-        sets.along_run(&paths, &self.space, |t| dfa.counterpart(t, from, to))
+        let derived = sets.along_run(&paths, &self.space, |t| dfa.counterpart(t, from, to))?;
+        let sets = self.get_or(
+            |c| &c.generic,
+            Key::state(key, dfa, state),
+            || {
+                let bytes = sets_bytes(&derived);
+                (Arc::new(derived), bytes)
+            },
+        );
+        Some(self.by_residual(dfa.residual(state), sets))
     }
 
     /// The paths of the trie through a run of `bytes` with `room` left (remembered).

@@ -286,10 +286,31 @@ impl Constraint {
                 })
             }
             None => {
-                let (sets, from, to) = self.cache.generic(&lex.key, lex.dfa(), state);
+                let (sets, from, to) = self
+                    .along_run(l, state)
+                    .unwrap_or_else(|| self.cache.generic(&lex.key, lex.dfa(), state));
                 Arc::new(StateTokens::Generic { sets, from, to })
             }
         })
+    }
+
+    /// The sets of `state` of lexeme `l` where it is a count of a byte run and this
+    /// constraint holds the sets of an earlier count of it (the nearest first): those less
+    /// the tokens past `state`'s room ([`MaskCache::along_run`]). The search reads only
+    /// this constraint's slots, so a state with no earlier count held costs no lookup.
+    fn along_run(&self, l: LexemeId, state: StateId) -> Option<(Arc<LexTokens>, u32, u32)> {
+        let lex = self.grammar.lexeme(l);
+        let dfa = lex.dfa();
+        let slots = &self.tables[l.0 as usize].tokens;
+        let depth = self.cache.depth();
+        let earlier = (1..)
+            .map_while(|k| dfa.run_back(state, k))
+            .find_map(|s| slots.get(dfa.representative(s, depth).index()).get())?;
+        let StateTokens::Generic { sets, from, to } = &**earlier else {
+            return None;
+        };
+        self.cache
+            .along_run(&lex.key, dfa, state, (sets, *from, *to))
     }
 }
 

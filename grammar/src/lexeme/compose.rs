@@ -253,9 +253,16 @@ impl Composed {
     /// bound; `None` elsewhere. From both, every byte that is not the run's leads to the
     /// same state: past the lower bound, a count matters only to the run's own bytes.
     pub(super) fn run_back(&self, g: u32, k: u32) -> Option<u32> {
-        self.byte_run(g)?;
+        if g == DEAD_IX {
+            return None;
+        }
         let (j, q) = self.settle(g)?;
-        let (body, min, _, c, x) = self.counted_at(j, q)?;
+        let (body, min, max, c, x) = self.counted_at(j, q)?;
+        // As `byte_run` has it: at a count's start, with a byte that never starts what
+        // follows (the body is one byte class, checked by the caller's `byte_run`).
+        if x != body.start.index32() || self.nullable_after[j + 1] || min >= max {
+            return None;
+        }
         let back = c.checked_sub(k).filter(|&b| b >= min && k > 0)?;
         Some(self.offset[j] + back * body.len as u32 + x)
     }

@@ -258,7 +258,8 @@ impl LexemeDfa {
 
     /// The state `k` counts before `state` in the counted run of single bytes `state`
     /// starts ([`LexemeDfa::byte_run`]), where that count has reached the run's lower
-    /// bound; `None` elsewhere (and for `k` 0). Every byte that is not the run's leads
+    /// bound; `None` elsewhere (and for `k` 0; the caller checks that `state` starts a
+    /// byte run, which this does not repeat). Every byte that is not the run's leads
     /// from both to the same state, so a token leaves the run alike from both once it has
     /// room in each: the tokens of `state` are those of the earlier count whose leading
     /// run bytes fit in `state`'s room.
