@@ -224,16 +224,7 @@ impl Composed {
     /// still needed before another segment may start. Every byte of the set leads on to
     /// the next count, and is dead past the last; any other byte leaves the segment.
     pub(super) fn byte_run(&self, g: u32) -> Option<(u128, u32, u32)> {
-        if g == DEAD_IX {
-            return None;
-        }
-        let (j, q) = self.settle(g)?;
-        let (body, min, max, c, x) = self.counted_at(j, q)?;
-        // With `min < max` a byte of the run never starts what follows (the junction was
-        // checked); with `min == max` it may, once the run is done.
-        if x != body.start.index32() || self.nullable_after[j + 1] || min >= max {
-            return None;
-        }
+        let (_, body, min, max, c) = self.run_start(g)?;
         let mut bytes = 0u128;
         for b in 0..=255u8 {
             let t = body.next(body.start, b);
@@ -253,18 +244,25 @@ impl Composed {
     /// bound; `None` elsewhere. From both, every byte that is not the run's leads to the
     /// same state: past the lower bound, a count matters only to the run's own bytes.
     pub(super) fn run_back(&self, g: u32, k: u32) -> Option<u32> {
+        // The body's bytes (one class) are the caller's `byte_run` check.
+        let (j, body, min, _, c) = self.run_start(g)?;
+        let back = c.checked_sub(k).filter(|&b| b >= min && k > 0)?;
+        Some(self.offset[j] + back * body.len as u32 + body.start.index32())
+    }
+
+    /// Where `g` starts an iteration of a counted segment that the lexeme cannot end in,
+    /// with bounds that differ (what [`Composed::byte_run`] asks before its body's
+    /// bytes): the segment, its body, its bounds and `g`'s count.
+    fn run_start(&self, g: u32) -> Option<(usize, &LexemeDfa, u32, u32, u32)> {
         if g == DEAD_IX {
             return None;
         }
         let (j, q) = self.settle(g)?;
         let (body, min, max, c, x) = self.counted_at(j, q)?;
-        // As `byte_run` has it: at a count's start, with a byte that never starts what
-        // follows (the body is one byte class, checked by the caller's `byte_run`).
-        if x != body.start.index32() || self.nullable_after[j + 1] || min >= max {
-            return None;
-        }
-        let back = c.checked_sub(k).filter(|&b| b >= min && k > 0)?;
-        Some(self.offset[j] + back * body.len as u32 + x)
+        // With `min < max` a byte of the run never starts what follows (the junction was
+        // checked); with `min == max` it may, once the run is done.
+        (x == body.start.index32() && !self.nullable_after[j + 1] && min < max)
+            .then_some((j, body, min, max, c))
     }
 
     /// What is left of the lexeme from global index `g`: the key of the segments it can
