@@ -35,8 +35,9 @@ impl Compiler<'_> {
         // intersection of automata, GBNF's `&`).
         let mut parts: Vec<Hir> = pattern.into_iter().chain(format).collect();
         let bounded = min > 0 || max.is_some();
-        // The states of a length counter, if the length is a part of its own.
-        let mut counter = 1usize;
+        // The states of a length counter, if the length is a part of its own (one state, for
+        // `maxLength: 0`, still bounds the string).
+        let mut counter = None;
         match parts.as_mut_slice() {
             [] if !bounded => return Ok(Some(self.json_string())),
             [] => parts.push(length()?),
@@ -48,16 +49,20 @@ impl Compiler<'_> {
                 }
                 Restricted::Nothing => return Ok(None),
                 Restricted::NotOneRepetition => {
-                    counter = max.unwrap_or(min).saturating_add(1) as usize
+                    counter = Some(max.unwrap_or(min).saturating_add(1) as usize)
                 }
             },
-            _ => counter = max.unwrap_or(min).saturating_add(1) as usize,
+            _ => counter = Some(max.unwrap_or(min).saturating_add(1) as usize),
         }
-        if parts.len() > 1 || counter > 1 {
-            let length = if counter > 1 { Some(length()?) } else { None };
+        if parts.len() > 1 || counter.is_some() {
+            let length = if counter.is_some() {
+                Some(length()?)
+            } else {
+                None
+            };
             // A format alone with a length: its product's size is a constant of the process.
             let format_alone = (parts.len() == 1 && format_at == Some(0)).then_some(format_name);
-            let lengths = (min, max, counter);
+            let lengths = (min, max, counter.unwrap_or(1));
             self.refuse_large_product(&mut parts, lengths, length, ptr, format_alone)?;
         }
         let mut operands = Vec::with_capacity(parts.len());

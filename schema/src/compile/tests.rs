@@ -223,6 +223,18 @@ fn strings() {
         &[r#""a@b.com""#],
         &[r#""ab@cd.com""#, r#""abcdefgh""#],
     );
+    // `maxLength: 0` beside a pattern of no single repetition: a counter of one state,
+    // which still allows only the empty string.
+    check(
+        r#"{"type":"string","pattern":"^a*b*$","maxLength":0}"#,
+        &[r#""""#],
+        &[r#""a""#, r#""ab""#],
+    );
+    check(
+        r#"{"type":"string","pattern":"","maxLength":0}"#,
+        &[r#""""#],
+        &[r#""x""#],
+    );
     // The email's counted local part times a counter of 255: more states than
     // max_product_states as a product of sizes, few of them reachable.
     let (l64, l65) = ("a".repeat(64), "a".repeat(65));
