@@ -18,13 +18,19 @@ impl Compiler<'_> {
         rest.shift_remove("const");
         rest.shift_remove("type");
         if rest.keys().any(|k| ASSERTIONS.contains(&k.as_str())) && !values.is_empty() {
-            match self.sub_grammar(&rest, ptr)? {
-                Some(sub) => values.retain(|v| {
-                    let text = v.to_string();
-                    corral_grammar::match_bytes(&sub, text.as_bytes()).ok()
-                        == Some(corral_grammar::MatchOutcome::Accepted)
+            match string_lengths(&rest, ptr)? {
+                Some((min, max)) => values.retain(|v| {
+                    v.as_str()
+                        .is_none_or(|s| within(s.chars().count() as u64, min, max))
                 }),
-                None => values.clear(),
+                None => match self.sub_grammar(&rest, ptr)? {
+                    Some(sub) => values.retain(|v| {
+                        let text = v.to_string();
+                        corral_grammar::match_bytes(&sub, text.as_bytes()).ok()
+                            == Some(corral_grammar::MatchOutcome::Accepted)
+                    }),
+                    None => values.clear(),
+                },
             }
         }
         // The strings as one lexeme between quotes: a trie of the literals in one DFA, where
@@ -172,6 +178,27 @@ pub(super) fn enum_values(m: &Map<String, Value>, ptr: &str) -> Res<Vec<Value>> 
         });
     }
     Ok(values.unwrap_or_default())
+}
+
+/// The bounds of a subschema whose only assertions are `minLength` and `maxLength` (each
+/// within what a string's grammar counts), or `None`. A value is then checked by counting
+/// its characters (code points, as the string's grammar counts them), where compiling the
+/// subschema to check it would cost most of a small schema's compile.
+fn string_lengths(m: &Map<String, Value>, ptr: &str) -> Res<Option<(u64, Option<u64>)>> {
+    let lengths_only = m.keys().all(|k| {
+        matches!(k.as_str(), "minLength" | "maxLength") || !ASSERTIONS.contains(&k.as_str())
+    });
+    if !lengths_only {
+        return Ok(None);
+    }
+    let min = count(m, ptr, "minLength")?.unwrap_or(0);
+    let max = count(m, ptr, "maxLength")?;
+    let fits = |n: u64| u32::try_from(n).is_ok();
+    Ok((fits(min) && max.is_none_or(fits)).then_some((min, max)))
+}
+
+fn within(n: u64, min: u64, max: Option<u64>) -> bool {
+    n >= min && max.is_none_or(|max| n <= max)
 }
 
 /// JSON equality as JSON Schema means it (1 == 1.0).

@@ -317,6 +317,79 @@ fn combinators_and_refs() {
 }
 
 #[test]
+fn enum_values_under_lengths_alone_are_kept_as_the_subschemas_grammar_keeps_them() {
+    // Lengths alone are counted directly; beside a pattern that matches every string, the
+    // same bounds go through the subschema's grammar. Both must keep the same values.
+    let values = serde_json::json!([
+        "",
+        "a",
+        "é",
+        "\u{1F600}",
+        "ab",
+        "a\"b",
+        "a\\u0062",
+        "éé",
+        "abcd",
+        3,
+        null,
+        ["x"]
+    ]);
+    let bounds = [
+        r#""minLength":2"#,
+        r#""maxLength":1"#,
+        r#""minLength":1,"maxLength":2"#,
+        r#""minLength":3,"maxLength":1"#,
+        r#""maxLength":0"#,
+    ];
+    let candidates: Vec<String> = values
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    for b in bounds {
+        let direct = compile(&format!(r#"{{"enum":{values},{b}}}"#));
+        let by_grammar = compile(&format!(r#"{{"enum":{values},{b},"pattern":""}}"#));
+        let kept = |c: &CompiledSchema| -> Vec<&str> {
+            candidates
+                .iter()
+                .filter(|t| {
+                    match_bytes(&c.grammar, t.as_bytes()).unwrap() == MatchOutcome::Accepted
+                })
+                .map(String::as_str)
+                .collect()
+        };
+        assert_eq!(kept(&direct), kept(&by_grammar), "{b}");
+        assert!(
+            kept(&direct).contains(&"3"),
+            "{b}: non-strings are not bounded"
+        );
+    }
+    let some = compile(&format!(
+        r#"{{"enum":{values},"minLength":1,"maxLength":2}}"#
+    ));
+    for (t, ok) in [
+        (r#""é""#, true),
+        (r#""éé""#, true),
+        (r#""a\"b""#, false),
+        (r#""""#, false),
+    ] {
+        let got = match_bytes(&some.grammar, t.as_bytes()).unwrap() == MatchOutcome::Accepted;
+        assert_eq!(got, ok, "{t}");
+    }
+    let e = compile_json_schema(
+        r#"{"enum":["a"],"minLength":-1}"#,
+        &JsonSchemaOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("minLength must be a non-negative integer"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unsupported_keywords_are_positioned_errors() {
     let e = compile_json_schema(
         "{\n  \"type\": \"array\",\n  \"uniqueItems\": true\n}",
