@@ -326,8 +326,9 @@ pub struct RulesCheck {
 pub fn check_rules(rules: &[RuleAst]) -> RulesCheck {
     let mut depth = 0;
     let mut problem = None;
+    // Bytes, not chars: a byte of a multi-byte character is not ASCII either.
     let name_ok =
-        |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        |n: &str| !n.is_empty() && n.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-');
     let mut stack: Vec<(&Expr, u32)> = Vec::new();
     for r in rules {
         if problem.is_none() && !name_ok(&r.name) {
