@@ -204,6 +204,8 @@ struct Compiler<'a> {
     depth: u32,
     /// Pattern -> DFA over the value (for checks at compile time).
     pattern_dfas: FxHashMap<String, Option<std::sync::Arc<LexemeDfa>>>,
+    /// `(minLength, maxLength)` -> the rule of a string bounded by them alone.
+    length_strings: FxHashMap<(u64, Option<u64>), Expr>,
     ws: Expr,
 }
 
@@ -241,6 +243,7 @@ impl<'a> Compiler<'a> {
             deferred: Vec::new(),
             depth: 0,
             pattern_dfas: FxHashMap::default(),
+            length_strings: FxHashMap::default(),
             ws: match opts.whitespace {
                 Whitespace::Compact => eps(),
                 Whitespace::Spaced | Whitespace::Lines { .. } | Whitespace::Flexible { .. } => {

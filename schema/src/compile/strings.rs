@@ -17,6 +17,12 @@ impl Compiler<'_> {
             return Ok(None);
         }
         let (pattern, format) = self.pattern_and_format(m, ptr)?;
+        // Lengths alone: one rule per pair of bounds (a schema's strings share a few), made
+        // once rather than encoded and compared again for each.
+        let lengths_alone = pattern.is_none() && format.is_none() && (min > 0 || max.is_some());
+        if lengths_alone && let Some(rule) = self.length_strings.get(&(min, max)) {
+            return Ok(Some(rule.clone()));
+        }
         // The format's place among the parts while it stays as the format defines it (its
         // GBNF is then a constant of the process).
         let mut format_at = format.as_ref().map(|_| usize::from(pattern.is_some()));
@@ -81,7 +87,11 @@ impl Compiler<'_> {
         } else {
             and(operands)
         };
-        Ok(Some(self.rule(&format!("{hint}-string"), body)))
+        let rule = self.rule(&format!("{hint}-string"), body);
+        if lengths_alone {
+            self.length_strings.insert((min, max), rule.clone());
+        }
+        Ok(Some(rule))
     }
 
     /// The regular expressions of `pattern` and `format`, where given and supported.
