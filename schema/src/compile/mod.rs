@@ -4,7 +4,9 @@
 
 use super::gbnf::{alt, and, digit, eps, from_hir, g, lit, name, not, opt, repeat, seq};
 use super::numbers::{self, Bound, SDec};
-use super::pattern::{Encoder, Restricted, Spelling, any_char, ecma_to_hir, restrict_length};
+use super::pattern::{
+    Encoder, PatternError, Restricted, Spelling, any_char, ecma_to_hir, restrict_length,
+};
 use super::{Deferred, JsonSchemaOptions, PropertyOrder, Whitespace, formats};
 use crate::error::SchemaErrorKind;
 use corral_grammar::ast::{Expr, ExprKind, RuleAst};
@@ -204,6 +206,9 @@ struct Compiler<'a> {
     depth: u32,
     /// Pattern -> DFA over the value (for checks at compile time).
     pattern_dfas: FxHashMap<String, Option<std::sync::Arc<LexemeDfa>>>,
+    /// Pattern -> its regular expression (a pattern is met several times: as a key's
+    /// pattern, in the other keys' exclusion, in its automaton).
+    pattern_hirs: FxHashMap<String, Result<Hir, PatternError>>,
     /// `(minLength, maxLength)` -> the rule of a string bounded by them alone.
     length_strings: FxHashMap<(u64, Option<u64>), Expr>,
     ws: Expr,
@@ -243,6 +248,7 @@ impl<'a> Compiler<'a> {
             deferred: Vec::new(),
             depth: 0,
             pattern_dfas: FxHashMap::default(),
+            pattern_hirs: FxHashMap::default(),
             length_strings: FxHashMap::default(),
             ws: match opts.whitespace {
                 Whitespace::Compact => eps(),
@@ -342,6 +348,16 @@ impl<'a> Compiler<'a> {
 
     /// A rule for `body` (one per distinct body), or `body` itself if it is a single name or
     /// literal already.
+    /// [`ecma_to_hir`] of `p`, parsed once per pattern.
+    fn pattern_hir(&mut self, p: &str) -> Result<Hir, PatternError> {
+        if let Some(h) = self.pattern_hirs.get(p) {
+            return h.clone();
+        }
+        let h = ecma_to_hir(p, self.opts.limits.max_nesting_depth);
+        self.pattern_hirs.insert(p.to_string(), h.clone());
+        h
+    }
+
     fn rule(&mut self, hint: &str, body: Expr) -> Expr {
         if is_simple(&body) {
             return body;

@@ -127,7 +127,7 @@ impl Compiler<'_> {
 
     pub(super) fn pattern_dfa(&mut self, p: &str, ptr: &str) -> Res<Option<&LexemeDfa>> {
         if !self.pattern_dfas.contains_key(p) {
-            let dfa = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+            let dfa = match self.pattern_hir(p) {
                 Ok(h) => self.dfa(&h).ok(),
                 Err(e) => {
                     self.unsupported("patternProperties", ptr, &format!("pattern '{p}': {e}"))?;
@@ -156,7 +156,7 @@ impl Compiler<'_> {
         let mut patterns = Vec::new();
         let mut refused = false;
         for (p, _) in pats {
-            match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+            match self.pattern_hir(p) {
                 Ok(h) => patterns.push(h),
                 Err(_) => refused = true,
             }
@@ -222,7 +222,7 @@ impl Compiler<'_> {
         hint: &str,
     ) -> Res<Option<Expr>> {
         let (p, s) = pats[i];
-        let hir = match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+        let hir = match self.pattern_hir(p) {
             Ok(h) => h,
             Err(e) => {
                 self.unsupported("patternProperties", ptr, &format!("pattern '{p}': {e}"))?;

@@ -105,7 +105,7 @@ impl Compiler<'_> {
             let p = p
                 .as_str()
                 .ok_or_else(|| invalid(&child(ptr, "pattern"), "pattern must be a string"))?;
-            match ecma_to_hir(p, self.opts.limits.max_nesting_depth) {
+            match self.pattern_hir(p) {
                 Ok(h) => pattern = Some(h),
                 Err(e) => self.unsupported("pattern", ptr, &e.to_string())?,
             }
