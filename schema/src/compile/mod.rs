@@ -346,8 +346,6 @@ impl<'a> Compiler<'a> {
         name
     }
 
-    /// A rule for `body` (one per distinct body), or `body` itself if it is a single name or
-    /// literal already.
     /// [`ecma_to_hir`] of `p`, parsed once per pattern.
     fn pattern_hir(&mut self, p: &str) -> Result<Hir, PatternError> {
         if let Some(h) = self.pattern_hirs.get(p) {
@@ -358,6 +356,8 @@ impl<'a> Compiler<'a> {
         h
     }
 
+    /// A rule for `body` (one per distinct body), or `body` itself if it is a single name or
+    /// literal already.
     fn rule(&mut self, hint: &str, body: Expr) -> Expr {
         if is_simple(&body) {
             return body;
