@@ -51,7 +51,8 @@ impl Compiler<'_> {
         Ok(alt(exprs).map(|b| self.rule(hint, b)))
     }
 
-    /// A grammar of one subschema (same document, same options), for checks at compile time.
+    /// A grammar of one subschema (same document, same options but compact whitespace and
+    /// open objects), for checks at compile time.
     pub(super) fn sub_grammar(
         &mut self,
         m: &Map<String, Value>,
@@ -59,6 +60,10 @@ impl Compiler<'_> {
     ) -> Res<Option<std::sync::Arc<corral_grammar::Grammar>>> {
         let mut opts = self.opts.clone();
         opts.whitespace = Whitespace::Compact;
+        // The values are checked against the schema's meaning: closing objects narrows what
+        // a model may write freely, not the values an enum lists (as with no other
+        // assertion beside them, or with lengths alone, counted without this grammar).
+        opts.closed_objects = false;
         let mut c = Compiler::new(self.root, &opts)?;
         c.depth = self.depth;
         let Some(root) = c.value(&Value::Object(m.clone()), ptr, "root")? else {

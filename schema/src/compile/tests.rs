@@ -377,6 +377,22 @@ fn enum_values_under_lengths_alone_are_kept_as_the_subschemas_grammar_keeps_them
         let got = match_bytes(&some.grammar, t.as_bytes()).unwrap() == MatchOutcome::Accepted;
         assert_eq!(got, ok, "{t}");
     }
+    // Closed objects (structured generation) keep an enum's object values either way.
+    let closed = JsonSchemaOptions {
+        closed_objects: true,
+        ..JsonSchemaOptions::default()
+    };
+    for extra in ["", r#","pattern":"""#] {
+        let schema = format!(r#"{{"enum":[{{"a":1}},"ab"],"maxLength":3{extra}}}"#);
+        let c = compile_json_schema(&schema, &closed).unwrap_or_else(|e| panic!("{e}"));
+        for t in [r#"{"a":1}"#, r#""ab""#] {
+            assert_eq!(
+                match_bytes(&c.grammar, t.as_bytes()).unwrap(),
+                MatchOutcome::Accepted,
+                "{schema}: {t}"
+            );
+        }
+    }
     let e = compile_json_schema(
         r#"{"enum":["a"],"minLength":-1}"#,
         &JsonSchemaOptions::default(),
