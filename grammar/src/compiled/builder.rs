@@ -295,10 +295,11 @@ struct Dots {
 
 impl Dots {
     fn of(prods: &[(RuleId, Vec<Sym>)], n_rules: usize, start_rule: RuleId) -> Dots {
+        let n_dots: usize = prods.iter().map(|(_, syms)| syms.len() + 1).sum();
         let mut d = Dots {
-            next: Vec::new(),
-            lhs: Vec::new(),
-            penult: Vec::new(),
+            next: Vec::with_capacity(n_dots),
+            lhs: Vec::with_capacity(n_dots),
+            penult: Vec::with_capacity(n_dots),
             first: vec![Vec::new(); n_rules],
             accept: DotId(0),
         };
@@ -327,24 +328,37 @@ impl Dots {
         nullable: &[bool],
         lex_nullable: &[bool],
         limits: &Limits,
-    ) -> Result<Vec<Prediction>, ErrorKind> {
+    ) -> Result<Predictions, ErrorKind> {
         let n_rules = self.first.len();
-        let mut predictions = Vec::with_capacity(n_rules);
-        let mut total = 0usize;
+        let mut p = Predictions {
+            dots: Vec::new(),
+            dot_at: Vec::with_capacity(n_rules + 1),
+            lexemes: Vec::new(),
+            lexeme_at: Vec::with_capacity(n_rules + 1),
+            tokens: Vec::with_capacity(n_rules),
+        };
         let mut seen_rule = vec![u32::MAX; n_rules];
         let mut seen_lex = vec![u32::MAX; lex_nullable.len()];
+        let mut stack = Vec::new();
+        let too_many = |value: usize| ErrorKind::Limit {
+            what: "the size of the grammar's prediction closures".into(),
+            value,
+            limit_name: "max_prediction_items",
+            limit: limits.max_prediction_items,
+        };
         for r in 0..n_rules {
             let stamp = r as u32;
-            let mut dots = Vec::new();
-            let mut lexemes = Vec::new();
+            // Offsets are u32: the limit keeps the tables far below that.
+            p.dot_at.push(p.dots.len() as u32);
+            p.lexeme_at.push(p.lexemes.len() as u32);
             let mut tokens = false;
-            let mut stack = vec![r];
+            stack.push(r);
             seen_rule[r] = stamp;
             while let Some(rule) = stack.pop() {
                 for &first in &self.first[rule] {
                     let mut d = first;
                     loop {
-                        dots.push(d);
+                        p.dots.push(d);
                         let go_on = match self.next[d.0 as usize] {
                             AfterDot::End => false,
                             AfterDot::Sym(Sym::Rule(c)) => {
@@ -357,7 +371,7 @@ impl Dots {
                             AfterDot::Sym(Sym::Lexeme(l)) => {
                                 if seen_lex[l.0 as usize] != stamp {
                                     seen_lex[l.0 as usize] = stamp;
-                                    lexemes.push(l);
+                                    p.lexemes.push(l);
                                 }
                                 lex_nullable[l.0 as usize]
                             }
@@ -372,22 +386,66 @@ impl Dots {
                         d = DotId(d.0 + 1);
                     }
                 }
+                if p.dots.len() > limits.max_prediction_items {
+                    return Err(too_many(p.dots.len()));
+                }
             }
-            total += dots.len();
-            if total > limits.max_prediction_items {
-                return Err(ErrorKind::Limit {
-                    what: "the size of the grammar's prediction closures".into(),
-                    value: total,
-                    limit_name: "max_prediction_items",
-                    limit: limits.max_prediction_items,
-                });
-            }
-            predictions.push(Prediction {
-                dots: dots.into_boxed_slice(),
-                lexemes: lexemes.into_boxed_slice(),
-                tokens,
-            });
+            p.tokens.push(tokens);
         }
-        Ok(predictions)
+        p.dot_at.push(p.dots.len() as u32);
+        p.lexeme_at.push(p.lexemes.len() as u32);
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain `r0 -> r1 | "a"`, `r1 -> r2 | "a"`, ...: predicting `r0` reaches every rule,
+    /// so the closures hold about n² dots in all.
+    fn chain(n: usize, limits: Limits) -> Result<Grammar, ErrorKind> {
+        let mut b = GrammarBuilder::new(limits);
+        let a = b
+            .lexeme(regex_syntax::hir::Hir::literal(*b"a"), || "\"a\"".into())
+            .unwrap();
+        let rules: Vec<RuleId> = (0..n).map(|i| b.add_rule(format!("r{i}"))).collect();
+        for w in rules.windows(2) {
+            b.add_production(w[0], vec![Sym::Rule(w[1])]).unwrap();
+            b.add_production(w[0], vec![Sym::Lexeme(a)]).unwrap();
+        }
+        b.add_production(rules[n - 1], vec![Sym::Lexeme(a)])
+            .unwrap();
+        b.build(rules[0])
+    }
+
+    #[test]
+    fn prediction_closures_are_each_rules_reach_and_bounded_in_all() {
+        let g = chain(4, Limits::default()).unwrap();
+        // r0 reaches r1, r2, r3: seven productions' first dots, and the one lexeme.
+        let (dots, lexemes, tokens) = g.predictions.of(RuleId(0));
+        assert_eq!(dots.len(), 7);
+        assert_eq!(lexemes.len(), 1);
+        assert!(!tokens);
+        let (dots, _, _) = g.predictions.of(RuleId(3));
+        assert_eq!(dots.len(), 1);
+        // The start rule r0' reaches r0 and the rest.
+        let (dots, _, _) = g.predictions.of(g.start_rule);
+        assert_eq!(dots.len(), 8);
+
+        let limits = Limits {
+            max_prediction_items: 1_000,
+            ..Limits::default()
+        };
+        assert!(chain(20, limits.clone()).is_ok());
+        match chain(40, limits) {
+            Err(ErrorKind::Limit {
+                limit_name, value, ..
+            }) => {
+                assert_eq!(limit_name, "max_prediction_items");
+                assert!(value > 1_000);
+            }
+            other => panic!("expected the prediction limit, got {other:?}"),
+        }
     }
 }

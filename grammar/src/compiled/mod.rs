@@ -148,12 +148,31 @@ impl DeferredDfa {
     }
 }
 
-/// What predicting a rule adds to an Earley set (all items with the set itself as origin).
+/// What predicting each rule adds to an Earley set (all items with the set itself as
+/// origin): rule `r`'s dots are `dots[dot_at[r]..dot_at[r + 1]]`, its lexemes likewise, in
+/// two flat tables (a large schema's grammar has thousands of rules).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Prediction {
-    pub dots: Box<[DotId]>,
-    pub lexemes: Box<[LexemeId]>,
-    pub tokens: bool,
+pub(crate) struct Predictions {
+    pub dots: Vec<DotId>,
+    pub dot_at: Vec<u32>,
+    pub lexemes: Vec<LexemeId>,
+    pub lexeme_at: Vec<u32>,
+    /// Some dot of the closure expects a token reference.
+    pub tokens: Vec<bool>,
+}
+
+impl Predictions {
+    /// The dots, the lexemes, and whether a token reference is expected, of rule `r`'s
+    /// prediction closure.
+    #[inline]
+    pub fn of(&self, r: RuleId) -> (&[DotId], &[LexemeId], bool) {
+        let r = r.0 as usize;
+        (
+            &self.dots[self.dot_at[r] as usize..self.dot_at[r + 1] as usize],
+            &self.lexemes[self.lexeme_at[r] as usize..self.lexeme_at[r + 1] as usize],
+            self.tokens[r],
+        )
+    }
 }
 
 /// The compiled grammar. See the module docs.
@@ -165,7 +184,7 @@ pub struct Grammar {
     pub(crate) dot_lhs: Vec<RuleId>,
     /// The symbol after this dot is the last of its production.
     pub(crate) dot_penult: Vec<bool>,
-    pub(crate) predictions: Vec<Prediction>,
+    pub(crate) predictions: Predictions,
     pub(crate) lexemes: Vec<Lexeme>,
     pub(crate) token_refs: Vec<TokenAst>,
     /// The augmented start rule `S' -> start`; its completion means acceptance.

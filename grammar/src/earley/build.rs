@@ -39,8 +39,8 @@ impl Chart {
             return;
         }
         s.rule_stamp[rule.0 as usize] = s.stamp;
-        let p = &g.predictions[rule.0 as usize];
-        for &d in p.dots.iter() {
+        let (dots, lexemes, expects_token) = g.predictions.of(rule);
+        for &d in dots {
             if s.dot_stamp[d.0 as usize] != s.stamp {
                 s.dot_stamp[d.0 as usize] = s.stamp;
                 self.items.push(Item {
@@ -49,13 +49,13 @@ impl Chart {
                 });
             }
         }
-        for &l in p.lexemes.iter() {
+        for &l in lexemes {
             if s.lex_stamp[l.0 as usize] != s.stamp {
                 s.lex_stamp[l.0 as usize] = s.stamp;
                 s.lexemes.push(l);
             }
         }
-        *tokens |= p.tokens;
+        *tokens |= expects_token;
     }
 
     #[inline]
