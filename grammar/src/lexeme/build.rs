@@ -23,7 +23,10 @@ impl LexemeDfa {
     ) -> Result<LexemeDfa, ErrorKind> {
         let dfa = match compose::compose(hir, size_limit, cache) {
             Some(composed) => composed?,
-            None => Self::build_lazy(hir, size_limit)?,
+            None => match Self::trie_tables(hir, size_limit) {
+                Some(trie) => trie,
+                None => Self::build_lazy(hir, size_limit)?,
+            },
         };
         Ok(LexemeDfa {
             finite: hir.properties().maximum_len().is_some(),
@@ -138,6 +141,50 @@ impl LexemeDfa {
         debug_assert!(steps.iter().all(|set| set.iter().any(|&x| x)));
         let mut accept = vec![false; n];
         accept[n - 1] = true;
+        Some(Self::from_tables(classes, stride, trans, accept, 1, false))
+    }
+
+    /// The DFA of a small finite set of strings (the keys an object's other members may not
+    /// take, an enum's values), written out as their trie: every node is live, and the
+    /// table costs less to write than an NFA costs to compile. Not minimized. `None` for a
+    /// regex that is not such a set, or whose table would pass `size_limit`.
+    fn trie_tables(hir: &Hir, size_limit: usize) -> Option<LexemeDfa> {
+        let words = literal_set(hir, 1024)?;
+        if words.len() < 2 {
+            // One word (or none) is a chain or left to subset construction.
+            return None;
+        }
+        // Byte classes: each byte a word uses its own class, every other byte class 0.
+        let mut classes = [0u8; 256];
+        let mut stride = 1usize;
+        for w in &words {
+            for &b in w {
+                if classes[b as usize] == 0 {
+                    classes[b as usize] = u8::try_from(stride).ok()?;
+                    stride += 1;
+                }
+            }
+        }
+        // State 0 is dead, 1 the root; nodes numbered as the words, in order, reach them.
+        let nodes = 2 + words.iter().map(Vec::len).sum::<usize>();
+        if nodes.saturating_mul(stride).saturating_mul(4) > size_limit {
+            return None;
+        }
+        let mut trans = vec![0u32; 2 * stride];
+        let mut accept = vec![false, false];
+        for w in &words {
+            let mut s = 1usize;
+            for &b in w {
+                let slot = s * stride + classes[b as usize] as usize;
+                if trans[slot] == 0 {
+                    trans[slot] = accept.len() as u32;
+                    accept.push(false);
+                    trans.resize(accept.len() * stride, 0);
+                }
+                s = trans[slot] as usize;
+            }
+            accept[s] = true;
+        }
         Some(Self::from_tables(classes, stride, trans, accept, 1, false))
     }
 
@@ -288,6 +335,61 @@ impl LexemeDfa {
     }
 }
 
+/// The strings `hir` matches, in the order its alternatives list them, if they are at most
+/// `limit` (duplicates counted): literals, concatenations and alternations of them, and
+/// classes of few characters. `None` for anything else.
+fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
+    use regex_syntax::hir::{Class, HirKind};
+    match hir.kind() {
+        HirKind::Empty => Some(vec![Vec::new()]),
+        HirKind::Literal(lit) => Some(vec![lit.0.to_vec()]),
+        HirKind::Capture(c) => literal_set(&c.sub, limit),
+        HirKind::Class(Class::Unicode(c)) => {
+            let count: usize = c.ranges().iter().map(|r| r.len()).sum();
+            (count <= limit).then(|| {
+                c.iter()
+                    .flat_map(|r| r.start()..=r.end())
+                    .map(|ch| ch.to_string().into_bytes())
+                    .collect()
+            })
+        }
+        HirKind::Class(Class::Bytes(c)) => {
+            let count: usize = c.ranges().iter().map(|r| r.len()).sum();
+            (count <= limit).then(|| {
+                c.iter()
+                    .flat_map(|r| r.start()..=r.end())
+                    .map(|b| vec![b])
+                    .collect()
+            })
+        }
+        HirKind::Alternation(xs) => {
+            let mut out = Vec::new();
+            for x in xs {
+                out.extend(literal_set(x, limit)?);
+                if out.len() > limit {
+                    return None;
+                }
+            }
+            Some(out)
+        }
+        HirKind::Concat(xs) => {
+            let mut out = vec![Vec::new()];
+            for x in xs {
+                let tails = literal_set(x, limit)?;
+                if out.len().saturating_mul(tails.len()) > limit {
+                    return None;
+                }
+                out = out
+                    .iter()
+                    .flat_map(|head| tails.iter().map(move |t| [head.as_slice(), t].concat()))
+                    .collect();
+            }
+            Some(out)
+        }
+        HirKind::Look(_) | HirKind::Repetition(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +452,64 @@ mod tests {
             let hir = ParserBuilder::new().build().parse(re).unwrap();
             assert!(LexemeDfa::chain_tables(&hir).is_none(), "{re}");
         }
+    }
+
+    #[test]
+    fn a_finite_set_of_strings_is_the_subset_constructions_automaton() {
+        let res = [
+            r#""(apiVersion|kind|metadata|spec|status)""#,
+            "ab|c",
+            "a|ab|abc",
+            "ab|",
+            "(a|b)(c|dd)",
+            "[é-ê]x|y",
+            "é|ê|e",
+            r#""(a|b|c|x|y)""#,
+            "abc|abc|ab",
+        ];
+        let alphabet: Vec<u8> = "\"abcdeiklmnoprstuvxyAV"
+            .bytes()
+            .chain([0xc3, 0xa9, 0xaa])
+            .collect();
+        let mut strings: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in 1..=4 {
+            let longer: Vec<Vec<u8>> = strings
+                .iter()
+                .filter(|s| s.len() == len - 1)
+                .flat_map(|s| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
+                .collect();
+            strings.extend(longer);
+        }
+        strings.extend(
+            [
+                "\"apiVersion\"",
+                "\"apiVersion\"x",
+                "\"apiVersio",
+                "\"kind\"",
+                "\"spe\"",
+                "\"status\"",
+                "éx",
+                "êx",
+            ]
+            .map(|s| s.as_bytes().to_vec()),
+        );
+        for re in res {
+            let hir = ParserBuilder::new().build().parse(re).unwrap();
+            let trie = LexemeDfa::trie_tables(&hir, 1 << 20).unwrap_or_else(|| panic!("{re}"));
+            let built = LexemeDfa::build(&hir, 1 << 20).unwrap();
+            assert_eq!(built.numbering(), 0, "{re}: written out, not lazy");
+            let subset = LexemeDfa::subset_tables(&hir, 1 << 20).unwrap();
+            for s in &strings {
+                assert_eq!(run(&trie, s), run(&subset, s), "{re} on {s:?}");
+                assert_eq!(run(&built, s), run(&subset, s), "{re} on {s:?}");
+            }
+        }
+        // Not a finite set, one string, too many, or a table past the limit.
+        for re in ["a*", "abc", "", "[a-z]{3}"] {
+            let hir = ParserBuilder::new().build().parse(re).unwrap();
+            assert!(LexemeDfa::trie_tables(&hir, 1 << 20).is_none(), "{re}");
+        }
+        let hir = ParserBuilder::new().build().parse("abc|abd").unwrap();
+        assert!(LexemeDfa::trie_tables(&hir, 16).is_none());
     }
 }
