@@ -123,6 +123,7 @@ pub fn lower(
         intrinsic,
         intrinsic_units,
         operand_hir: FxHashMap::default(),
+        operand_rules: FxHashMap::default(),
         index: &index,
         regular,
         rule_units,
@@ -169,6 +170,9 @@ struct Lowerer<'a> {
     /// Regexes of intrinsically regular rules that `&`/`~` operands reference (built on
     /// demand: most such rules are never operands).
     operand_hir: FxHashMap<usize, Hir>,
+    /// The automaton of each rule named as an operand of `&` or `~` (an object's keys,
+    /// named once per object with other members).
+    operand_rules: FxHashMap<usize, Combined>,
     index: &'a FxHashMap<&'a str, usize>,
     regular: &'a [bool],
     rule_units: &'a [usize],
@@ -431,6 +435,16 @@ impl<'a> Lowerer<'a> {
                 }
                 Ok(acc)
             }
+            ExprKind::RuleRef(name) => {
+                let j = self.index[name.as_str()];
+                if let Some(c) = self.operand_rules.get(&j) {
+                    return Ok(c.clone());
+                }
+                let hir = self.operand_hir(e)?;
+                let c = self.leaf(&hir, e.span)?;
+                self.operand_rules.insert(j, c.clone());
+                Ok(c)
+            }
             _ => {
                 let hir = self.operand_hir(e)?;
                 self.leaf(&hir, e.span)
@@ -558,6 +572,7 @@ impl<'a> Lowerer<'a> {
 }
 
 /// A lexeme's automaton built from `&`/`~`, with the key that names it in caches.
+#[derive(Clone)]
 struct Combined {
     key: String,
     nullable: bool,
