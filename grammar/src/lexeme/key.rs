@@ -22,7 +22,7 @@ pub fn regex_key(hir: &Hir) -> String {
         Node(&'h Hir),
         Text(&'static str),
     }
-    let mut out = String::new();
+    let mut out = String::with_capacity(64);
     let mut stack = vec![Step::Node(hir)];
     while let Some(step) = stack.pop() {
         let h = match step {

@@ -591,7 +591,7 @@ fn shown(text: Option<&str>, items: &[&Expr]) -> String {
         return display_source(&text[span.start..span.end]);
     }
     // Printing stops a little past what the name keeps.
-    let mut out = Bounded(String::new());
+    let mut out = Bounded(String::with_capacity(64));
     for (i, x) in items.iter().enumerate() {
         let sep = if i > 0 { " " } else { "" };
         if std::fmt::Write::write_str(&mut out, sep).is_err()
@@ -600,7 +600,7 @@ fn shown(text: Option<&str>, items: &[&Expr]) -> String {
             break;
         }
     }
-    display_source(&out.0)
+    display_owned(out.0)
 }
 
 /// `e` without enclosing groups.
@@ -635,6 +635,14 @@ fn sequence_items<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
 struct Bounded(String);
 
 impl std::fmt::Write for Bounded {
+    fn write_char(&mut self, c: char) -> std::fmt::Result {
+        if self.0.len() + c.len_utf8() > 64 {
+            return Err(std::fmt::Error);
+        }
+        self.0.push(c);
+        Ok(())
+    }
+
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let room = 64usize.saturating_sub(self.0.len());
         if s.len() <= room {
@@ -648,6 +656,17 @@ impl std::fmt::Write for Bounded {
         self.0.push_str(&s[..cut]);
         Err(std::fmt::Error)
     }
+}
+
+/// [`display_source`] of text already owned: most names printed from rules are short and
+/// singly spaced already, and are kept as they are.
+fn display_owned(s: String) -> String {
+    let plain = s.len() <= 40
+        && !s.contains("  ")
+        && !s.starts_with(' ')
+        && !s.ends_with(' ')
+        && s.chars().all(|c| c == ' ' || !c.is_whitespace());
+    if plain { s } else { display_source(&s) }
 }
 
 /// Source text for messages: whitespace collapsed, at most 40 characters (over 40: the
@@ -673,7 +692,7 @@ fn display_source(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{RunKey, display_source};
+    use super::{RunKey, display_owned, display_source};
     use crate::ast::{Expr, ExprKind};
     use std::hash::BuildHasher;
 
@@ -721,5 +740,20 @@ mod tests {
         assert_eq!(display_source(&format!("{forty}  ")), forty);
         let wide = "é".repeat(41);
         assert_eq!(display_source(&wide), format!("{}...", "é".repeat(37)));
+        for s in [
+            "",
+            "a b",
+            " a",
+            "a ",
+            "a  b",
+            "a\u{a0}b",
+            "a\tb",
+            forty.as_str(),
+            &format!("{forty}y"),
+            &"é".repeat(20),
+            &"é".repeat(21),
+        ] {
+            assert_eq!(display_owned(s.to_string()), display_source(s), "{s:?}");
+        }
     }
 }
