@@ -30,12 +30,20 @@ impl Encoder {
     pub(crate) fn encode(&mut self, h: &Hir, spelling: Spelling) -> Hir {
         match h.kind() {
             HirKind::Empty | HirKind::Look(_) => Hir::empty(),
-            HirKind::Literal(l) => Hir::concat(
-                String::from_utf8_lossy(&l.0)
-                    .chars()
-                    .map(|c| self.class(vec![(c, c)], spelling))
-                    .collect(),
-            ),
+            HirKind::Literal(l) => {
+                let text = String::from_utf8_lossy(&l.0);
+                // Written plainly, a character JSON lets stand unescaped is itself: a run
+                // of them is one literal (an object's key names, mostly).
+                let raw = |c: char| c >= ' ' && c != '"' && c != '\\';
+                if spelling == Spelling::Plain && text.chars().all(raw) {
+                    return Hir::literal(text.as_bytes());
+                }
+                Hir::concat(
+                    text.chars()
+                        .map(|c| self.class(vec![(c, c)], spelling))
+                        .collect(),
+                )
+            }
             HirKind::Class(Class::Unicode(c)) => {
                 let ranges: Vec<(char, char)> = c.iter().map(|r| (r.start(), r.end())).collect();
                 self.class(ranges, spelling)

@@ -439,6 +439,29 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_literal_is_the_concatenation_of_its_characters_encodings() {
+        for text in [
+            "apiVersion",
+            "",
+            "a b~\u{7f}",
+            "é😀x",
+            "say \"hi\"",
+            "back\\slash",
+            "tab\there\n",
+        ] {
+            for spelling in [Spelling::Plain, Spelling::Any] {
+                let by_char = Hir::concat(
+                    text.chars()
+                        .map(|c| encode::encode_class(&[(c, c)], spelling))
+                        .collect(),
+                );
+                let h = json_encode(&Hir::literal(text.as_bytes()), spelling);
+                assert_eq!(h, by_char, "{text:?} {spelling:?}");
+            }
+        }
+    }
+
+    #[test]
     fn ecma_patterns() {
         let d = pattern_dfa(r"^\d{3}-[a-z]+$");
         assert!(d.matches(b"123-abc"));
