@@ -334,16 +334,28 @@ impl<'a> Compiler<'a> {
         if base.is_empty() {
             base = "v".into();
         }
-        let mut name = base.clone();
-        // Numbered from where the last name with this base stopped (not from 2 each time:
+        // The base itself the first time it is asked for (if no rule has that name), then
+        // numbered from where the last name with this base stopped (not from 2 each time:
         // a large schema gives thousands of rules the same base).
-        let k = self.next_suffix.entry(base.clone()).or_insert(2);
-        while self.names.contains(&name) {
-            name = format!("{base}-{k}");
-            *k += 1;
+        if !self.next_suffix.contains_key(base.as_str()) {
+            self.next_suffix.insert(base.clone(), 2);
+            if !self.names.contains(&base) {
+                self.names.insert(base.clone());
+                return base;
+            }
         }
-        self.names.insert(name.clone());
-        name
+        let k = self
+            .next_suffix
+            .get_mut(base.as_str())
+            .expect("inserted above");
+        loop {
+            let name = format!("{base}-{k}");
+            *k += 1;
+            if !self.names.contains(&name) {
+                self.names.insert(name.clone());
+                return name;
+            }
+        }
     }
 
     /// [`ecma_to_hir`] of `p`, parsed once per pattern.
