@@ -166,26 +166,52 @@ impl LexemeDfa {
             }
         }
         // State 0 is dead, 1 the root; nodes numbered as the words, in order, reach them.
+        // Every node is live (it lies on a word), so the table needs no pruning.
         let nodes = 2 + words.iter().map(Vec::len).sum::<usize>();
         if nodes.saturating_mul(stride).saturating_mul(4) > size_limit {
             return None;
         }
-        let mut trans = vec![0u32; 2 * stride];
-        let mut accept = vec![false, false];
+        let mut raw = vec![0u32; nodes * stride];
+        let mut accept = vec![false; nodes];
+        let mut inner = vec![false; nodes];
+        let mut len = 2usize;
         for w in &words {
             let mut s = 1usize;
             for &b in w {
                 let slot = s * stride + classes[b as usize] as usize;
-                if trans[slot] == 0 {
-                    trans[slot] = accept.len() as u32;
-                    accept.push(false);
-                    trans.resize(accept.len() * stride, 0);
+                if raw[slot] == 0 {
+                    raw[slot] = len as u32;
+                    len += 1;
                 }
-                s = trans[slot] as usize;
+                inner[s] = true;
+                s = raw[slot] as usize;
             }
             accept[s] = true;
         }
-        Some(Self::from_tables(classes, stride, trans, accept, 1, false))
+        let tag = |i: u32| match i {
+            0 => DEAD,
+            i => StateId::new(i, accept[i as usize], inner[i as usize]),
+        };
+        let trans: Vec<StateId> = raw[..len * stride].iter().map(|&t| tag(t)).collect();
+        let start = tag(1);
+        let mut first = [0u64; 4];
+        for b in 0..=255u8 {
+            if !trans[stride + classes[b as usize] as usize].is_dead() {
+                first[b as usize / 64] |= 1 << (b % 64);
+            }
+        }
+        Some(LexemeDfa {
+            classes,
+            stride,
+            trans: Table::from_ids(trans, stride),
+            len,
+            first,
+            start,
+            fill: Fill::Built,
+            shortest: OnceLock::new(),
+            numbering: 0,
+            finite: true,
+        })
     }
 
     /// [`LexemeDfa::build`] lazily: the NFA and the start state now, every other state the
@@ -499,10 +525,22 @@ mod tests {
             let built = LexemeDfa::build(&hir, 1 << 20).unwrap();
             assert_eq!(built.numbering(), 0, "{re}: written out, not lazy");
             let subset = LexemeDfa::subset_tables(&hir, 1 << 20).unwrap();
+            let end = |d: &LexemeDfa, s: &[u8]| {
+                s.iter().fold(
+                    d.start,
+                    |st, &b| if st == DEAD { DEAD } else { d.next(st, b) },
+                )
+            };
             for s in &strings {
                 assert_eq!(run(&trie, s), run(&subset, s), "{re} on {s:?}");
                 assert_eq!(run(&built, s), run(&subset, s), "{re} on {s:?}");
+                assert_eq!(
+                    end(&trie, s).can_continue(),
+                    end(&subset, s).can_continue(),
+                    "{re} on {s:?}"
+                );
             }
+            assert_eq!(trie.first_bytes(), subset.first_bytes(), "{re}");
         }
         // Not a finite set, one string, too many, or a table past the limit.
         for re in ["a*", "abc", "", "[a-z]{3}"] {
