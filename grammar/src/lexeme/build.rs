@@ -421,6 +421,20 @@ mod tests {
     use super::*;
     use regex_syntax::ParserBuilder;
 
+    /// Every string of at most four bytes of `alphabet`.
+    fn up_to_four(alphabet: &[u8]) -> Vec<Vec<u8>> {
+        let mut strings: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in 1..=4 {
+            let longer: Vec<Vec<u8>> = strings
+                .iter()
+                .filter(|s| s.len() == len - 1)
+                .flat_map(|s| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
+                .collect();
+            strings.extend(longer);
+        }
+        strings
+    }
+
     /// Whether `dfa` accepts `bytes`, and whether it is still alive after them.
     fn run(dfa: &LexemeDfa, bytes: &[u8]) -> (bool, bool) {
         let s = bytes.iter().fold(
@@ -450,15 +464,7 @@ mod tests {
             .bytes()
             .chain([0xc3, 0xa9])
             .collect();
-        let mut strings: Vec<Vec<u8>> = vec![Vec::new()];
-        for len in 1..=4 {
-            let longer: Vec<Vec<u8>> = strings
-                .iter()
-                .filter(|s| s.len() == len - 1)
-                .flat_map(|s| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
-                .collect();
-            strings.extend(longer);
-        }
+        let mut strings = up_to_four(&alphabet);
         strings.extend([b"\"key\"".to_vec(), b"\"key\"x".to_vec(), b"\"ke".to_vec()]);
         for re in res {
             let hir = ParserBuilder::new().build().parse(re).unwrap();
@@ -497,15 +503,7 @@ mod tests {
             .bytes()
             .chain([0xc3, 0xa9, 0xaa])
             .collect();
-        let mut strings: Vec<Vec<u8>> = vec![Vec::new()];
-        for len in 1..=4 {
-            let longer: Vec<Vec<u8>> = strings
-                .iter()
-                .filter(|s| s.len() == len - 1)
-                .flat_map(|s| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
-                .collect();
-            strings.extend(longer);
-        }
+        let mut strings = up_to_four(&alphabet);
         strings.extend(
             [
                 "\"apiVersion\"",
