@@ -154,16 +154,20 @@ impl LexemeDfa {
             // One word (or none) is a chain or left to subset construction.
             return None;
         }
-        // Byte classes: each byte a word uses its own class, every other byte class 0.
-        let mut classes = [0u8; 256];
-        let mut stride = 1usize;
+        // Byte classes: each byte a word uses its own class, in byte order (ties between
+        // equally short completions go to the lowest class, so to the lowest byte, as in
+        // subset-built DFAs); every other byte class 0.
+        let mut used = [false; 256];
         for w in &words {
             for &b in w {
-                if classes[b as usize] == 0 {
-                    classes[b as usize] = u8::try_from(stride).ok()?;
-                    stride += 1;
-                }
+                used[b as usize] = true;
             }
+        }
+        let mut classes = [0u8; 256];
+        let mut stride = 1usize;
+        for b in (0..256).filter(|&b| used[b]) {
+            classes[b] = u8::try_from(stride).ok()?;
+            stride += 1;
         }
         // State 0 is dead, 1 the root; nodes numbered as the words, in order, reach them.
         // Every node is live (it lies on a word), so the table needs no pruning.
@@ -361,18 +365,28 @@ impl LexemeDfa {
     }
 }
 
+/// The most characters of a class [`literal_set`] lists (a wider one, `[a-z]`, is a state
+/// or two of a subset-built DFA, where a trie has a node per character).
+const SET_CLASS_CHARS: usize = 8;
+
+/// The most bytes [`literal_set`] lists in all.
+const SET_BYTES: usize = 1 << 16;
+
 /// The strings `hir` matches, in the order its alternatives list them, if they are at most
-/// `limit` (duplicates counted): literals, concatenations and alternations of them, and
-/// classes of few characters. `None` for anything else.
+/// `limit` (duplicates counted) of at most [`SET_BYTES`] in all (checked before each
+/// product is written): literals, concatenations
+/// and alternations of them, and classes of at most [`SET_CLASS_CHARS`] characters. `None`
+/// for anything else.
 fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
     use regex_syntax::hir::{Class, HirKind};
+    let bytes = |words: &[Vec<u8>]| words.iter().map(Vec::len).sum::<usize>();
     match hir.kind() {
         HirKind::Empty => Some(vec![Vec::new()]),
-        HirKind::Literal(lit) => Some(vec![lit.0.to_vec()]),
+        HirKind::Literal(lit) => (lit.0.len() <= SET_BYTES).then(|| vec![lit.0.to_vec()]),
         HirKind::Capture(c) => literal_set(&c.sub, limit),
         HirKind::Class(Class::Unicode(c)) => {
             let count: usize = c.ranges().iter().map(|r| r.len()).sum();
-            (count <= limit).then(|| {
+            (count <= limit.min(SET_CLASS_CHARS)).then(|| {
                 c.iter()
                     .flat_map(|r| r.start()..=r.end())
                     .map(|ch| ch.to_string().into_bytes())
@@ -381,7 +395,7 @@ fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
         }
         HirKind::Class(Class::Bytes(c)) => {
             let count: usize = c.ranges().iter().map(|r| r.len()).sum();
-            (count <= limit).then(|| {
+            (count <= limit.min(SET_CLASS_CHARS)).then(|| {
                 c.iter()
                     .flat_map(|r| r.start()..=r.end())
                     .map(|b| vec![b])
@@ -390,9 +404,12 @@ fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
         }
         HirKind::Alternation(xs) => {
             let mut out = Vec::new();
+            let mut total = 0usize;
             for x in xs {
-                out.extend(literal_set(x, limit)?);
-                if out.len() > limit {
+                let words = literal_set(x, limit)?;
+                total = total.saturating_add(bytes(&words));
+                out.extend(words);
+                if out.len() > limit || total > SET_BYTES {
                     return None;
                 }
             }
@@ -402,7 +419,11 @@ fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
             let mut out = vec![Vec::new()];
             for x in xs {
                 let tails = literal_set(x, limit)?;
-                if out.len().saturating_mul(tails.len()) > limit {
+                // Every head with every tail: counted before any is written.
+                let total = bytes(&out)
+                    .saturating_mul(tails.len())
+                    .saturating_add(bytes(&tails).saturating_mul(out.len()));
+                if out.len().saturating_mul(tails.len()) > limit || total > SET_BYTES {
                     return None;
                 }
                 out = out
@@ -498,6 +519,8 @@ mod tests {
             "é|ê|e",
             r#""(a|b|c|x|y)""#,
             "abc|abc|ab",
+            "bc|ad",
+            "[a-h]",
         ];
         let alphabet: Vec<u8> = "\"abcdeiklmnoprstuvxyAV"
             .bytes()
@@ -532,16 +555,27 @@ mod tests {
             for s in &strings {
                 assert_eq!(run(&trie, s), run(&subset, s), "{re} on {s:?}");
                 assert_eq!(run(&built, s), run(&subset, s), "{re} on {s:?}");
-                assert_eq!(
-                    end(&trie, s).can_continue(),
-                    end(&subset, s).can_continue(),
-                    "{re} on {s:?}"
-                );
+                let (t, u) = (end(&trie, s), end(&subset, s));
+                assert_eq!(t.can_continue(), u.can_continue(), "{re} on {s:?}");
+                // The shortest completion, ties to the lowest byte, as subset construction.
+                if t != DEAD {
+                    assert_eq!(trie.shortest(t), subset.shortest(u), "{re} on {s:?}");
+                }
             }
             assert_eq!(trie.first_bytes(), subset.first_bytes(), "{re}");
         }
-        // Not a finite set, one string, too many, or a table past the limit.
-        for re in ["a*", "abc", "", "[a-z]{3}"] {
+        // Not a finite set, one string, a class too wide, too many strings or bytes, or a
+        // table past the limit.
+        let long = format!("(a|b|c|d)(a|b|c|d)({})", "x".repeat(5000));
+        for re in [
+            "a*",
+            "abc",
+            "",
+            "[a-z]{3}",
+            "[a-z]",
+            "[a-d][a-d][a-d][a-d][a-d][a-d]",
+            &long,
+        ] {
             let hir = ParserBuilder::new().build().parse(re).unwrap();
             assert!(LexemeDfa::trie_tables(&hir, 1 << 20).is_none(), "{re}");
         }
