@@ -192,11 +192,36 @@ impl LexemeDfa {
             }
             accept[s] = true;
         }
+        // The nodes no word goes past all accept and lead nowhere: one state for them all,
+        // so tokens that end words end in the same state (as in a minimal DFA).
+        let mut map = vec![0u32; len];
+        let mut leaf: Option<u32> = None;
+        let mut kept = 1u32;
+        for i in 1..len {
+            map[i] = if inner[i] {
+                kept += 1;
+                kept - 1
+            } else {
+                *leaf.get_or_insert_with(|| {
+                    kept += 1;
+                    kept - 1
+                })
+            };
+        }
         let tag = |i: u32| match i {
             0 => DEAD,
-            i => StateId::new(i, accept[i as usize], inner[i as usize]),
+            i => StateId::new(map[i as usize], accept[i as usize], inner[i as usize]),
         };
-        let trans: Vec<StateId> = raw[..len * stride].iter().map(|&t| tag(t)).collect();
+        let len = kept as usize;
+        let mut trans = vec![DEAD; len * stride];
+        for (i, row) in raw.chunks_exact(stride).enumerate().skip(1) {
+            let at = map.get(i).copied().unwrap_or(0) as usize * stride;
+            if at > 0 {
+                for (out, &t) in trans[at..at + stride].iter_mut().zip(row) {
+                    *out = tag(t);
+                }
+            }
+        }
         let start = tag(1);
         let mut first = [0u64; 4];
         for b in 0..=255u8 {
@@ -581,5 +606,12 @@ mod tests {
         }
         let hir = ParserBuilder::new().build().parse("abc|abd").unwrap();
         assert!(LexemeDfa::trie_tables(&hir, 16).is_none());
+        // Words that end for good end in one state.
+        let hir = ParserBuilder::new().build().parse("xa|b|ya").unwrap();
+        let t = LexemeDfa::trie_tables(&hir, 1 << 20).unwrap();
+        let after = |w: &[u8]| w.iter().fold(t.start, |st, &b| t.next(st, b));
+        assert_eq!(after(b"xa"), after(b"b"));
+        assert_eq!(after(b"ya"), after(b"b"));
+        assert_eq!(t.len(), 5, "dead, start, x, y and one end");
     }
 }
