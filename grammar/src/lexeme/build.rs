@@ -146,8 +146,10 @@ impl LexemeDfa {
 
     /// The DFA of a small finite set of strings (the keys an object's other members may not
     /// take, an enum's values), written out as their trie: every node is live, and the
-    /// table costs less to write than an NFA costs to compile. Not minimized. `None` for a
-    /// regex that is not such a set, or whose table would pass `size_limit`.
+    /// table costs less to write than an NFA costs to compile. Minimized only at the leaves:
+    /// every word that ends for good ends in one shared state, while words that merely end
+    /// alike keep their own nodes. `None` for a regex that is not such a set, or whose table
+    /// would pass `size_limit`.
     fn trie_tables(hir: &Hir, size_limit: usize) -> Option<LexemeDfa> {
         let words = literal_set(hir, 1024)?;
         if words.len() < 2 {
@@ -214,12 +216,15 @@ impl LexemeDfa {
         };
         let len = kept as usize;
         let mut trans = vec![DEAD; len * stride];
-        for (i, row) in raw.chunks_exact(stride).enumerate().skip(1) {
-            let at = map.get(i).copied().unwrap_or(0) as usize * stride;
-            if at > 0 {
-                for (out, &t) in trans[at..at + stride].iter_mut().zip(row) {
-                    *out = tag(t);
-                }
+        // Rows past the last node were never written; node 0 (dead) has no row of its own.
+        for (i, row) in raw[..map.len() * stride]
+            .chunks_exact(stride)
+            .enumerate()
+            .skip(1)
+        {
+            let at = map[i] as usize * stride;
+            for (out, &t) in trans[at..at + stride].iter_mut().zip(row) {
+                *out = tag(t);
             }
         }
         let start = tag(1);
@@ -397,11 +402,10 @@ const SET_CLASS_CHARS: usize = 8;
 /// The most bytes [`literal_set`] lists in all.
 const SET_BYTES: usize = 1 << 16;
 
-/// The strings `hir` matches, in the order its alternatives list them, if they are at most
-/// `limit` (duplicates counted) of at most [`SET_BYTES`] in all (checked before each
-/// product is written): literals, concatenations
-/// and alternations of them, and classes of at most [`SET_CLASS_CHARS`] characters. `None`
-/// for anything else.
+/// The strings `hir` matches, in the order its alternatives list them, if there are at most
+/// `limit` of them (duplicates counted) with at most [`SET_BYTES`] in all (checked before
+/// each product is written): literals, concatenations and alternations of them, and classes
+/// of at most [`SET_CLASS_CHARS`] characters. `None` for anything else.
 fn literal_set(hir: &Hir, limit: usize) -> Option<Vec<Vec<u8>>> {
     use regex_syntax::hir::{Class, HirKind};
     let bytes = |words: &[Vec<u8>]| words.iter().map(Vec::len).sum::<usize>();
