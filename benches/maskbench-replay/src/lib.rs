@@ -232,8 +232,10 @@ pub struct DocTiming {
     pub corral_refused_at: Option<usize>,
     pub llg_refused_at: Option<usize>,
     /// Sums over the document's masks, cold and llguidance only where both engines took
-    /// the whole document.
+    /// the whole document (else 0).
     pub cold_us: f64,
+    /// Summed over every mask of all `warm` passes (so `warm` times one pass's worth),
+    /// wherever corral took the whole document, whatever llguidance did.
     pub warm_us: f64,
     pub llg_us: f64,
     #[serde(skip)]
@@ -275,6 +277,10 @@ pub fn time_schema(e: &Engines, path: &Path, docs: &[Document], warm: usize) -> 
             Ok(c) => c,
             Err(err) => {
                 out.corral_error = Some(format!("{err:#}"));
+                // llguidance is still tried, so its count of compiled schemas is its own.
+                if let Err(err) = e.matcher(&source) {
+                    out.llg_error = Some(format!("{err:#}"));
+                }
                 break;
             }
         };
@@ -620,18 +626,11 @@ fn in_schema_order(v: &Value, lists: &[Vec<String>]) -> Value {
     }
 }
 
-/// The first error of `instance` under the schema at `path` with formats asserted, or
-/// `None` if it is valid.
+/// The first error of `instance` under the schema at `path` with formats asserted. `None`
+/// if it is valid, and also where the schema cannot be read or the validator cannot be
+/// built: a refusal is explained only by an error the validator found in the instance.
 fn validator_error(path: &Path, instance: &Value) -> Option<String> {
-    let schema: Value = match std::fs::read_to_string(path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-    {
-        Ok(s) => s,
-        Err(e) => return Some(e),
-    };
-    match corral_schema::validate::Validator::new(&schema) {
-        Ok(v) => v.errors(instance).into_iter().next(),
-        Err(e) => Some(e.to_string()),
-    }
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let validator = corral_schema::validate::Validator::new(&schema).ok()?;
+    validator.errors(instance).into_iter().next()
 }
